@@ -1,0 +1,18 @@
+"""fairseq-tfixup: T-Fixup (Huang et al., ICML 2020) as a fairseq plugin.
+
+Importing the package registers, with fairseq:
+
+* the model ``transformer_tfixup`` and its architectures
+  (``transformer_tfixup``, ``transformer_tfixup_iwslt_de_en``,
+  ``transformer_tfixup_wmt_en_de``, ``transformer_tfixup_vaswani_wmt_en_de_big``,
+  ``transformer_tfixup_deep_narrow``);
+* the learning-rate scheduler ``inverse_sqrt_nowarmup``.
+
+Use it with ``fairseq-train --user-dir fairseq_tfixup`` (from a checkout, or
+when installed next to fairseq) or ``common.user_dir`` in a hydra config.
+"""
+
+__version__ = "0.1.0"
+
+from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup  # noqa: F401  (registers)
+from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

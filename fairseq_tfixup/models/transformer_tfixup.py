@@ -1,0 +1,185 @@
+"""``transformer_tfixup``: fairseq's Transformer without LayerNorm, initialised with T-Fixup.
+
+Everything but three narrow hooks is fairseq's own ``TransformerModel``:
+
+* ``build_encoder``/``build_decoder`` return stacks whose ``build_*_layer``
+  hook replaces each layer's LayerNorms by ``nn.Identity``;
+* ``build_model`` refuses flags that would bring a LayerNorm back, then
+  applies the rules of ``fairseq_tfixup.tfixup_init`` once, to the freshly
+  built weights. Loading a checkpoint builds first and then overwrites every
+  parameter, so trained weights are never rescaled.
+"""
+
+import logging
+
+import torch
+from torch import nn
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+
+from fairseq_tfixup import tfixup_init
+
+logger = logging.getLogger(__name__)
+
+
+def is_layer_norm(module: nn.Module) -> bool:
+    # fairseq's LayerNorm() returns torch's, or apex's FusedLayerNorm on GPU
+    return isinstance(module, nn.LayerNorm) or "LayerNorm" in type(module).__name__
+
+
+def without_layer_norms(layer: nn.Module) -> nn.Module:
+    """Replace every LayerNorm child of a Transformer layer by an identity.
+
+    fairseq's layers call their norms unconditionally (post- or pre-norm), so an
+    identity is the narrowest way to take them out; it has no parameters and
+    leaves no trace in checkpoints.
+    """
+    for name, child in list(layer.named_children()):
+        if is_layer_norm(child):
+            setattr(layer, name, nn.Identity())
+    return layer
+
+
+class TFixupTransformerEncoder(TransformerEncoderBase):
+    def build_encoder_layer(self, cfg):
+        return without_layer_norms(super().build_encoder_layer(cfg))
+
+
+class TFixupTransformerDecoder(TransformerDecoderBase):
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        return without_layer_norms(super().build_decoder_layer(cfg, no_encoder_attn))
+
+
+# (argument, flag) pairs that would put a LayerNorm back into the model
+_LAYER_NORM_FLAGS = (
+    ("encoder_normalize_before", "--encoder-normalize-before"),
+    ("decoder_normalize_before", "--decoder-normalize-before"),
+    ("layernorm_embedding", "--layernorm-embedding"),
+    ("scale_attn", "--scale-attn"),
+    ("scale_fc", "--scale-fc"),
+)
+
+
+def check_tfixup_args(args) -> None:
+    """Raise a one-line ValueError for flags that defeat T-Fixup."""
+    for attr, flag in _LAYER_NORM_FLAGS:
+        if getattr(args, attr, False):
+            raise ValueError(
+                f"transformer_tfixup has no LayerNorm: {flag} cannot be used "
+                "(T-Fixup replaces normalisation by its initialisation)"
+            )
+    for attr, flag in (("encoder_layers", "--encoder-layers"), ("decoder_layers", "--decoder-layers")):
+        n = getattr(args, attr)
+        if n is None or int(n) < 1:
+            raise ValueError(f"transformer_tfixup needs {flag} >= 1, got {n}")
+
+
+@torch.no_grad()
+def apply_tfixup_(model: nn.Module, encoder_layers: int, decoder_layers: int) -> None:
+    """Redraw and scale the weights of a freshly built model, in place.
+
+    ``named_parameters`` yields a shared tensor once (under its first name), so
+    shared embeddings are scaled once.
+    """
+    for name, param in model.named_parameters():
+        rule = tfixup_init.rule_for(name, encoder_layers, decoder_layers)
+        if rule.redraw == "xavier":
+            nn.init.xavier_uniform_(param)
+        elif rule.redraw == "zeros":
+            nn.init.zeros_(param)
+        if rule.scale != 1.0:
+            param.mul_(rule.scale)
+
+
+@register_model("transformer_tfixup")
+class TFixupTransformerModel(TransformerModel):
+    """Transformer without LayerNorm, trained without warmup: T-Fixup
+    (Huang et al., 2020, "Improving Transformer Optimization Through Better
+    Initialization"). Takes every ``transformer`` flag."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        base_architecture(args)
+        check_tfixup_args(args)
+        model = super().build_model(args, task)
+        apply_tfixup_(model, args.encoder_layers, args.decoder_layers)
+        logger.info(
+            "T-Fixup: no LayerNorm; scaled encoder blocks by %.4f, decoder blocks by %.4f, "
+            "embeddings by %.4f (encoder) / %.4f (decoder)",
+            tfixup_init.encoder_scale(args.encoder_layers),
+            tfixup_init.decoder_scale(args.decoder_layers),
+            tfixup_init.embedding_scale(args.encoder_layers),
+            tfixup_init.embedding_scale(args.decoder_layers),
+        )
+        return model
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return TFixupTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return TFixupTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
+# Architectures. Each sets only its defaults; explicit flags win (getattr).
+
+
+@register_model_architecture("transformer_tfixup", "transformer_tfixup")
+def tfixup_base_architecture(args):
+    """base: 512-2048-8, 6+6 layers (paper §4)."""
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_tfixup", "transformer_tfixup_iwslt_de_en")
+def tfixup_iwslt_de_en(args):
+    """small: 512-1024-4, 6+6 layers (IWSLT'14, paper Table 1)."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.encoder_layers = getattr(args, "encoder_layers", 6)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_tfixup", "transformer_tfixup_wmt_en_de")
+def tfixup_wmt_en_de(args):
+    """base: 512-2048-8 (WMT, paper Tables 1-3)."""
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_tfixup", "transformer_tfixup_vaswani_wmt_en_de_big")
+def tfixup_vaswani_wmt_en_de_big(args):
+    """big: 1024-4096-16, dropout 0.3 (WMT'17 En-De, paper Table 1)."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1024)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 4096)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 16)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1024)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4096)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 16)
+    args.dropout = getattr(args, "dropout", 0.3)
+    base_architecture(args)
+
+
+@register_model_architecture("transformer_tfixup", "transformer_tfixup_deep_narrow")
+def tfixup_deep_narrow(args):
+    """64-128-2 for the depth study (paper Fig. 4b, up to 200+200 layers);
+    set the depth with --encoder-layers/--decoder-layers."""
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 2)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 64)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 128)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 2)
+    base_architecture(args)

@@ -1,0 +1,69 @@
+"""Shared fixtures: where the real data is, and small fairseq models built through fairseq's own parser."""
+
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+USER_DIR = REPO / "fairseq_tfixup"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> pathlib.Path:
+    """../shared/data (or $TFIXUP_SHARED_DATA). Skips when absent, except in CI, where it must be there."""
+    path = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared" / "data"))
+    if not (path / "iwslt14-de-en").is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"shared data not found at {path}")
+        pytest.skip(f"shared data not found at {path} (set TFIXUP_SHARED_DATA)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
+    """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (full train, 500 valid, 200 test)."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("iwslt") / "bin"
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(out),
+         "--shared", str(shared_data), "--valid-lines", "500", "--test-lines", "200"],
+        check=True, capture_output=True, text=True,
+    )
+    return out
+
+
+def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pathlib.Path:
+    """fairseq dictionaries dict.de.txt/dict.en.txt of `size` made-up symbols (identical when joined)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for lang in ("de", "en"):
+        prefix = "w" if joined else lang
+        (path / f"dict.{lang}.txt").write_text("".join(f"{prefix}{i} {size - i}\n" for i in range(size)))
+    return path
+
+
+def build_model(data_dir, arch, *flags, seed=1):
+    """Build a translation model the way fairseq-train does: fairseq's parser, task and build_model."""
+    import torch
+    from fairseq import options, tasks
+
+    import fairseq_tfixup  # noqa: F401  (registers transformer_tfixup)
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, [str(data_dir), "--task", "translation", "-s", "de", "-t", "en", "--arch", arch, *map(str, flags)]
+    )
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    return task.build_model(args), task, args
+
+
+@pytest.fixture(scope="session")
+def dict_dir(tmp_path_factory):
+    return write_dicts(tmp_path_factory.mktemp("dicts"))
+
+
+@pytest.fixture(scope="session")
+def joined_dict_dir(tmp_path_factory):
+    return write_dicts(tmp_path_factory.mktemp("joined_dicts"), joined=True)

@@ -1,0 +1,126 @@
+"""End to end through fairseq's own command lines, on the real IWSLT'14 sample:
+fairseq-preprocess (scripts/prepare-iwslt14.sh) -> fairseq-train --user-dir fairseq_tfixup -> fairseq-generate."""
+
+import json
+import math
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from conftest import USER_DIR
+
+MODEL = ["--arch", "transformer_tfixup_iwslt_de_en", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
+         "--encoder-ffn-embed-dim", "256", "--decoder-ffn-embed-dim", "256", "--encoder-layers", "2",
+         "--decoder-layers", "2", "--share-decoder-input-output-embed"]
+# the IWSLT recipe of the paper, with a small model and batch for a CPU
+RECIPE = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4", "--lr-scheduler",
+          "inverse_sqrt_nowarmup", "--decay-period", "4000", "--criterion", "label_smoothed_cross_entropy",
+          "--label-smoothing", "0.1", "--dropout", "0.1", "--weight-decay", "1e-4", "--max-tokens", "2048"]
+UPDATES = 200
+
+
+def train(data, save_dir, max_update, *extra):
+    cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *MODEL, *RECIPE,
+           "--max-update", str(max_update), "--validate-interval-updates", "25", "--save-interval-updates", "100",
+           "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--cpu", "--seed", "1",
+           "--log-format", "json", "--log-interval", "25", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def records(log, kind):
+    """The JSON records fairseq logs for `kind` (train_inner, valid, train)."""
+    out = []
+    for line in log.splitlines():
+        if f"| {kind} |" in line:
+            out.append(json.loads(line.split(f"| {kind} | ", 1)[1]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(iwslt_bin, tmp_path_factory):
+    save_dir = tmp_path_factory.mktemp("ckpt")
+    return save_dir, train(iwslt_bin, save_dir, UPDATES)
+
+
+def test_valid_loss_falls_well_below_its_first_value(trained):
+    _, log = trained
+    assert "T-Fixup: no LayerNorm" in log
+    valid = records(log, "valid")
+    losses = [float(r["valid_loss"]) for r in valid]
+    assert [int(r["valid_num_updates"]) for r in valid] == list(range(25, UPDATES + 1, 25))
+    assert all(math.isfinite(x) for x in losses)
+    print(f"valid loss (bits) every 25 updates: {losses}")
+    assert losses[-1] < losses[0] - 1.5  # bits per token
+    assert losses[-1] == min(losses)
+    train_losses = [float(r["loss"]) for r in records(log, "train_inner")]
+    assert all(math.isfinite(x) for x in train_losses)
+
+
+def test_generate_translates_the_real_test_slice(trained, iwslt_bin):
+    save_dir, _ = trained
+    proc = subprocess.run(
+        ["fairseq-generate", str(iwslt_bin), "--user-dir", str(USER_DIR), "--path", str(save_dir / "checkpoint_best.pt"),
+         "--gen-subset", "test", "--beam", "4", "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100", "--cpu"],
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    hyps = [l for l in proc.stdout.splitlines() if l.startswith("H-")]
+    assert len(hyps) == 200
+    assert sum(len(h.split("\t")[2].split()) for h in hyps) > 200  # not empty translations
+    bleu = re.search(r"BLEU4 = ([\d.]+)", proc.stdout + proc.stderr)
+    assert bleu and math.isfinite(float(bleu.group(1)))
+
+
+def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained):
+    save_dir, _ = trained
+    path = save_dir / "checkpoint_last.pt"
+    saved = torch.load(path, map_location="cpu", weights_only=False)["model"]
+    # fairseq builds the model (which applies T-Fixup to fresh weights), then loads the state dict
+    models, _ = checkpoint_utils.load_model_ensemble([str(path)])
+    loaded = models[0].state_dict()
+    assert set(loaded) == set(saved)
+    for name, value in saved.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
+    # and trained weights are not the init: T-Fixup's fc2 would have zero-mean std ~0.67*2^-1/4*xavier
+    assert not torch.equal(saved["encoder.layers.0.fc1.bias"], torch.zeros_like(saved["encoder.layers.0.fc1.bias"]))
+
+
+def test_resume_continues_from_checkpoint_last(trained, iwslt_bin, tmp_path):
+    save_dir, _ = trained
+    resumed_dir = tmp_path / "resumed"
+    shutil.copytree(save_dir, resumed_dir)
+    log = train(iwslt_bin, resumed_dir, UPDATES + 50)
+    assert re.search(rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ {UPDATES} updates\)", log), log[-2000:]
+    inner = records(log, "train_inner")
+    assert int(inner[0]["num_updates"]) == UPDATES + 25  # continued, not restarted
+    assert int(inner[-1]["num_updates"]) == UPDATES + 50
+    # the schedule continues too: lr * sqrt(P / (P + t)) at t = 250
+    assert float(inner[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(4000 / (4000 + UPDATES + 50)), rel=1e-4)
+
+
+def test_hydra_config_with_common_user_dir(iwslt_bin, tmp_path):
+    config = tmp_path / "tfixup.yaml"
+    config.write_text(f"""
+common: {{user_dir: {USER_DIR}, cpu: true, log_format: json, log_interval: 1, seed: 1}}
+task: {{_name: translation, data: {iwslt_bin}, source_lang: de, target_lang: en}}
+model: {{_name: transformer_tfixup, encoder: {{embed_dim: 64, ffn_embed_dim: 128, layers: 1, attention_heads: 2}},
+         decoder: {{embed_dim: 64, ffn_embed_dim: 128, layers: 1, attention_heads: 2}}}}
+criterion: {{_name: cross_entropy}}
+optimizer: {{_name: adam, adam_betas: [0.9, 0.98]}}
+lr_scheduler: {{_name: inverse_sqrt_nowarmup, decay_period: 100}}
+optimization: {{lr: [0.0005], max_update: 3}}
+dataset: {{max_tokens: 1024, validate_interval_updates: 0, disable_validation: true}}
+checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_save: true}}
+""")
+    proc = subprocess.run(["fairseq-hydra-train", "--config-dir", str(tmp_path), "--config-name", "tfixup",
+                           f"hydra.run.dir={tmp_path / 'hydra'}"], capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "TFixupTransformerModel" in log
+    assert int(records(log, "train_inner")[-1]["num_updates"]) == 3
+    assert float(records(log, "train_inner")[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(100 / 103), rel=1e-4)

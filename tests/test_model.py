@@ -1,0 +1,179 @@
+"""transformer_tfixup built through fairseq's own parser and task: init, LayerNorm removal, decoding, errors."""
+
+import math
+
+import pytest
+import torch
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_tfixup import tfixup_init
+from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
+
+from conftest import build_model
+
+SMALL = ["--encoder-embed-dim", 64, "--decoder-embed-dim", 64, "--encoder-ffn-embed-dim", 128,
+         "--decoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4, "--decoder-attention-heads", 4]
+
+# (n_enc, n_dec, extra flags, joined dictionary)
+CASES = {
+    "6-6 unshared": (6, 6, [], False),
+    "3-7 decoder in/out shared": (3, 7, ["--share-decoder-input-output-embed"], False),
+    "4-4 all shared": (4, 4, ["--share-all-embeddings"], True),
+    "2-5 all shared": (2, 5, ["--share-all-embeddings"], True),
+}
+
+
+def _fan(p):
+    return p.shape[1], p.shape[0]  # nn.Linear weight is (out, in)
+
+
+def _expected_std(name, p, rule, embed_dim):
+    """What §3.2 prescribes for this weight, before T-Fixup's factor."""
+    if name.endswith("embed_tokens.weight"):
+        return embed_dim ** -0.5  # N(0, d^-1/2)
+    return tfixup_init.xavier_uniform_std(*_fan(p))  # Xavier (v_proj: plain Xavier, not gain 1/sqrt(2))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_weight_has_the_prescribed_init(case, dict_dir, joined_dict_dir):
+    n_enc, n_dec, flags, joined = CASES[case]
+    data = joined_dict_dir if joined else dict_dir
+    layer_flags = ["--encoder-layers", n_enc, "--decoder-layers", n_dec, *SMALL, *flags]
+    tfixup, _, _ = build_model(data, "transformer_tfixup", *layer_flags, seed=3)
+    stock, _, _ = build_model(data, "transformer", *layer_flags, seed=3)
+    stock_params = dict(stock.named_parameters())
+
+    names = [n for n, _ in tfixup.named_parameters()]
+    if "--share-all-embeddings" in flags:
+        assert "decoder.embed_tokens.weight" not in names  # one tensor, one name, scaled once
+        assert tfixup.decoder.embed_tokens.weight is tfixup.encoder.embed_tokens.weight
+    if flags:
+        assert tfixup.decoder.output_projection.weight is tfixup.decoder.embed_tokens.weight
+
+    checked = {"redrawn": 0, "scaled": 0, "kept": 0}
+    for name, p in tfixup.named_parameters():
+        rule = tfixup_init.rule_for(name, n_enc, n_dec)
+        ref = stock_params[name]
+        if rule.redraw == "xavier":
+            # drawn again, so compare distributions: std within 5% (thousands of entries; SE ~1%)
+            expected = rule.scale * _expected_std(name, p, rule, 64)
+            assert p.std().item() == pytest.approx(expected, rel=0.05), name
+            assert p.abs().max().item() <= expected * math.sqrt(3) * 1.0001, name  # uniform support
+            checked["redrawn"] += 1
+        elif rule.redraw == "zeros":
+            assert torch.count_nonzero(p) == 0, name
+        elif rule.scale != 1.0:
+            # same random draw as stock fairseq, times the factor, exactly
+            torch.testing.assert_close(p, ref * rule.scale, rtol=0, atol=1e-7, msg=name)
+            expected = rule.scale * _expected_std(name, p, rule, 64)
+            rows = p[1:] if "embed_tokens" in name else p  # padding row is zero
+            assert rows.std().item() == pytest.approx(expected, rel=0.05), name
+            checked["scaled"] += 1
+        else:
+            torch.testing.assert_close(p, ref, rtol=0, atol=0, msg=name)  # fairseq's init, untouched
+            checked["kept"] += 1
+
+    n_embed = 1 if "--share-all-embeddings" in flags else 2
+    assert checked["redrawn"] == 3 * n_enc + 4 * n_dec  # v_proj, fc1, fc2 (+ encoder_attn.v_proj)
+    assert checked["scaled"] == n_enc + 2 * n_dec + n_embed  # out_proj(s) and token embeddings
+    assert checked["kept"] > 0
+
+
+def test_embedding_factors_for_unequal_depths(dict_dir):
+    model, _, _ = build_model(dict_dir, "transformer_tfixup", "--encoder-layers", 2, "--decoder-layers", 8, *SMALL)
+    enc = model.encoder.embed_tokens.weight[1:].std().item()
+    dec = model.decoder.embed_tokens.weight[1:].std().item()
+    assert enc == pytest.approx(64 ** -0.5 * 18 ** -0.25, rel=0.05)
+    assert dec == pytest.approx(64 ** -0.5 * 72 ** -0.25, rel=0.05)
+
+
+TFIXUP_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "TFixupTransformerModel")
+
+
+def test_all_architectures_are_registered():
+    assert TFIXUP_ARCHS == sorted([
+        "transformer_tfixup", "transformer_tfixup_iwslt_de_en", "transformer_tfixup_wmt_en_de",
+        "transformer_tfixup_vaswani_wmt_en_de_big", "transformer_tfixup_deep_narrow",
+    ])
+
+
+@pytest.mark.parametrize("arch", TFIXUP_ARCHS)
+def test_no_layer_norm_in_any_architecture(arch, dict_dir):
+    model, _, args = build_model(dict_dir, arch, "--encoder-layers", 2, "--decoder-layers", 2)
+    norms = [n for n, m in model.named_modules() if is_layer_norm(m)]
+    assert norms == []
+    assert model.encoder.layer_norm is None and model.decoder.layer_norm is None
+    assert model.encoder.layernorm_embedding is None and model.decoder.layernorm_embedding is None
+    assert not any("layer_norm" in k for k in model.state_dict())
+    # the same flags on stock fairseq do build LayerNorms, so the check above can fail
+    stock_arch = {"transformer_tfixup_deep_narrow": "transformer"}.get(arch, arch.replace("_tfixup", ""))
+    stock, _, _ = build_model(dict_dir, stock_arch, "--encoder-layers", 2, "--decoder-layers", 2)
+    assert any(is_layer_norm(m) for m in stock.modules())
+
+
+def test_architecture_sizes(dict_dir):
+    def dims(arch):
+        _, _, a = build_model(dict_dir, arch, "--encoder-layers", 1, "--decoder-layers", 1)
+        return a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads
+
+    assert dims("transformer_tfixup") == (512, 2048, 8)
+    assert dims("transformer_tfixup_iwslt_de_en") == (512, 1024, 4)
+    assert dims("transformer_tfixup_wmt_en_de") == (512, 2048, 8)
+    assert dims("transformer_tfixup_vaswani_wmt_en_de_big") == (1024, 4096, 16)
+    assert dims("transformer_tfixup_deep_narrow") == (64, 128, 2)
+
+
+def _small_eval_model(dict_dir, n_enc=3, n_dec=4):
+    model, task, _ = build_model(dict_dir, "transformer_tfixup", "--encoder-layers", n_enc,
+                                 "--decoder-layers", n_dec, "--share-decoder-input-output-embed", *SMALL)
+    # trained-looking weights, so that a wrong cache would show: T-Fixup's small init makes layers near-identity
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model.eval(), task
+
+
+def test_incremental_decoding_equals_full_forward(dict_dir):
+    model, _ = _small_eval_model(dict_dir)
+    torch.manual_seed(0)
+    src = torch.randint(4, 500, (3, 9))
+    prev = torch.cat([torch.full((3, 1), 2), torch.randint(4, 500, (3, 7))], dim=1)
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=torch.full((3,), 9))
+        full, _ = model.decoder(prev, encoder_out=enc)
+        state = {}
+        steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
+                 for t in range(prev.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_beam_search_scores_match_teacher_forcing(dict_dir):
+    model, task = _small_eval_model(dict_dir)
+    gen = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=12, normalize_scores=False)
+    torch.manual_seed(1)
+    src = torch.randint(4, 500, (2, 6))
+    sample = {"net_input": {"src_tokens": src, "src_lengths": torch.full((2,), 6)}}
+    with torch.no_grad():
+        hyps = gen.generate([model], sample)
+        for i, beam in enumerate(hyps):
+            best = beam[0]
+            tokens = best["tokens"].unsqueeze(0)  # ends with </s>
+            prev = torch.cat([torch.full((1, 1), task.target_dictionary.eos()), tokens[:, :-1]], dim=1)
+            logits, _ = model(src[i : i + 1], torch.tensor([6]), prev)
+            lprobs = torch.log_softmax(logits.float(), dim=-1)
+            positional = lprobs.gather(-1, tokens.unsqueeze(-1)).squeeze()
+            torch.testing.assert_close(positional, best["positional_scores"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("flag, message", [
+    (["--encoder-normalize-before"], "has no LayerNorm: --encoder-normalize-before cannot be used"),
+    (["--decoder-normalize-before"], "has no LayerNorm: --decoder-normalize-before cannot be used"),
+    (["--layernorm-embedding"], "has no LayerNorm: --layernorm-embedding cannot be used"),
+    (["--encoder-layers", 0], "needs --encoder-layers >= 1, got 0"),
+    (["--decoder-layers", 0], "needs --decoder-layers >= 1, got 0"),
+])
+def test_flags_that_defeat_tfixup_are_refused(flag, message, dict_dir):
+    with pytest.raises(ValueError, match=message) as err:
+        build_model(dict_dir, "transformer_tfixup_iwslt_de_en", *SMALL, *flag)
+    assert "\n" not in str(err.value)
