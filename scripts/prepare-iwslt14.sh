@@ -64,6 +64,7 @@ OUT=${OUT:-data-bin/iwslt14.tokenized.$SRC-$TGT}
 IN=$SHARED/iwslt14-de-en
 # fairseq's test set: these five files, in this order
 TEST_PARTS=(IWSLT14.TED.dev2010 IWSLT14.TEDX.dev2012 IWSLT14.TED.tst2010 IWSLT14.TED.tst2011 IWSLT14.TED.tst2012)
+ORIG_PARTS=("${TEST_PARTS[@]/#/orig/}")
 [ "$DOWNLOAD" = 0 ] || [ -z "$ARCHIVE" ] || die "--archive and --download exclude each other"
 
 check_archive() {  # FILE: git blob id (and sha256 when IWSLT14_SHA256 is set)
@@ -79,7 +80,8 @@ if [ -n "$ARCHIVE$DOWNLOAD" ] && [ "$ARCHIVE$DOWNLOAD" != 0 ]; then
 else
   MODE=shared
   for f in train-sample/train.de.xz train-sample/train.en.xz fairseq-prepared/code.xz \
-           fairseq-prepared/{valid,test}.{de,en}.xz; do
+           fairseq-prepared/{valid,test}.{de,en}.xz "${ORIG_PARTS[@]/%/.de-en.de.xml.xz}" \
+           "${ORIG_PARTS[@]/%/.de-en.en.xml.xz}"; do
     [ -f "$IN/$f" ] || die "missing input file: $IN/$f (set --shared or TFIXUP_SHARED_DATA)"
   done
 fi

@@ -1,0 +1,167 @@
+# Body of scripts/prepare-wmt*.sh (sourced after the caller sets NAME, SRC, TGT, PAIR,
+# ARCHIVES_LIST, CORPORA, BPE_TOKENS, TEST_SET, VALID_SET). fairseq's
+# examples/translation/prepare-wmt14en2de.sh with pip tools:
+#   raw corpora -> normalize + tokenize -a (sacremoses) -> valid split (every 100th
+#   pair) or a newstest dev set -> joint BPE (subword-nmt) -> clean (ratio 1.5, 1-250
+#   tokens) -> fairseq-preprocess --joined-dictionary; raw test text kept for sacreBLEU.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/corpus-lib.sh"
+
+usage() {
+  cat <<USAGE
+usage: $0 [options]
+
+$DESCRIPTION
+
+Input, one of:
+  (default)            download the archives below from their official locations (sha256 checked)
+  --archives DIR       a local folder holding the same archive files (sha256 checked)
+  --train-src FILE --train-tgt FILE
+                       already extracted parallel training text ($SRC side, $TGT side; .gz/.xz ok)
+Test/dev sets: --testsets DIR with newstestYYYY.$PAIR.LANG(.gz) files, else sacrebleu downloads them.
+
+  --out DIR            destination data-bin (default data-bin/$NAME)
+  --work DIR           intermediate files (default OUT.work; kept, steps resume from it)
+  --test-set NAME      test set (default $TEST_SET)
+  --valid-set NAME     dev set, or 'split' for every 100th training pair (default $VALID_SET)
+  --bpe-tokens N       joint BPE merges (default $BPE_TOKENS)
+  --pretokenized       training text is already Moses-tokenized (skip normalize/tokenize)
+  --train-lines N      first N training pairs only (0 = all; for smoke tests)
+  --test-lines N       first N test (and dev) sentences only (0 = all)
+  --workers N          tokenizer/binarizer processes (default \$WORKERS or 4)
+  -h, --help           this text
+
+Archives (name, sha256, url):
+$(for a in "${ARCHIVES_LIST[@]}"; do IFS='|' read -r n u s <<< "$a"; echo "  $n $s"; echo "      $u"; done)
+Every step writes to a temp dir and moves it into place: a rerun skips finished
+steps and never trusts a half-written one.
+USAGE
+}
+
+OUT=""; WORK=""; ARCHIVES=""; TRAIN_SRC=""; TRAIN_TGT=""; TESTSETS=""; PRETOK=0
+TRAIN_LINES=${TRAIN_LINES:-0}; TEST_LINES=${TEST_LINES:-0}; WORKERS=${WORKERS:-4}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) OUT=$2; shift 2;;
+    --work) WORK=$2; shift 2;;
+    --archives) ARCHIVES=$2; shift 2;;
+    --train-src) TRAIN_SRC=$2; shift 2;;
+    --train-tgt) TRAIN_TGT=$2; shift 2;;
+    --testsets) TESTSETS=$2; shift 2;;
+    --test-set) TEST_SET=$2; shift 2;;
+    --valid-set) VALID_SET=$2; shift 2;;
+    --bpe-tokens) BPE_TOKENS=$2; shift 2;;
+    --pretokenized) PRETOK=1; shift;;
+    --train-lines) TRAIN_LINES=$2; shift 2;;
+    --test-lines) TEST_LINES=$2; shift 2;;
+    --workers) WORKERS=$2; shift 2;;
+    -h|--help) usage; exit 0;;
+    *) usage >&2; die "unknown option: $1";;
+  esac
+done
+export WORKERS
+OUT=${OUT:-data-bin/$NAME}; WORK=${WORK:-$OUT.work}
+[ -z "$ARCHIVES" ] || [ -d "$ARCHIVES" ] || die "--archives: not a directory: $ARCHIVES"
+[ -z "$TESTSETS" ] || [ -d "$TESTSETS" ] || die "--testsets: not a directory: $TESTSETS"
+if [ -n "$TRAIN_SRC$TRAIN_TGT" ] && { [ -z "$TRAIN_SRC" ] || [ -z "$TRAIN_TGT" ]; }; then
+  die "--train-src and --train-tgt go together"
+fi
+for f in $TRAIN_SRC $TRAIN_TGT; do [ -f "$f" ] || die "training text not found: $f"; done
+if [ -e "$OUT" ]; then log "exists, nothing to do: $OUT"; exit 0; fi
+use_venv
+
+# 0. archives: all checked before anything is written (a local archive folder),
+# each download kept only once its sha256 matches
+if [ -z "$TRAIN_SRC" ] && [ ! -d "$WORK/raw" ]; then
+  if [ -n "$ARCHIVES" ]; then
+    for a in "${ARCHIVES_LIST[@]}"; do
+      IFS='|' read -r n u s <<< "$a"
+      [ -f "$ARCHIVES/$n" ] || die "$n not in --archives $ARCHIVES"
+      verify_sha256 "$ARCHIVES/$n" "$s" || exit 1
+    done
+  fi
+  mkdir -p "$WORK/archives"
+  for a in "${ARCHIVES_LIST[@]}"; do
+    IFS='|' read -r n u s <<< "$a"
+    if [ -n "$ARCHIVES" ]; then
+      [ -e "$WORK/archives/$n" ] || ln -s "$(cd "$ARCHIVES" && pwd)/$n" "$WORK/archives/$n"
+    else
+      fetch_archive "$n" "$u" "$s" "$WORK/archives" "" || { rmdir -p "$WORK/archives" 2>/dev/null || true; exit 1; }
+    fi
+  done
+fi
+
+read_text() {  # FILE(.gz|.xz) -> stdout
+  case $1 in *.gz) zcat "$1";; *.xz) xzcat "$1";; *) cat "$1";; esac
+}
+
+# 1. raw parallel training text: train.SRC / train.TGT
+raw_train() {  # $1 = temp dir
+  local tmp=$1 a n u s l c
+  if [ -n "$TRAIN_SRC" ]; then
+    read_text "$TRAIN_SRC" | head_n "$TRAIN_LINES" > "$tmp/train.$SRC"
+    read_text "$TRAIN_TGT" | head_n "$TRAIN_LINES" > "$tmp/train.$TGT"
+    return
+  fi
+  for a in "${ARCHIVES_LIST[@]}"; do
+    IFS='|' read -r n u s <<< "$a"
+    log "extract $n"
+    tar -xzf "$WORK/archives/$n" -C "$tmp" || return 1
+  done
+  for l in "$SRC" "$TGT"; do
+    for c in "${CORPORA[@]}"; do
+      [ -f "$tmp/$c.$l" ] || { echo "error: $c.$l not found in the archives" >&2; return 1; }
+      cat "$tmp/$c.$l"
+    done | head_n "$TRAIN_LINES" > "$tmp/train.$l"
+  done
+}
+
+# 2. tokenized train/valid/test and raw test
+tokenize() {  # $1 = temp dir
+  local tmp=$1 l
+  for l in "$SRC" "$TGT"; do
+    log "tokenize train.$l"
+    if [ "$PRETOK" = 1 ]; then cp "$WORK/raw/train.$l" "$tmp/all.$l"; else moses_tok "$l" < "$WORK/raw/train.$l" > "$tmp/all.$l"; fi
+    test_raw "$TEST_SET" "$PAIR" "$l" "$SRC" "$TGT" "$TESTSETS" | head_n "$TEST_LINES" > "$tmp/test.raw.$l" || return 1
+    moses_tok "$l" < "$tmp/test.raw.$l" > "$tmp/test.$l"
+    if [ "$VALID_SET" = split ]; then
+      awk 'NR % 100 == 0' "$tmp/all.$l" > "$tmp/valid.$l"
+      awk 'NR % 100 != 0' "$tmp/all.$l" > "$tmp/train.$l"
+    else
+      test_raw "$VALID_SET" "$PAIR" "$l" "$SRC" "$TGT" "$TESTSETS" | head_n "$TEST_LINES" | moses_tok "$l" > "$tmp/valid.$l" || return 1
+      mv "$tmp/all.$l" "$tmp/train.$l"
+    fi
+    rm -f "$tmp/all.$l"
+  done
+}
+
+# 3. joint BPE learnt on train, applied to all; clean train/valid after BPE (fairseq's order)
+bpe() {  # $1 = temp dir
+  local tmp=$1 l f
+  log "learn $BPE_TOKENS joint BPE merges"
+  cat "$WORK/tok/train.$SRC" "$WORK/tok/train.$TGT" | subword-nmt learn-bpe -s "$BPE_TOKENS" > "$tmp/code"
+  for f in train valid test; do
+    for l in "$SRC" "$TGT"; do subword-nmt apply-bpe -c "$tmp/code" < "$WORK/tok/$f.$l" > "$tmp/bpe.$f.$l"; done
+  done
+  for f in train valid; do
+    corpus_py clean "$tmp/bpe.$f.$SRC" "$tmp/bpe.$f.$TGT" "$tmp/$f.$SRC" "$tmp/$f.$TGT" --min 1 --max 250 --ratio 1.5
+  done
+  for l in "$SRC" "$TGT"; do mv "$tmp/bpe.test.$l" "$tmp/test.$l"; cp "$WORK/tok/test.raw.$l" "$tmp/test.raw.$l"; done
+  rm -f "$tmp"/bpe.*
+}
+
+# 4. binarize; the raw test text goes along for detokenized sacreBLEU
+binarize() {  # $1 = temp dir
+  fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
+    --trainpref "$WORK/bpe/train" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
+    --destdir "$1" --workers "$WORKERS" >&2 || return 1
+  cp "$WORK/bpe/test.raw.$SRC" "$WORK/bpe/test.raw.$TGT" "$WORK/bpe/code" "$1/"
+}
+
+mkdir -p "$(dirname "$OUT")"
+build_dir "$WORK/raw" raw_train
+build_dir "$WORK/tok" tokenize
+build_dir "$WORK/bpe" bpe
+build_dir "$OUT" binarize
+log "ready: $OUT ($SRC -> $TGT, test $TEST_SET)"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Render the Markdown table: paper BLEU next to ours, for experiments evaluated by scripts/evaluate.sh.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/pipeline-lib.sh"
+
+usage() {
+  cat <<USAGE
+usage: $0 [--runs DIR] [--title TEXT] [--out FILE] EXPERIMENT...
+
+Reads DIR/EXPERIMENT/eval/results.json (rows without one are shown as "not run")
+and prints the table (also written to FILE when given).
+  --runs DIR     training/evaluation outputs, one folder per experiment (default \$RUNS or work/runs)
+  --title TEXT   heading of the table
+  --out FILE     also write the Markdown there (atomically)
+USAGE
+}
+RUNS=${RUNS:-work/runs}; TITLE=""; OUTFILE=""; NAMES=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) RUNS=$2; shift 2;;
+    --title) TITLE=$2; shift 2;;
+    --out) OUTFILE=$2; shift 2;;
+    -h|--help) usage; exit 0;;
+    -*) usage >&2; die "unknown option: $1";;
+    *) NAMES+=("$1"); shift;;
+  esac
+done
+[ ${#NAMES[@]} -gt 0 ] || { usage >&2; die "name at least one experiment"; }
+for n in "${NAMES[@]}"; do [ -f "$TFIXUP_CONFIGS/$n.sh" ] || die "unknown experiment '$n' (no $TFIXUP_CONFIGS/$n.sh)"; done
+use_venv
+results=(); for n in "${NAMES[@]}"; do results+=("$(cd "$RUNS" 2>/dev/null && pwd || echo "$RUNS")/$n/eval/results.json"); done
+[ -z "$OUTFILE" ] || OUTFILE=$(cd "$(dirname "$OUTFILE")" && pwd)/$(basename "$OUTFILE")
+cd "$TFIXUP_ROOT"
+python -m fairseq_tfixup.pipeline report --experiments "${NAMES[@]}" --results "${results[@]}" \
+  --title "$TITLE" ${OUTFILE:+--out "$OUTFILE"}

@@ -1,0 +1,88 @@
+# run_table: prepare -> train -> evaluate every experiment of a paper table, then
+# render its report. Sourced by scripts/table1.sh, table2.sh, table3.sh, fig4b.sh
+# after they set TABLE_TITLE, TABLE_FILE and EXPERIMENTS.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/pipeline-lib.sh"
+
+usage() {
+  cat <<USAGE
+usage: $0 [options] [-- train.sh options]
+
+$TABLE_TITLE. Experiments (configs/NAME.sh):
+$(printf '  %s\n' "${EXPERIMENTS[@]}")
+For each: prepare its data (once per dataset), train (resumes), evaluate; then
+write the report to RUNS/$TABLE_FILE.
+
+  --data-root DIR      data-bin folders (default \$DATA_ROOT or data-bin)
+  --runs DIR           one output folder per experiment (default \$RUNS or work/runs)
+  --only NAME          run only this experiment (repeatable)
+  --prepare-args STR   extra arguments for the WMT prepare scripts (e.g. "--archives DIR --testsets DIR")
+  --iwslt-args STR     extra arguments for prepare-iwslt14.sh (e.g. "--archive DIR/de-en.tgz")
+  --eval-args STR      extra arguments for evaluate.sh (e.g. "--cpu")
+  --report-only        skip the runs, only render the report
+  --dry-run            print every command (train.sh --dry-run shows the exact fairseq-train line)
+  -- ARGS              passed to scripts/train.sh (e.g. --cpu, --nproc 4, --nnodes 2 ..., --bf16)
+Config values can be overridden by environment variables (e.g. MAX_UPDATE=1000).
+USAGE
+}
+
+DATA_ROOT=${DATA_ROOT:-data-bin}; RUNS=${RUNS:-work/runs}; ONLY=(); PREPARE_ARGS=""; IWSLT_ARGS=""; EVAL_ARGS=""
+REPORT_ONLY=0; DRY_RUN=0; TRAIN_ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --data-root) DATA_ROOT=$2; shift 2;;
+    --runs) RUNS=$2; shift 2;;
+    --only) ONLY+=("$2"); shift 2;;
+    --prepare-args) PREPARE_ARGS=$2; shift 2;;
+    --iwslt-args) IWSLT_ARGS=$2; shift 2;;
+    --eval-args) EVAL_ARGS=$2; shift 2;;
+    --report-only) REPORT_ONLY=1; shift;;
+    --dry-run) DRY_RUN=1; shift;;
+    -h|--help) usage; exit 0;;
+    --) shift; TRAIN_ARGS=("$@"); break;;
+    *) usage >&2; die "unknown option: $1";;
+  esac
+done
+for n in "${ONLY[@]}"; do
+  printf '%s\n' "${EXPERIMENTS[@]}" | grep -qx -- "$n" || die "'$n' is not an experiment of this table"
+done
+S=$TFIXUP_ROOT/scripts
+
+run_one() {  # NAME; in a subshell, so that one config's values never leak into the next
+  load_experiment "$1"
+  local data=$DATA_ROOT/$DATASET out=$RUNS/$EXPERIMENT
+  # shellcheck disable=SC2206
+  local prep=($PREPARE) extra=($PREPARE_ARGS) ev=($EVAL_ARGS)
+  # shellcheck disable=SC2206
+  [ "${prep[0]}" != prepare-iwslt14.sh ] || extra=($IWSLT_ARGS)
+  local prepare_cmd=(bash "$S/${prep[0]}" "${prep[@]:1}" --out "$data")
+  [ -z "${TEST_SET:-}" ] || prepare_cmd+=(--test-set "$TEST_SET")
+  prepare_cmd+=("${extra[@]}")
+  local train_cmd=(bash "$S/train.sh" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$data" "$out")
+  local eval_cmd=(bash "$S/evaluate.sh" "${ev[@]}" "$EXPERIMENT" "$data" "$out")
+  if [ "$DRY_RUN" = 1 ]; then
+    echo "# $EXPERIMENT: $TABLE, $ROW (paper BLEU ${PAPER_BLEU:-n/a})"
+    printf '%q ' "${prepare_cmd[@]}"; echo
+    "${train_cmd[@]:0:2}" --dry-run "${train_cmd[@]:2}"
+    printf '%q ' "${eval_cmd[@]}"; echo
+    return
+  fi
+  [ -d "$data" ] || "${prepare_cmd[@]}"
+  "${train_cmd[@]}"
+  "${eval_cmd[@]}"
+}
+
+if [ "$REPORT_ONLY" = 0 ]; then
+  for n in "${EXPERIMENTS[@]}"; do
+    if [ ${#ONLY[@]} -gt 0 ] && ! printf '%s\n' "${ONLY[@]}" | grep -qx -- "$n"; then continue; fi
+    log "=== $n"
+    ( run_one "$n" )
+  done
+fi
+if [ "$DRY_RUN" = 1 ]; then
+  printf '%q ' bash "$S/report.sh" --runs "$RUNS" --title "$TABLE_TITLE" --out "$RUNS/$TABLE_FILE" "${EXPERIMENTS[@]}"; echo
+  exit 0
+fi
+mkdir -p "$RUNS"
+bash "$S/report.sh" --runs "$RUNS" --title "$TABLE_TITLE" --out "$RUNS/$TABLE_FILE" "${EXPERIMENTS[@]}"

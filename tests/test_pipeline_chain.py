@@ -1,0 +1,153 @@
+"""The IWSLT'14 De-En chain on the real shared sample, tiny config, CPU:
+prepare -> train (killed mid-run, rerun resumes from checkpoint_last.pt) ->
+average (K chosen on valid) -> generate on a slice of the real test set ->
+score -> report row. Plus the 2-process training path."""
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from conftest import REPO
+
+SCRIPTS = REPO / "scripts"
+EXPERIMENT = "iwslt14_de_en_tfixup"
+# a tiny model and run; everything else is the experiment's config
+TINY = {
+    "MAX_EPOCH": "0", "MAX_UPDATE": "100", "SAVE_INTERVAL_UPDATES": "40", "MAX_TOKENS": "1500",
+    "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "2", "ENCODER_LAYERS": "2", "DECODER_LAYERS": "2",
+    "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "10", "AVG_CANDIDATES": "1 3", "OMP_NUM_THREADS": "1",
+}
+
+
+def env(**extra):
+    return {**os.environ, **TINY, **extra}
+
+
+def run(*cmd, extra_env=None, check=True):
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env(**(extra_env or {})))
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(shared_data, tmp_path_factory):
+    out = tmp_path_factory.mktemp("chain") / "data-bin"
+    run("bash", SCRIPTS / "prepare-iwslt14.sh", "--out", out, "--shared", shared_data,
+        "--train-lines", "6000", "--valid-lines", "200", "--test-lines", "60")
+    return out
+
+
+@pytest.fixture(scope="module")
+def trained(data, tmp_path_factory):
+    """Train, kill -9 once the update-40 checkpoint is saved, rerun the same command."""
+    out = tmp_path_factory.mktemp("chain") / "run"
+    cmd = ["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
+                            start_new_session=True)
+    log = out / "train.log"
+    deadline = time.time() + 240
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            # "Saved checkpoint" is logged once checkpoint_1_40.pt and its copy checkpoint_last.pt are complete
+            if log.exists() and "checkpoint_1_40.pt" in log.read_text() and "Saved checkpoint" in log.read_text():
+                break
+            time.sleep(0.5)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the crash
+        proc.wait()
+    first_run = log.read_text()
+    assert "checkpoint_1_40.pt" in first_run
+    assert "done training" not in first_run, "the first run finished before it was killed"
+    second = run(*cmd)
+    return out, first_run, second.stdout
+
+
+def test_rerun_resumes_from_checkpoint_last(trained):
+    out, first_run, second_stdout = trained
+    # the rerun loaded checkpoint_last.pt at update 40 or later and finished at the configured 100
+    m = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", second_stdout)
+    assert m, second_stdout[-3000:]
+    assert int(m.group(1)) >= 40
+    updates = [int(u) for u in re.findall(r"num_updates (\d+)", second_stdout)]
+    assert updates and min(updates) > int(m.group(1)) and max(updates) == 100
+    state = torch.load(out / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 100
+    # both runs are on the books (for device-hours)
+    assert len((out / "train_runs.tsv").read_text().splitlines()) == 1  # the killed run never got to log itself
+
+
+def test_chain_average_generate_score_report(trained, data):
+    out, _, _ = trained
+    run("bash", SCRIPTS / "evaluate.sh", "--cpu", EXPERIMENT, data, out)
+    ev = out / "eval"
+    for name in ("averaged.pt", "averaging.json", "generate-test.txt", "results.json"):
+        assert (ev / name).is_file(), name
+    assert not list(ev.glob("*.tmp")) and not list(ev.glob(".tmp*"))
+
+    choice = json.loads((ev / "averaging.json").read_text())
+    assert [t["k"] for t in choice["tried"]] == [1, 3]
+    assert choice["chosen"]["valid_loss"] == min(t["valid_loss"] for t in choice["tried"])
+    # the averaged weights are the mean of the chosen checkpoints
+    chosen = [torch.load(out / "checkpoints" / c, map_location="cpu", weights_only=False)["model"]
+              for c in choice["chosen"]["checkpoints"]]
+    avg = torch.load(ev / "averaged.pt", map_location="cpu", weights_only=False)["model"]
+    name = "encoder.layers.0.fc1.weight"
+    torch.testing.assert_close(avg[name], sum(c[name] for c in chosen) / len(chosen))
+
+    res = json.loads((ev / "results.json").read_text())
+    assert res["sentences"] == 60 and res["num_updates"] == 100
+    assert math.isfinite(res["bleu_tok"]) and math.isfinite(res["bleu_detok"]) and res["bleu_tok"] >= 0
+    assert res["detok_reference"] == "raw test set text"
+    assert res["sacrebleu_signature"].startswith("nrefs:1|case:lc|")
+    assert res["bleu"] == res["bleu_tok"] and res["paper_bleu"] == 35.5
+
+    # report.sh reads RUNS/EXPERIMENT/eval/results.json: point a runs folder at our run
+    runs = out.parent / "runs"
+    runs.mkdir(exist_ok=True)
+    if not (runs / EXPERIMENT).exists():
+        (runs / EXPERIMENT).symlink_to(out)
+    report = run("bash", SCRIPTS / "report.sh", "--runs", runs, "--out", runs / "report.md", EXPERIMENT)
+    row = [line for line in report.stdout.splitlines() if line.startswith("| Table 1: IWSLT'14 De-En small")]
+    assert len(row) == 1
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row[0].strip("|"))]
+    assert cells[1] == "35.5" and cells[2] == f"{res['bleu']:.2f}" and cells[5] == "100"
+    assert res["sacrebleu_signature"].replace("|", "\\|") in row[0]  # escaped for Markdown tables
+    assert (runs / "report.md").read_text() == report.stdout
+    print(report.stdout)
+
+
+def _epoch_wpb(log_text):
+    m = re.findall(r"\| train \| epoch \d+ \|.*?\| wpb ([0-9.]+)", log_text)
+    assert m, log_text[-2000:]
+    return float(m[-1])
+
+
+def test_two_cpu_processes_both_train_and_double_the_batch(data, tmp_path):
+    small = {"MAX_UPDATE": "6", "SAVE_INTERVAL_UPDATES": "0", "LOG_INTERVAL": "1"}
+    one = tmp_path / "one"
+    run("bash", SCRIPTS / "train.sh", "--cpu", EXPERIMENT, data, one, "--", "--no-save", extra_env=small)
+    two = tmp_path / "two"
+    port = str(29700 + os.getpid() % 200)
+    run("bash", SCRIPTS / "train.sh", "--cpu", "--nproc", "2", "--per-process-batch", "--master-port", port,
+        EXPERIMENT, data, two, "--", "--no-save", extra_env=small)
+    # train.sh waits for every rank and fails if one does; fairseq logs only on rank 0,
+    # so rank 1 shows its start and the others show its work
+    rank0, rank1 = (two / "train.log").read_text(), (two / "train.rank1.log").read_text()
+    single = (one / "train.log").read_text()
+    assert "distributed init (rank 1)" in rank1 and "initialized host" in rank1
+    assert "done training" in rank0 and "num_updates 6" in rank0
+    # each rank reads half of the batches of an epoch ...
+    per_epoch = lambda text: int(re.search(r"epoch 001: +\d+ / (\d+)", text).group(1))
+    assert abs(2 * per_epoch(rank0) - per_epoch(single)) <= 2
+    # ... and an update sums both ranks' batches: the words per batch double
+    ratio = _epoch_wpb(rank0) / _epoch_wpb(single)
+    assert 1.7 < ratio < 2.3, ratio
