@@ -1,0 +1,172 @@
+"""``tfixup-diagnose``: the papers' optimisation diagnostics for fairseq translation models.
+
+    tfixup-diagnose grad-hist  --data DATA_BIN --model postln,tfixup --out DIR
+    tfixup-diagnose ln-norms   --data DATA_BIN --model postln,tfixup --out DIR
+    tfixup-diagnose grad-norms --data DATA_BIN --model postln,preln,tfixup --out DIR
+    tfixup-diagnose hessian    [--data DATA_BIN] --model postln,preln,tfixup --out DIR
+
+Each writes a PNG plus the raw arrays (.npz) and a .json summary to --out.
+"""
+
+import argparse
+import logging
+import os
+import pathlib
+import shlex
+import sys
+import tempfile
+import warnings
+
+from fairseq_tfixup.diagnostics.models import MODEL_FLAGS, SCHEDULE_FLAGS, ModelSpec
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def comma_list(kind, choices=None):
+    def parse(text):
+        items = [kind(x) for x in text.split(",") if x]
+        bad = [x for x in items if choices and x not in choices]
+        if not items or bad:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {'/'.join(choices or [kind.__name__])}, "
+                                             f"got {text!r}")
+        return items
+    return parse
+
+
+def common_parser(default_models: str, default_dropout: float) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    g = p.add_argument_group("model and data")
+    g.add_argument("--data", help="fairseq data-bin folder (e.g. from scripts/prepare-iwslt14.sh)")
+    g.add_argument("--model", type=comma_list(str, list(MODEL_FLAGS)), default=default_models.split(","),
+                   help=f"comma list of {', '.join(MODEL_FLAGS)} (default {default_models})")
+    g.add_argument("--dim", type=int, default=128, help="embedding dim, encoder and decoder (default 128)")
+    g.add_argument("--ffn-dim", type=int, default=256, help="FFN inner dim (default 256)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--layers", type=int, default=6, help="encoder layers = decoder layers (default 6)")
+    g.add_argument("--dropout", type=float, default=default_dropout, help=f"dropout (default {default_dropout})")
+    g.add_argument("--max-tokens", type=int, default=2048, help="tokens per batch (default 2048)")
+    g.add_argument("--fairseq-args", default="",
+                   help="more fairseq-train flags, one quoted string, applied last, e.g. "
+                        "\"--share-decoder-input-output-embed --criterion label_smoothed_cross_entropy\"")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", required=True, help="output folder")
+    g.add_argument("--device", default="cpu", help="torch device (default cpu), e.g. cuda:0")
+    g.add_argument("--seed", type=int, default=1, help="seed for init, data order and probes (default 1)")
+    g.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    return p
+
+
+def training_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    g.add_argument("--steps", type=int, default=100, help="Adam updates (default 100)")
+    g.add_argument("--schedule", type=comma_list(str, list(SCHEDULE_FLAGS)), default=["warmup", "nowarmup"],
+                   help="comma list of warmup (inverse_sqrt with --warmup-updates) and nowarmup "
+                        "(inverse_sqrt_nowarmup, decay period = --warmup-updates); default both")
+    g.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4)")
+    g.add_argument("--warmup-updates", type=int, default=4000, help="warmup length / decay period (default 4000)")
+    g.add_argument("--split", default="train", help="data split to train on (default train)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfixup-diagnose", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("grad-hist", parents=[common_parser("postln,tfixup", 0.1)],
+                       help="T-Fixup Fig. 2: histograms of encoder embedding gradients and Adam updates")
+    training_options(p)
+    p.add_argument("--bins", type=int, default=60, help="log10-magnitude bins (default 60)")
+    p.add_argument("--range", type=float, nargs=2, default=(-14.0, 1.0), metavar=("LO", "HI"),
+                   help="log10-magnitude range of the bins (default -14 1); outside values go to edge bins")
+
+    p = sub.add_parser("ln-norms", parents=[common_parser("postln,tfixup", 0.1)],
+                       help="T-Fixup Fig. 3a/b: mean L2 norm of the decoder's LayerNorm input after self-attention")
+    training_options(p)
+
+    p = sub.add_parser("grad-norms", parents=[common_parser("postln,preln,tfixup", 0.0)],
+                       help="Xiong et al. Fig. 3: per-layer gradient norms at init; last FFN gradient vs depth")
+    p.add_argument("--depths", type=comma_list(int), default=[2, 4, 6, 8, 12],
+                   help="comma list of depths for the depth sweep (default 2,4,6,8,12)")
+    p.add_argument("--split", default="valid", help="data split (default valid)")
+    p.add_argument("--sentences", type=int, default=500, help="first N sentence pairs of the split (default 500)")
+    p.add_argument("--inits", type=int, default=3, help="random initialisations averaged (default 3)")
+
+    p = sub.add_parser("hessian", parents=[common_parser("postln,preln,tfixup", 0.0)],
+                       help="Hessian top eigenvalues and spectral density (SLQ) at initialisation")
+    p.add_argument("--split", default="train", help="data split (default train: with the Multi30k default, "
+                                                    "the first --sentences pairs of Multi30k val)")
+    p.add_argument("--sentences", type=int, default=1000, help="sentence pairs in the loss (default 1000)")
+    p.add_argument("--lanczos-steps", type=int, default=20, help="Lanczos steps per probe (default 20)")
+    p.add_argument("--probes", type=int, default=1, help="random probe vectors for the density (default 1)")
+    p.add_argument("--top-k", type=int, default=5, help="eigenvalues to report (default 5)")
+    p.add_argument("--shared", default=os.environ.get("TFIXUP_SHARED_DATA", str(REPO.parent / "shared" / "data")),
+                   help="shared data folder, for the default Multi30k data (default $TFIXUP_SHARED_DATA)")
+    p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "tfixup-diagnose"),
+                   help="where the Multi30k data-bin is built when --data is not given")
+    return parser
+
+
+def spec_from(a) -> ModelSpec:
+    extra = shlex.split(a.fairseq_args) + ["--max-tokens", str(a.max_tokens)]
+    if hasattr(a, "lr"):
+        extra += ["--lr", str(a.lr)]
+    return ModelSpec(dim=a.dim, ffn_dim=a.ffn_dim, heads=a.heads, encoder_layers=a.layers,
+                     decoder_layers=a.layers, dropout=a.dropout, extra=extra)
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(a) -> None:
+    import torch
+
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    spec = spec_from(a)
+    common = dict(out=a.out, models=a.model, spec=spec, seed=a.seed, device=a.device, log=log)
+    if a.command == "hessian":
+        from fairseq_tfixup.diagnostics.data import prepare_multi30k
+        from fairseq_tfixup.diagnostics.hessian import run_hessian
+
+        data_bin = a.data
+        if data_bin is None:
+            data_bin = prepare_multi30k(pathlib.Path(a.shared), pathlib.Path(a.cache) / f"multi30k-val-{a.sentences}",
+                                        lines=a.sentences)
+            log(f"[hessian] data: Multi30k val De->En, first {a.sentences} pairs -> {data_bin}")
+        run_hessian(data_bin, split=a.split, n_sentences=a.sentences, steps=a.lanczos_steps,
+                    probes=a.probes, top_k=a.top_k, **common)
+        return
+    if a.data is None:
+        raise ValueError(f"{a.command} needs --data DATA_BIN (e.g. from scripts/prepare-iwslt14.sh)")
+    if a.command == "grad-hist":
+        from fairseq_tfixup.diagnostics.grad_hist import run_grad_hist
+
+        run_grad_hist(a.data, steps=a.steps, schedules=a.schedule, warmup_updates=a.warmup_updates,
+                      split=a.split, bins=a.bins, log_range=tuple(a.range), **common)
+    elif a.command == "ln-norms":
+        from fairseq_tfixup.diagnostics.ln_norms import run_ln_norms
+
+        run_ln_norms(a.data, steps=a.steps, schedules=a.schedule, warmup_updates=a.warmup_updates,
+                     split=a.split, **common)
+    elif a.command == "grad-norms":
+        from fairseq_tfixup.diagnostics.grad_norms import run_grad_norms
+
+        run_grad_norms(a.data, depths=a.depths, split=a.split, n_sentences=a.sentences, inits=a.inits, **common)
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
+    warnings.simplefilter("ignore", UserWarning)  # hydra/torch deprecation notes would bury the progress lines
+    for name in ("fairseq", "fairseq_tfixup", "hydra", "matplotlib", "PIL"):  # the progress lines are ours
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        run(a)
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        print(f"tfixup-diagnose: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The PNG figures. Each function takes plain arrays and returns a matplotlib Figure (Agg backend)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+
+COLORS = {"postln": "tab:red", "preln": "tab:blue", "tfixup": "tab:green"}
+LABELS = {"postln": "Post-LN", "preln": "Pre-LN", "tfixup": "T-Fixup"}
+
+
+def label(model: str) -> str:
+    return LABELS.get(model, model)
+
+
+def hessian_density(curves: dict, top: dict, title: str):
+    """curves: model -> (grid, density); top: model -> top eigenvalues. Log-density vs eigenvalue."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for m, (grid, dens) in curves.items():
+        ax.semilogy(grid, np.maximum(dens, 1e-12), color=COLORS.get(m), label=f"{label(m)} (λmax={top[m][0]:.3g})")
+    ax.set_ylim(1e-6, None)
+    ax.set_xlabel("eigenvalue of the loss Hessian")
+    ax.set_ylabel("density (SLQ, Gaussian-broadened)")
+    ax.set_title(title, fontsize=10)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def grad_hist(runs: dict, edges: np.ndarray, title: str):
+    """runs: name -> {"grad": counts[steps, bins], "update": counts[steps, bins]} (nonzero magnitudes only)."""
+    names = list(runs)
+    fig, axes = plt.subplots(len(names), 2, figsize=(10, 2.6 * len(names)), squeeze=False)
+    for r, name in enumerate(names):
+        for c, key in enumerate(("grad", "update")):
+            counts = runs[name][key]
+            ax = axes[r][c]
+            im = ax.imshow(np.log10(counts.T + 1), aspect="auto", origin="lower", cmap="viridis",
+                           extent=(0.5, counts.shape[0] + 0.5, edges[0], edges[-1]))
+            ax.set_title(f"{name}: {'gradient' if key == 'grad' else 'Adam update'}", fontsize=9)
+            ax.set_ylabel("log10 |value|")
+            if r == len(names) - 1:
+                ax.set_xlabel("training step")
+            fig.colorbar(im, ax=ax, label="log10(1 + count)")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def ln_norms(runs: dict, dim: int, title: str):
+    """runs: name -> norms[steps, layers]. One panel per run, one line per decoder layer."""
+    names = list(runs)
+    ymax = max(float(np.nanmax(v)) for v in runs.values()) * 1.05
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], names):
+        norms = runs[name]
+        cmap = plt.get_cmap("viridis", norms.shape[1])
+        for layer in range(norms.shape[1]):
+            ax.plot(np.arange(1, norms.shape[0] + 1), norms[:, layer], color=cmap(layer), label=f"layer {layer + 1}")
+        ax.axhline(np.sqrt(dim), color="k", ls=":", lw=1, label="√d")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("training step")
+        ax.set_ylim(0, ymax)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("mean L2 norm of the LN input")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # outside: lines stay visible
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def grad_norms(per_layer: dict, layer_names: list, depths: list, last_fc2: dict, title: str):
+    """Left: per-layer gradient norm at init. Right: last decoder layer's fc2 gradient norm vs depth (log-log)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.6, 1]})
+    x = np.arange(len(layer_names))
+    for m, norms in per_layer.items():
+        norms = np.asarray(norms, dtype=float)
+        have = np.isfinite(norms)  # e.g. only Pre-LN has final LayerNorms
+        a.semilogy(x[have], norms[have], "o-", color=COLORS.get(m), label=label(m))
+    a.set_xticks(x)
+    a.set_xticklabels(layer_names, rotation=60, ha="right", fontsize=7)
+    a.set_ylabel("‖∇θ‖ of the layer's parameters")
+    a.set_title("gradient norm per layer at initialisation", fontsize=9)
+    a.grid(alpha=0.3)
+    a.legend()
+    d = np.asarray(depths, dtype=float)
+    for m, norms in last_fc2.items():
+        norms = np.asarray(norms)
+        b.loglog(d, norms, "o-", color=COLORS.get(m), label=label(m))
+        b.loglog(d, norms[0] * np.sqrt(d[0] / d), ":", color=COLORS.get(m), lw=1)
+    b.set_xticks(d)
+    b.set_xticklabels([str(int(v)) for v in d])
+    b.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    b.set_xlabel("layers L (encoder = decoder)")
+    b.set_ylabel("‖∇W^{2,L}‖ (last decoder FFN fc2)")
+    b.set_title("last-layer FFN gradient vs depth (dotted: ∝ 1/√L)", fontsize=9)
+    b.grid(alpha=0.3, which="both")
+    b.legend()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,193 @@
+"""Diagnostics (issue 5): Lanczos/SLQ, Hessian-vector products, histograms, and the tfixup-diagnose CLI.
+
+Models are tiny (d=16..32, 1-2 layers) and data is a slice of the real IWSLT'14 sample
+(the ``iwslt_bin`` fixture) or Multi30k (``shared_data``), so the file runs in about a minute.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_tfixup.diagnostics import cli, data, grad_hist, hessian, lanczos, models
+
+TINY = ["--dim", "16", "--ffn-dim", "32", "--heads", "2", "--layers", "2", "--max-tokens", "256", "--threads", "1"]
+
+
+def test_lanczos_recovers_top_eigenvalues_of_known_spectrum():
+    torch.manual_seed(0)
+    n = 300
+    spectrum = torch.cat([torch.tensor([50.0, 20.0, 10.0, -8.0]), torch.linspace(-1, 1, n - 4)]).double()
+    q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64))
+    a = q @ torch.diag(spectrum) @ q.T
+    v0 = torch.randn(n, dtype=torch.float64)
+    alpha, beta = lanczos.lanczos(lambda v: a @ v, n, 40, v0=v0, dtype=torch.float64)
+    theta, w = lanczos.tridiag_eig(alpha, beta)
+    np.testing.assert_allclose(np.sort(theta)[::-1][:3], [50.0, 20.0, 10.0], rtol=1e-8)
+    assert theta.min() == pytest.approx(-8.0, rel=1e-8)
+    # quadrature weights: a probability vector whose first moment is the Rayleigh quotient of v0
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)
+    u = v0 / v0.norm()
+    assert (w * theta).sum() == pytest.approx(float(u @ a @ u), rel=1e-10)
+    # the broadened density integrates to 1
+    grid = np.linspace(-12, 55, 4000)
+    dens = lanczos.slq_density(theta[None], w[None], grid, sigma=0.3)
+    assert np.trapezoid(dens, grid) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_lanczos_stops_on_invariant_subspace():
+    a = torch.diag(torch.tensor([3.0, 3.0, 1.0, 1.0], dtype=torch.float64))
+    alpha, beta = lanczos.lanczos(lambda v: a @ v, 4, 4, v0=torch.ones(4, dtype=torch.float64), dtype=torch.float64)
+    theta, _ = lanczos.tridiag_eig(alpha, beta)
+    np.testing.assert_allclose(theta, [1.0, 3.0], atol=1e-12)  # only two distinct eigenvalues are reachable
+
+
+@pytest.mark.parametrize("variant", ["postln", "preln", "tfixup"])
+def test_hvp_matches_finite_difference_of_gradients(iwslt_bin, variant):
+    # GELU, not ReLU: finite differences across ReLU kinks do not measure the Hessian
+    spec = models.ModelSpec(model=variant, dim=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1,
+                            extra=["--activation-fn", "gelu"])
+    args, task, model, _ = models.build(str(iwslt_bin), spec, seed=3)
+    model.double().train()
+    batch = data.fixed_batches(task, args, "valid", 6)[0]
+    pad = task.target_dictionary.pad()
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def loss_fn():
+        # our own loss in float64 (fairseq's criterion takes log_softmax in float32, too coarse for differences)
+        logits = model(**batch["net_input"])[0]
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["target"].reshape(-1),
+                               ignore_index=pad, reduction="mean")
+
+    gen = torch.Generator().manual_seed(0)
+    v = [torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in params]
+    norm = hessian.flat(v).norm()
+    v = [x / norm for x in v]
+    with hessian.math_attention():
+        hv = hessian.flat(hessian.hvp(loss_fn(), params, v))
+
+    def grad_at(shift):
+        with torch.no_grad():
+            for p, d in zip(params, v):
+                p.add_(shift * d)
+        g = hessian.flat(torch.autograd.grad(loss_fn(), params))
+        with torch.no_grad():
+            for p, d in zip(params, v):
+                p.sub_(shift * d)
+        return g
+
+    # fairseq takes some softmaxes in float32, so the differences carry ~1e-6/eps rounding: eps = 1e-2
+    # gives ~2e-4 relative error (measured); a wrong HVP (e.g. a missing term) is off by O(1).
+    eps = 1e-2
+    fd = (grad_at(eps) - grad_at(-eps)) / (2 * eps)
+    assert hv.norm() > 0
+    assert (hv - fd).norm() / fd.norm() < 2e-3
+
+
+def test_log_histogram_counts_every_element():
+    x = torch.tensor([0.0, 0.0, 1e-30, 1e-7, -3e-3, 0.5, -2.0, 1e5])
+    edges = np.linspace(-12, 0, 25)
+    counts, zeros = grad_hist.log_histogram(x, edges)
+    assert zeros == 2
+    assert counts.sum() + zeros == x.numel()
+    assert counts[0] == 1 and counts[-1] == 3  # out-of-range magnitudes land in the edge bins
+
+
+def read_npz(path):
+    with np.load(path) as z:
+        return {k: z[k] for k in z.files}
+
+
+def assert_png(path):
+    import matplotlib.image
+
+    img = matplotlib.image.imread(str(path))
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+def test_cli_grad_hist(iwslt_bin, tmp_path):
+    rc = cli.main(["grad-hist", "--data", str(iwslt_bin), "--model", "postln,tfixup", "--schedule", "nowarmup",
+                   "--steps", "3", "--split", "valid", "--out", str(tmp_path)] + TINY)
+    assert rc == 0
+    arrays = read_npz(tmp_path / "grad_hist.npz")
+    meta = json.loads((tmp_path / "grad_hist.json").read_text())
+    for m in ("postln", "tfixup"):
+        numel = meta["runs"][f"{m}/nowarmup"]["numel"]
+        assert numel == len(models.build(str(iwslt_bin), models.ModelSpec(model=m, dim=16))[1]
+                            .source_dictionary) * 16
+        for kind in ("grad", "update"):
+            counts, zeros = arrays[f"{m}_nowarmup_{kind}"], arrays[f"{m}_nowarmup_{kind}_zeros"]
+            assert counts.shape == (3, 60)
+            np.testing.assert_array_equal(counts.sum(axis=1) + zeros, numel)
+        # a batch touches only some tokens' rows: the others' gradient is exactly zero
+        assert (arrays[f"{m}_nowarmup_grad_zeros"] > 0).all()
+        assert np.isfinite(arrays[f"{m}_nowarmup_loss"]).all()
+    assert_png(tmp_path / "grad_hist.png")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_cli_ln_norms(iwslt_bin, tmp_path):
+    rc = cli.main(["ln-norms", "--data", str(iwslt_bin), "--model", "postln,preln,tfixup", "--schedule", "warmup",
+                   "--steps", "2", "--split", "valid", "--out", str(tmp_path)] + TINY)
+    assert rc == 0
+    arrays = read_npz(tmp_path / "ln_norms.npz")
+    for m in ("postln", "preln", "tfixup"):
+        norms = arrays[f"{m}_warmup_norms"]
+        assert norms.shape == (2, 2)  # steps x decoder layers
+        assert np.isfinite(norms).all() and (norms > 0).all()
+    assert_png(tmp_path / "ln_norms.png")
+
+
+def test_cli_grad_norms(iwslt_bin, tmp_path):
+    rc = cli.main(["grad-norms", "--data", str(iwslt_bin), "--depths", "1,2", "--inits", "1", "--sentences", "16",
+                   "--out", str(tmp_path)] + TINY)
+    assert rc == 0
+    meta = json.loads((tmp_path / "grad_norms.json").read_text())
+    arrays = read_npz(tmp_path / "grad_norms.npz")
+    assert set(meta["models"]) == {"postln", "preln", "tfixup"}
+    for m, res in meta["models"].items():
+        assert {"enc.emb", "enc1", "enc2", "dec.emb", "dec1", "dec2", "dec.out"} <= set(res["per_layer"])
+        assert ("enc.ln" in res["per_layer"]) == (m == "preln")  # only Pre-LN has final LayerNorms
+        vals = np.asarray(list(res["per_layer"].values()) + list(res["last_decoder_fc2_vs_depth"].values()))
+        assert np.isfinite(vals).all() and (vals > 0).all()
+        assert arrays[f"{m}_last_fc2"].shape == (2, 1, 2)
+    assert_png(tmp_path / "grad_norms.png")
+
+
+def test_cli_hessian_on_multi30k(shared_data, tmp_path):
+    out = tmp_path / "out"
+    rc = cli.main(["hessian", "--shared", str(shared_data), "--cache", str(tmp_path / "cache"), "--sentences", "24",
+                   "--lanczos-steps", "6", "--top-k", "3", "--model", "postln,tfixup", "--out", str(out)] + TINY)
+    assert rc == 0
+    assert (tmp_path / "cache" / "multi30k-val-24" / "dict.de.txt").is_file()
+    meta = json.loads((out / "hessian.json").read_text())
+    for m in ("postln", "tfixup"):
+        r = meta["models"][m]
+        assert r["sentence_pairs"] == 24
+        top = np.asarray(r["top_eigenvalues"])
+        assert len(top) == 3 and np.isfinite(top).all() and top[0] > 0
+        assert (np.diff(top) <= 0).all()
+    assert "| postln |" in (out / "hessian.md").read_text()
+    arrays = read_npz(out / "hessian.npz")
+    assert np.isfinite(arrays["postln_density"]).all() and (arrays["postln_density"] >= 0).all()
+    assert_png(out / "hessian.png")
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    assert cli.main(["grad-norms", "--data", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfixup-diagnose: error:") and "\n" not in err
+    with pytest.raises(SystemExit) as e:
+        cli.main(["hessian", "--model", "postln,noln", "--out", str(tmp_path / "o")])
+    assert e.value.code == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_module_help_runs():
+    r = subprocess.run([sys.executable, "-m", "fairseq_tfixup.diagnostics.cli", "--help"],
+                       capture_output=True, text=True, check=True)
+    assert "grad-hist" in r.stdout and "hessian" in r.stdout
