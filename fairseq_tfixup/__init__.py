@@ -14,5 +14,14 @@ when installed next to fairseq) or ``common.user_dir`` in a hydra config.
 
 __version__ = "0.1.0"
 
+import os
+
+# fairseq 0.12 checkpoints pickle argparse/omegaconf objects, which torch >= 2.6
+# refuses to load by default (weights_only=True): fairseq-generate, resuming and
+# averaging would all fail. Restore the old default in processes that load this
+# plugin, unless the user chose otherwise. Load only checkpoints you trust.
+if "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ:
+    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

@@ -22,17 +22,25 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-if [ -f "$VENV/.tfixup-installed" ] && [ "$VENV/.tfixup-installed" -nt "$TFIXUP_ROOT/setup.py" ]; then
-  log "already installed in $VENV"; exit 0
+marker=$VENV/.tfixup-deps-installed
+if [ -f "$marker" ] && [ "$marker" -nt "$TFIXUP_ROOT/setup.py" ]; then
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  log "dependencies already installed in $VENV"
+else
+  [ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  log "installing into $VENV ($(python --version))"
+  python -m pip install -q --upgrade pip wheel setuptools
+  python -m pip install -q "$TORCH_SPEC" cython numpy
+  constraints=$(mktemp); trap 'rm -f "$constraints"' EXIT
+  echo "$TORCH_SPEC" > "$constraints"
+  PIP_CONSTRAINT=$constraints python -m pip install -q "$TFIXUP_ROOT[test]"
+  touch "$marker"
 fi
-[ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
-# shellcheck disable=SC1091
-. "$VENV/bin/activate"
-log "installing into $VENV ($(python --version))"
-python -m pip install -q --upgrade pip wheel setuptools
-python -m pip install -q "$TORCH_SPEC" cython numpy
-constraints=$(mktemp); trap 'rm -f "$constraints"' EXIT
-echo "$TORCH_SPEC" > "$constraints"
-PIP_CONSTRAINT=$constraints python -m pip install -q -e "$TFIXUP_ROOT[test]"
+# The project itself, every time (seconds): a regular, non-editable install puts
+# fairseq_tfixup next to fairseq, where `--user-dir fairseq_tfixup` finds it from any directory.
+python -m pip install -q --no-deps --no-build-isolation --force-reinstall "$TFIXUP_ROOT"
+rm -rf "$TFIXUP_ROOT/build"
 python -c "import fairseq, fairseq_tfixup, torch; print('fairseq', fairseq.__version__, 'torch', torch.__version__)"
-touch "$VENV/.tfixup-installed"

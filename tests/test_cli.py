@@ -11,6 +11,7 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
+import fairseq_tfixup  # noqa: F401  (registers transformer_tfixup for in-process loading)
 from conftest import USER_DIR
 
 MODEL = ["--arch", "transformer_tfixup_iwslt_de_en", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
@@ -25,7 +26,7 @@ UPDATES = 200
 
 def train(data, save_dir, max_update, *extra):
     cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *MODEL, *RECIPE,
-           "--max-update", str(max_update), "--validate-interval-updates", "25", "--save-interval-updates", "100",
+           "--max-update", str(max_update), "--validate-interval-updates", "10", "--save-interval-updates", "100",
            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--cpu", "--seed", "1",
            "--log-format", "json", "--log-interval", "25", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -34,12 +35,10 @@ def train(data, save_dir, max_update, *extra):
 
 
 def records(log, kind):
-    """The JSON records fairseq logs for `kind` (train_inner, valid, train)."""
-    out = []
-    for line in log.splitlines():
-        if f"| {kind} |" in line:
-            out.append(json.loads(line.split(f"| {kind} | ", 1)[1]))
-    return out
+    """The JSON records fairseq logs for `kind` (train_inner, valid, train), in its plain
+    (`| valid | {...}`) or hydra (`[valid][INFO] - {...}`) log format."""
+    pattern = re.compile(rf"(?:\| {kind} \| |\[{kind}\]\[INFO\] - )(\{{.*\}})$")
+    return [json.loads(m.group(1)) for m in map(pattern.search, log.splitlines()) if m]
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +52,10 @@ def test_valid_loss_falls_well_below_its_first_value(trained):
     assert "T-Fixup: no LayerNorm" in log
     valid = records(log, "valid")
     losses = [float(r["valid_loss"]) for r in valid]
-    assert [int(r["valid_num_updates"]) for r in valid] == list(range(25, UPDATES + 1, 25))
+    assert [int(r["valid_num_updates"]) for r in valid] == list(range(10, UPDATES + 1, 10))
     assert all(math.isfinite(x) for x in losses)
-    print(f"valid loss (bits) every 25 updates: {losses}")
-    assert losses[-1] < losses[0] - 1.5  # bits per token
+    print(f"valid loss (bits) every 10 updates: {losses}")
+    assert losses[-1] < losses[0] - 1.0  # bits per token: perplexity more than halved
     assert losses[-1] == min(losses)
     train_losses = [float(r["loss"]) for r in records(log, "train_inner")]
     assert all(math.isfinite(x) for x in train_losses)
@@ -66,7 +65,8 @@ def test_generate_translates_the_real_test_slice(trained, iwslt_bin):
     save_dir, _ = trained
     proc = subprocess.run(
         ["fairseq-generate", str(iwslt_bin), "--user-dir", str(USER_DIR), "--path", str(save_dir / "checkpoint_best.pt"),
-         "--gen-subset", "test", "--beam", "4", "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100", "--cpu"],
+         "--gen-subset", "test", "--beam", "4", "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100",
+         "--required-batch-size-multiple", "1", "--cpu"],
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = [l for l in proc.stdout.splitlines() if l.startswith("H-")]
@@ -124,3 +124,32 @@ checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_save: true}}
     assert "TFixupTransformerModel" in log
     assert int(records(log, "train_inner")[-1]["num_updates"]) == 3
     assert float(records(log, "train_inner")[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(100 / 103), rel=1e-4)
+
+
+@pytest.mark.parametrize("where", ["checkout", "installed"])
+def test_user_dir_by_name(where, iwslt_bin, tmp_path):
+    """`--user-dir fairseq_tfixup`, relative: from a checkout (cwd = repo root), and from any directory
+    once installed next to fairseq (fairseq also looks for user dirs beside its own package)."""
+    import os
+
+    import fairseq
+
+    if where == "checkout":
+        cwd = USER_DIR.parent
+    else:
+        beside_fairseq = os.path.join(os.path.dirname(fairseq.__file__), "..", "fairseq_tfixup")
+        if not os.path.isdir(beside_fairseq):
+            if os.environ.get("CI"):
+                pytest.fail("fairseq_tfixup is not installed next to fairseq (scripts/install.sh does that)")
+            pytest.skip("fairseq_tfixup is not installed next to fairseq (editable or no install)")
+        cwd = tmp_path
+    proc = subprocess.run(
+        ["fairseq-train", str(iwslt_bin), "--user-dir", "fairseq_tfixup", "--arch", "transformer_tfixup_deep_narrow",
+         "--encoder-layers", "1", "--decoder-layers", "1", "--optimizer", "adam", "--lr", "5e-4",
+         "--lr-scheduler", "inverse_sqrt_nowarmup", "--max-tokens", "512", "--max-update", "2", "--no-save",
+         "--disable-validation", "--cpu", "--log-format", "json", "--log-interval", "1"],
+        capture_output=True, text=True, cwd=cwd)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "TFixupTransformerModel" in log
+    assert int(records(log, "train_inner")[-1]["num_updates"]) == 2
