@@ -43,7 +43,7 @@ gpu_count() {
 list_experiments() { (cd "$TFIXUP_CONFIGS" && ls -- *.sh | sed 's/\.sh$//'); }
 
 # torch >= 2.6 loads with weights_only=True by default, and fairseq's checkpoints
-# (argparse.Namespace, omegaconf) fail that: every resume, average and generate
-# would stop. These are checkpoints this pipeline wrote itself, so we restore
-# the pre-2.6 behaviour for fairseq's torch.load calls.
+# (argparse.Namespace, omegaconf) fail that. Loading the plugin sets this already
+# (fairseq_tfixup/__init__.py); exported here too for fairseq commands run
+# without --user-dir. These are checkpoints this pipeline wrote itself.
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=${TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD:-1}

@@ -133,6 +133,13 @@ class TFixupTransformerModel(TransformerModel):
 # Architectures. Each sets only its defaults; explicit flags win (getattr).
 
 
+def _default_dims(args, embed_dim, ffn_dim, heads):
+    """Encoder and decoder sizes, unless given on the command line."""
+    for side in ("encoder", "decoder"):
+        for key, value in (("embed_dim", embed_dim), ("ffn_embed_dim", ffn_dim), ("attention_heads", heads)):
+            setattr(args, f"{side}_{key}", getattr(args, f"{side}_{key}", value))
+
+
 @register_model_architecture("transformer_tfixup", "transformer_tfixup")
 def tfixup_base_architecture(args):
     """base: 512-2048-8, 6+6 layers (paper §4)."""
@@ -142,14 +149,7 @@ def tfixup_base_architecture(args):
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_iwslt_de_en")
 def tfixup_iwslt_de_en(args):
     """small: 512-1024-4, 6+6 layers (IWSLT'14, paper Table 1)."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.encoder_layers = getattr(args, "encoder_layers", 6)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 1024)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    _default_dims(args, 512, 1024, 4)
     base_architecture(args)
 
 
@@ -162,12 +162,7 @@ def tfixup_wmt_en_de(args):
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_vaswani_wmt_en_de_big")
 def tfixup_vaswani_wmt_en_de_big(args):
     """big: 1024-4096-16, dropout 0.3 (WMT'17 En-De, paper Table 1)."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 1024)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 4096)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 16)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 1024)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 4096)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 16)
+    _default_dims(args, 1024, 4096, 16)
     args.dropout = getattr(args, "dropout", 0.3)
     base_architecture(args)
 
@@ -176,10 +171,5 @@ def tfixup_vaswani_wmt_en_de_big(args):
 def tfixup_deep_narrow(args):
     """64-128-2 for the depth study (paper Fig. 4b, up to 200+200 layers);
     set the depth with --encoder-layers/--decoder-layers."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 64)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 128)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 2)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 64)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 128)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 2)
+    _default_dims(args, 64, 128, 2)
     base_architecture(args)

@@ -15,9 +15,8 @@ import torch
 
 from fairseq import checkpoint_utils
 
-# torch >= 2.6 defaults torch.load to weights_only=True, which fairseq checkpoints
-# (argparse.Namespace inside) do not pass; these are our own training outputs.
-os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+# fairseq_tfixup/__init__.py (imported before this module) lets torch >= 2.6
+# load fairseq's checkpoints.
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
