@@ -1,0 +1,310 @@
+"""What the three benchmarks share: the real data, fairseq-train runs, logs, atomic outputs.
+
+Every training run goes through the real harness, ``fairseq-train --user-dir
+fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
+(``--log-format json``), so that a benchmark measures exactly what a user runs.
+"""
+
+import datetime
+import json
+import math
+import os
+import pathlib
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+USER_DIR = REPO / "fairseq_tfixup"
+PREPARE = REPO / "scripts" / "prepare-iwslt14.sh"
+
+
+def shared_data_dir() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def die(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- data
+
+
+def prepare_data(valid_lines: int, test_lines: int, data: str = None, root: str = None) -> pathlib.Path:
+    """A fairseq data-bin of the real IWSLT'14 De-En sample: full train sample, the first
+    ``valid_lines`` of fairseq's valid and ``test_lines`` of its test set.
+
+    ``data`` names an existing data-bin to use as is; otherwise one is built (once) by
+    scripts/prepare-iwslt14.sh under ``root`` (default <repo>/data-bin, git-ignored).
+    """
+    if data:
+        path = pathlib.Path(data)
+        if not (path / "dict.de.txt").is_file():
+            die(f"--data {path}: not a fairseq data-bin of IWSLT'14 de-en (no dict.de.txt)")
+        return path
+    root = pathlib.Path(root) if root else REPO / "data-bin"
+    path = root / f"bench-iwslt14-de-en-v{valid_lines}-t{test_lines}"
+    if not (path / "dict.de.txt").is_file():
+        if not (shared_data_dir() / "iwslt14-de-en").is_dir():
+            die(f"shared data not found at {shared_data_dir()} (set TFIXUP_SHARED_DATA)")
+        log(f"preparing {path}")
+        proc = subprocess.run(
+            ["bash", str(PREPARE), "--out", str(path), "--shared", str(shared_data_dir()),
+             "--valid-lines", str(valid_lines), "--test-lines", str(test_lines)],
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            die(f"prepare-iwslt14.sh failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return path
+
+
+def data_counts(path: pathlib.Path) -> dict:
+    """Sentence pairs per split, read from fairseq's index files."""
+    counts = {}
+    for split in ("train", "valid", "test"):
+        idx = path / f"{split}.de-en.de.idx"
+        if idx.is_file():
+            # fairseq's MMapIndexedDataset index: 9-byte magic, version, dtype, then the count
+            with open(idx, "rb") as f:
+                f.seek(9 + 8 + 1)
+                counts[split] = int.from_bytes(f.read(8), "little")
+    return counts
+
+
+def data_description(path: pathlib.Path) -> str:
+    """One line naming the data, with its sentence counts."""
+    counts = data_counts(path)
+    parts = ", ".join(f"{k} {v}" for k, v in counts.items())
+    return (f"IWSLT'14 De-En real sample ({parts} sentence pairs): train = 18.6k-pair train sample, "
+            f"valid/test = first lines of fairseq's valid/test; BPE 10k (fairseq recipe)")
+
+
+# ---------------------------------------------------------------- models
+
+
+# Model families compared. T-Fixup: no LayerNorm, T-Fixup init. The baselines are stock
+# fairseq ``transformer`` with the same dims: Post-LN (fairseq default) and Pre-LN.
+FAMILIES = {
+    "tfixup": {"arch": "transformer_tfixup", "flags": []},
+    "postln": {"arch": "transformer", "flags": []},
+    "preln": {"arch": "transformer", "flags": ["--encoder-normalize-before", "--decoder-normalize-before"]},
+}
+
+
+def dims_flags(embed: int, ffn: int, heads: int, enc_layers: int, dec_layers: int) -> list:
+    return [
+        "--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
+        "--encoder-ffn-embed-dim", str(ffn), "--decoder-ffn-embed-dim", str(ffn),
+        "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
+        "--encoder-layers", str(enc_layers), "--decoder-layers", str(dec_layers),
+    ]
+
+
+def schedule_flags(warmup: int, decay_period: int) -> list:
+    """Warmup: fairseq's inverse_sqrt (linear warmup from 1e-7, then lr*sqrt(W/t)).
+    No warmup: this plugin's inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)) from update 0."""
+    if warmup > 0:
+        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup), "--warmup-init-lr", "1e-7"]
+    return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(decay_period)]
+
+
+def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, dropout: float) -> list:
+    return [
+        "--cpu", "--user-dir", str(USER_DIR), "--task", "translation",
+        "--share-decoder-input-output-embed",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+        "--lr", str(lr), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--dropout", str(dropout), "--weight-decay", "0.0001",
+        "--max-tokens", str(max_tokens), "--max-update", str(max_update), "--seed", str(seed),
+        "--log-format", "json", "--num-workers", "0",
+    ]
+
+
+# ---------------------------------------------------------------- fairseq-train runs
+
+_LOG_LINE = re.compile(r"\| (train_inner|valid|train) \| (\{.*\})\s*$")
+_NAN = ("FloatingPointError", "gradients are Nan/Inf", "Minimum loss scale reached")
+
+
+def _num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return v
+
+
+def parse_train_log(text: str) -> dict:
+    """fairseq-train's JSON log lines -> {"train": [...], "valid": [...], "epoch": [...]}."""
+    out = {"train": [], "valid": [], "epoch": []}
+    for line in text.splitlines():
+        m = _LOG_LINE.search(line)
+        if not m:
+            continue
+        rec = {k: _num(v) for k, v in json.loads(m.group(2)).items()}
+        kind = {"train_inner": "train", "valid": "valid", "train": "epoch"}[m.group(1)]
+        out[kind].append(rec)
+    return out
+
+
+def fairseq_train(data: pathlib.Path, flags: list, save_dir: pathlib.Path, threads: int = 1,
+                  timeout: float = None) -> dict:
+    """Run fairseq-train; return its parsed log, status ("ok" | "nan" | "error") and wall time."""
+    cmd = ["fairseq-train", str(data), "--save-dir", str(save_dir)] + flags
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONWARNINGS="ignore")
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        text, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as e:
+        text = (e.stdout or b"").decode() + (e.stderr or b"").decode() if isinstance(e.stdout, bytes) else ""
+        rc = "timeout"
+    wall = time.time() - t0
+    parsed = parse_train_log(text)
+    losses = [r["loss"] for r in parsed["train"]] + [r.get("valid_loss") for r in parsed["valid"]]
+    non_finite = any(isinstance(v, float) and not math.isfinite(v) for v in losses)
+    if any(s in text for s in _NAN) or non_finite:
+        status = "nan"
+    elif rc == 0:
+        status = "ok"
+    else:
+        status = "error"
+    result = {"status": status, "returncode": rc, "wall_s": round(wall, 2),
+              "command": " ".join(shlex.quote(c) for c in cmd), **parsed}
+    if status == "error":
+        result["error_tail"] = text.strip().splitlines()[-5:]
+    return result
+
+
+def generate_bleu(data: pathlib.Path, checkpoint: pathlib.Path, beam: int = 4, threads: int = 1) -> dict:
+    """fairseq-generate on the test slice, BLEU by sacrebleu on the BPE-removed output against
+    fairseq's tokenised lowercased references (tokenize="none": the text is already Moses-tokenised,
+    the usual IWSLT'14 "tokenised BLEU")."""
+    import sacrebleu
+
+    cmd = ["fairseq-generate", str(data), "--user-dir", str(USER_DIR), "--cpu", "--path", str(checkpoint),
+           "--gen-subset", "test", "--beam", str(beam), "--batch-size", "32", "--remove-bpe",
+           # with the default multiple of 8, fairseq-generate silently left out sentences of a
+           # remainder batch here (24 of 30 translated); 1 translates every sentence
+           "--required-batch-size-multiple", "1",
+           "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0"]
+    # fairseq 0.12 checkpoints pickle an argparse.Namespace, which torch >= 2.6 refuses to
+    # load by default (weights_only=True); these are checkpoints this benchmark just wrote.
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
+               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        return {"bleu": None, "error_tail": (proc.stdout + proc.stderr).strip().splitlines()[-3:]}
+    hyps, refs = {}, {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("H-"):
+            i, _, text = line.split("\t", 2)
+            hyps[int(i[2:])] = text
+        elif line.startswith("T-"):
+            i, text = line.split("\t", 1)
+            refs[int(i[2:])] = text
+    ids = sorted(refs)
+    bleu = sacrebleu.corpus_bleu([hyps.get(i, "") for i in ids], [[refs[i] for i in ids]], tokenize="none")
+    return {"bleu": round(bleu.score, 2), "sentences": len(ids), "beam": beam, "scorer": "sacrebleu tokenize=none"}
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import logging
+
+    import torch
+    import fairseq
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
+        "python": platform.python_version(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def command_line() -> str:
+    return "python -m bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _atomic(path: pathlib.Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def write_json(path: pathlib.Path, obj) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1, default=str)
+            f.write("\n")
+
+    _atomic(pathlib.Path(path), w)
+
+
+def write_text(path: pathlib.Path, text: str) -> None:
+    def w(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+
+    _atomic(pathlib.Path(path), w)
+
+
+def save_figure(fig, path: pathlib.Path) -> None:
+    _atomic(pathlib.Path(path), lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+
+
+def md_table(headers: list, rows: list) -> str:
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+        return str(v)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def header_md(title: str, meta: dict) -> str:
+    m = meta["machine"]
+    return (
+        f"# {title}\n\n"
+        f"- command: `{meta['command']}`\n"
+        f"- machine: {m['cpu']} ({m['cores']} cores, shared), {m['platform']}; torch {m['torch']}, "
+        f"fairseq {m['fairseq']}; threads per run: {meta.get('threads', 1)}\n"
+        f"- date: {m['date_utc']}\n"
+        f"- data: {meta['data']}\n"
+        f"- mode: {meta['mode']}\n\n"
+    )
