@@ -5,6 +5,7 @@ fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
 (``--log-format json``), so that a benchmark measures exactly what a user runs.
 """
 
+import argparse
 import datetime
 import json
 import math
@@ -308,3 +309,25 @@ def header_md(title: str, meta: dict) -> str:
         f"- data: {meta['data']}\n"
         f"- mode: {meta['mode']}\n\n"
     )
+
+
+def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)"):
+    """The options every benchmark shares: its mode, --out, data location, threads, tag."""
+    p = argparse.ArgumentParser(description=description)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
+    g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
+    p.set_defaults(mode="default")
+    p.add_argument("--out", required=True, help=f"output folder ({outputs})")
+    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
+    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
+    p.add_argument("--threads", type=int, default=1, help=threads_help)
+    p.add_argument("--tag", default="", help="suffix of the output file names")
+    return p
+
+
+def write_outputs(out: pathlib.Path, stem: str, result: dict, plot, report_text: str, caption: str) -> None:
+    """STEM.json, STEM.png and STEM.md (the report with the figure), each written atomically."""
+    write_json(out / f"{stem}.json", result)
+    plot(result, out / f"{stem}.png")
+    write_text(out / f"{stem}.md", report_text + f"\n![{caption}]({stem}.png)\n")

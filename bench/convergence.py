@@ -21,7 +21,6 @@ runs follow the same inverse-sqrt curve.
     python -m bench.convergence --out results/bench        # default mode, ~20 min
 """
 
-import argparse
 import pathlib
 import shutil
 import statistics
@@ -196,12 +195,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
-    g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
-    p.set_defaults(mode="default")
-    p.add_argument("--out", required=True, help="output folder (convergence.{json,md,png})")
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}")
     p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
     p.add_argument("--warmup-frac", type=float, default=0.25,
                    help="baseline warmup as a fraction of the update budget (default 0.25)")
@@ -214,10 +208,6 @@ def main(argv=None):
     p.add_argument("--methods", nargs="+", choices=list(METHODS), help="override the mode's methods")
     p.add_argument("--all-seeds", action="store_true",
                    help="run every method with every seed (default: the other methods only with the first seed)")
-    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
-    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
-    p.add_argument("--tag", default="", help="suffix of the output file names")
     args = p.parse_args(argv)
     cfg = dict(MODES[args.mode])
     for k in ("updates", "seeds", "layers", "methods", "embed", "ffn", "heads"):
@@ -230,9 +220,7 @@ def main(argv=None):
     stem = "convergence" + args.tag
 
     def write(result):
-        common.write_json(out / f"{stem}.json", result)
-        plot(result, out / f"{stem}.png")
-        common.write_text(out / f"{stem}.md", report(result) + f"\n![valid loss curves]({stem}.png)\n")
+        common.write_outputs(out, stem, result, plot, report(result), "valid loss curves")
 
     result = run(args, cfg, write)
     write(result)

@@ -16,7 +16,6 @@ side is printed as a reference: a model near it has learnt word frequencies only
     python -m bench.depth --out results/bench           # default mode, ~15-20 min
 """
 
-import argparse
 import math
 import pathlib
 import statistics
@@ -171,12 +170,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
-    g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
-    p.set_defaults(mode="default")
-    p.add_argument("--out", required=True, help="output folder (depth.{json,md,png})")
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}")
     p.add_argument("--depths", type=int, nargs="+", help="layers per side (override the mode's)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS), help="override the mode's methods")
     p.add_argument("--updates", type=int, help="override the mode's update budget")
@@ -185,10 +179,6 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--min-drop", type=float, default=1.0, help="loss drop (bits) that counts as trained")
     p.add_argument("--run-timeout", type=float, default=900, help="seconds before one run is stopped")
-    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
-    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads per run (default 1)")
-    p.add_argument("--tag", default="", help="suffix of the output file names")
     args = p.parse_args(argv)
     cfg = dict(MODES[args.mode])
     for k in ("depths", "methods", "updates"):
@@ -198,9 +188,7 @@ def main(argv=None):
     stem = "depth" + args.tag
 
     def write(result):
-        common.write_json(out / f"{stem}.json", result)
-        plot(result, out / f"{stem}.png")
-        common.write_text(out / f"{stem}.md", report(result) + f"\n![depth study]({stem}.png)\n")
+        common.write_outputs(out, stem, result, plot, report(result), "depth study")
 
     result = run(args, cfg, write)
     write(result)

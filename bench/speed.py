@@ -364,12 +364,8 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
-    g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
-    p.set_defaults(mode="default")
-    p.add_argument("--out", required=True, help="output folder (speed.{json,md,png})")
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "speed.{json,md,png}",
+                                threads_help="torch threads (default 1: shared machine)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), help="override the mode's sizes")
     p.add_argument("--dtypes", nargs="+", choices=["fp32", "fp16", "bf16"],
@@ -377,10 +373,6 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, help="override the mode's alternating rounds")
     p.add_argument("--max-tokens", type=int, help="override the mode's batch size in tokens")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: known GPUs; none on CPU)")
-    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
-    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1: shared machine)")
-    p.add_argument("--tag", default="", help="suffix of the output file names")
     # internal: one memory measurement in a fresh process
     p.add_argument("--memory-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
@@ -401,9 +393,7 @@ def main(argv=None):
     result = run(args, cfg)
     text = report(result)
     stem = "speed" + ("" if args.device == "cpu" else "-" + args.device) + args.tag
-    common.write_json(out / f"{stem}.json", result)
-    plot(result, out / f"{stem}.png")
-    common.write_text(out / f"{stem}.md", text + f"\n![speed and memory]({stem}.png)\n")
+    common.write_outputs(out, stem, result, plot, text, "speed and memory")
     print(text)
     return 0
 

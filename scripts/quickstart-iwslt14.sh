@@ -47,6 +47,9 @@ while [ $# -gt 0 ]; do
 done
 ( load_experiment "$NAME"; [[ $PREPARE == prepare-iwslt14.sh* ]] || die "$NAME is not an IWSLT'14 experiment" )
 S=$TFIXUP_ROOT/scripts
+# fail before installing and preparing, not after
+[ "$CPU" = 1 ] || [ "$(gpu_count)" -gt 0 ] \
+  || die "no CUDA GPU visible: rerun with --cpu, and shrink the model for a CPU (see --help)"
 
 if [ "$INSTALL" = 1 ]; then
   log "1/5 install (skipped when already done)"
