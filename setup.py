@@ -6,8 +6,9 @@ Design card
   registered with fairseq as ``--arch transformer_tfixup*`` plus the
   ``inverse_sqrt_nowarmup`` scheduler; reproduction scripts, benchmarks and
   diagnostics around it.
-* fairseq: 0.12.2 on Python <= 3.10; on Python >= 3.11 official 0.12.2 does
-  not import (a dataclass with a mutable default), so we take
+* fairseq: 0.12.2 on Python <= 3.10, installed with pip < 24.1 (it needs
+  omegaconf 2.0.x, whose metadata newer pip rejects); on Python >= 3.11 official
+  0.12.2 does not import (a dataclass with a mutable default), so we take
   ``fairseq-fixed==0.12.3.1``, a fork that installs as the same ``fairseq``
   package. Both build from source and need torch at build time: install torch
   first (CPU: ``pip install torch==2.13.0``), then install this package with

@@ -32,7 +32,9 @@ else
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
   log "installing into $VENV ($(python --version))"
-  python -m pip install -q --upgrade pip wheel setuptools
+  # fairseq 0.12.2 (Python <= 3.10) needs omegaconf 2.0.x, whose metadata pip >= 24.1 rejects
+  if python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then pip_spec=pip; else pip_spec="pip<24.1"; fi
+  python -m pip install -q --upgrade "$pip_spec" wheel setuptools
   python -m pip install -q "$TORCH_SPEC" cython numpy
   constraints=$(mktemp); trap 'rm -f "$constraints"' EXIT
   echo "$TORCH_SPEC" > "$constraints"

@@ -82,10 +82,14 @@ def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained):
     saved = torch.load(path, map_location="cpu", weights_only=False)["model"]
     # fairseq builds the model (which applies T-Fixup to fresh weights), then loads the state dict
     models, _ = checkpoint_utils.load_model_ensemble([str(path)])
-    loaded = models[0].state_dict()
-    assert set(loaded) == set(saved)
-    for name, value in saved.items():
-        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0, msg=name)
+    # fairseq 0.12.2's encoder layers also hold copies for a fused inference kernel (in_proj_weight,
+    # fc1_weight, ...), refilled from the real weights on load and unused by T-Fixup: skip them
+    fused_copy = re.compile(r"\.layers\.\d+\.(in_proj|out_proj|fc1|fc2)_(weight|bias)$")
+    loaded = {n: p for n, p in models[0].named_parameters() if not fused_copy.search(n)}
+    assert set(loaded) <= set(saved)
+    assert "encoder.layers.0.fc1.weight" in loaded and "decoder.embed_tokens.weight" in loaded
+    for name, value in loaded.items():
+        torch.testing.assert_close(value, saved[name], rtol=0, atol=0, msg=name)
     # and trained weights are not the init: T-Fixup's fc2 would have zero-mean std ~0.67*2^-1/4*xavier
     assert not torch.equal(saved["encoder.layers.0.fc1.bias"], torch.zeros_like(saved["encoder.layers.0.fc1.bias"]))
 

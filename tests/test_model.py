@@ -148,6 +148,18 @@ def test_incremental_decoding_equals_full_forward(dict_dir):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
 
 
+def test_encoder_output_survives_a_state_dict_round_trip(dict_dir):
+    """fairseq 0.12.2 switches encoder layers to a fused post-LN kernel once a state dict is loaded;
+    a checkpointed T-Fixup model must still compute the same function (no LayerNorm)."""
+    model, _ = _small_eval_model(dict_dir)
+    src = torch.randint(4, 500, (2, 9))
+    with torch.no_grad():
+        before = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+        model.load_state_dict(model.state_dict())
+        after = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+
+
 def test_beam_search_scores_match_teacher_forcing(dict_dir):
     model, task = _small_eval_model(dict_dir)
     gen = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=12, normalize_scores=False)

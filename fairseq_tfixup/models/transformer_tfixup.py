@@ -44,6 +44,11 @@ def without_layer_norms(layer: nn.Module) -> nn.Module:
     for name, child in list(layer.named_children()):
         if is_layer_norm(child):
             setattr(layer, name, nn.Identity())
+    # fairseq 0.12.2's encoder layer has a fused inference path (BetterTransformer,
+    # taken in eval mode after load_state_dict) that applies its post-LN norms
+    # itself; it must never run without them.
+    if hasattr(layer, "can_use_fastpath"):
+        layer.can_use_fastpath = False
     return layer
 
 
@@ -57,26 +62,23 @@ class TFixupTransformerDecoder(TransformerDecoderBase):
         return without_layer_norms(super().build_decoder_layer(cfg, no_encoder_attn))
 
 
-# (argument, flag) pairs that would put a LayerNorm back into the model
-_LAYER_NORM_FLAGS = (
-    ("encoder_normalize_before", "--encoder-normalize-before"),
-    ("decoder_normalize_before", "--decoder-normalize-before"),
-    ("layernorm_embedding", "--layernorm-embedding"),
-    ("scale_attn", "--scale-attn"),
-    ("scale_fc", "--scale-fc"),
-)
+def check_tfixup_config(cfg: TransformerConfig) -> None:
+    """Raise a one-line ValueError for settings that defeat T-Fixup.
 
-
-def check_tfixup_args(args) -> None:
-    """Raise a one-line ValueError for flags that defeat T-Fixup."""
-    for attr, flag in _LAYER_NORM_FLAGS:
-        if getattr(args, attr, False):
+    Reads the structured config, which fairseq builds alike from command-line
+    flags (``--encoder-layers``) and from hydra configs (``encoder.layers``).
+    """
+    for value, flag in (
+        (cfg.encoder.normalize_before, "--encoder-normalize-before"),
+        (cfg.decoder.normalize_before, "--decoder-normalize-before"),
+        (cfg.layernorm_embedding, "--layernorm-embedding"),
+    ):
+        if value:
             raise ValueError(
                 f"transformer_tfixup has no LayerNorm: {flag} cannot be used "
                 "(T-Fixup replaces normalisation by its initialisation)"
             )
-    for attr, flag in (("encoder_layers", "--encoder-layers"), ("decoder_layers", "--decoder-layers")):
-        n = getattr(args, attr)
+    for n, flag in ((cfg.encoder.layers, "--encoder-layers"), (cfg.decoder.layers, "--decoder-layers")):
         if n is None or int(n) < 1:
             raise ValueError(f"transformer_tfixup needs {flag} >= 1, got {n}")
 
@@ -107,16 +109,18 @@ class TFixupTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         base_architecture(args)
-        check_tfixup_args(args)
+        cfg = TransformerConfig.from_namespace(args)
+        check_tfixup_config(cfg)
         model = super().build_model(args, task)
-        apply_tfixup_(model, args.encoder_layers, args.decoder_layers)
+        n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
+        apply_tfixup_(model, n_enc, n_dec)
         logger.info(
             "T-Fixup: no LayerNorm; scaled encoder blocks by %.4f, decoder blocks by %.4f, "
             "embeddings by %.4f (encoder) / %.4f (decoder)",
-            tfixup_init.encoder_scale(args.encoder_layers),
-            tfixup_init.decoder_scale(args.decoder_layers),
-            tfixup_init.embedding_scale(args.encoder_layers),
-            tfixup_init.embedding_scale(args.decoder_layers),
+            tfixup_init.encoder_scale(n_enc),
+            tfixup_init.decoder_scale(n_dec),
+            tfixup_init.embedding_scale(n_enc),
+            tfixup_init.embedding_scale(n_dec),
         )
         return model
 
