@@ -8,9 +8,10 @@ usage() {
   cat <<USAGE
 usage: $0 [--venv DIR]
   --venv DIR   virtual environment to create/use (default \$VENV or $TFIXUP_ROOT/.venv)
-Environment: PYTHON (default python3), TORCH_SPEC (default torch==2.13.0).
-fairseq needs torch at build time, so torch is installed first and pinned for
-pip's isolated build with PIP_CONSTRAINT (.ci/constraints.txt).
+Environment: PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
+  INSTALL_LOG (default DIR/install.log: pip's full log, kept).
+fairseq builds from source and needs torch at build time, so torch is installed
+first and pinned for pip's isolated build environment (see pin_build_env).
 USAGE
 }
 VENV=${VENV:-$TFIXUP_ROOT/.venv}; PYTHON=${PYTHON:-python3}; TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
@@ -21,6 +22,55 @@ while [ $# -gt 0 ]; do
     *) usage >&2; die "unknown option: $1";;
   esac
 done
+INSTALL_LOG=${INSTALL_LOG:-$VENV/install.log}
+
+# pip with progress: every line goes to the log, the lines that say what pip is
+# doing ("Collecting", "Building", "Installing", "Successfully") go to the screen.
+pip_logged() {
+  log "pip install $*"
+  python -m pip install --progress-bar off --log "$INSTALL_LOG" "$@" 2>&1 \
+    | awk '/^(Collecting|Building wheel|Installing collected|Successfully|ERROR|error)/ { print "    " $0; fflush() }'
+}
+
+# pip's log names every file it downloaded; a CUDA wheel there means some
+# resolution (the build env's, usually) escaped the pin: multi-GB and a torch
+# the venv does not have. Refuse to call that install good.
+check_no_cuda() {
+  # what pip fetched: "Collecting X", "Downloading X-...whl", "Using cached X-...whl"
+  local fetched
+  fetched=$(grep -Eio '(collecting|downloading|using cached) +[^ ]+' "$INSTALL_LOG" | awk '{print $NF}' | sort -u)
+  if grep -Eiq '^(https?://[^ ]*/)?(nvidia|cuda)[-_]' <<< "$fetched" || grep -Eiq '(^|/)torch-[0-9.]+-' <<< "$fetched"; then
+    grep -Ei '(nvidia|cuda)[-_]|(^|/)torch-[0-9.]+-' <<< "$fetched" | head -5 >&2
+    die "pip fetched CUDA packages or a second torch (see $INSTALL_LOG): the torch pin did not reach fairseq's build; set TORCH_SPEC to your torch and rerun"
+  fi
+  log "pip fetched no CUDA package and no second torch (checked $INSTALL_LOG)"
+}
+
+install_deps() {
+  [ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  : > "$INSTALL_LOG"
+  log "installing into $VENV ($(python --version)); full log: $INSTALL_LOG"
+  # fairseq 0.12.2 (Python <= 3.10) needs omegaconf 2.0.x, whose metadata pip >= 24.1 rejects
+  local pip_spec=pip
+  python -c 'import sys; sys.exit(sys.version_info < (3, 11))' || pip_spec="pip<24.1"
+  pip_logged --upgrade "$pip_spec" wheel setuptools
+  pip_logged "$TORCH_SPEC" cython numpy
+  local pin; pin=$(mktemp); trap 'rm -f "$pin"' RETURN
+  echo "$TORCH_SPEC" > "$pin"
+  log "building fairseq from source against $TORCH_SPEC (3-5 minutes on 2 cores)"
+  # The torch pin must reach pip's *isolated build environment*, where fairseq's
+  # build-system requirement "torch" is resolved. pip < 26.2 reads PIP_CONSTRAINT
+  # there; pip >= 26.2 ignores it for builds and reads PIP_BUILD_CONSTRAINT
+  # (--build-constraint) instead. Both, for this one call: pip refuses a build
+  # constraint together with --no-build-isolation, which the last step uses.
+  PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test]"
+  # a CPU torch must stay the only torch, with no CUDA libraries beside it
+  # (with a CUDA torch chosen in TORCH_SPEC, nvidia-* wheels are expected)
+  if [ -z "$(python -c 'import torch; print(torch.version.cuda or "")')" ]; then check_no_cuda; fi
+  touch "$VENV/.tfixup-deps-installed"
+}
 
 marker=$VENV/.tfixup-deps-installed
 if [ -f "$marker" ] && [ "$marker" -nt "$TFIXUP_ROOT/setup.py" ]; then
@@ -28,18 +78,7 @@ if [ -f "$marker" ] && [ "$marker" -nt "$TFIXUP_ROOT/setup.py" ]; then
   . "$VENV/bin/activate"
   log "dependencies already installed in $VENV"
 else
-  [ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
-  # shellcheck disable=SC1091
-  . "$VENV/bin/activate"
-  log "installing into $VENV ($(python --version))"
-  # fairseq 0.12.2 (Python <= 3.10) needs omegaconf 2.0.x, whose metadata pip >= 24.1 rejects
-  if python -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then pip_spec=pip; else pip_spec="pip<24.1"; fi
-  python -m pip install -q --upgrade "$pip_spec" wheel setuptools
-  python -m pip install -q "$TORCH_SPEC" cython numpy
-  constraints=$(mktemp); trap 'rm -f "$constraints"' EXIT
-  echo "$TORCH_SPEC" > "$constraints"
-  PIP_CONSTRAINT=$constraints python -m pip install -q "$TFIXUP_ROOT[test]"
-  touch "$marker"
+  install_deps
 fi
 # The project itself, every time (seconds): a regular, non-editable install puts
 # fairseq_tfixup next to fairseq, where `--user-dir fairseq_tfixup` finds it from any directory.
