@@ -1,230 +1,246 @@
-"""Convergence without warmup (paper Fig. 3c) on the real IWSLT'14 De-En sample.
+"""Convergence without warmup (paper Fig. 3c), at the paper's depth, on the real IWSLT'14 De-En sample.
 
-Same model size, data and update budget for every method, several seeds:
+Methods, same model size, data, batch and update budget:
 
-  tfixup          transformer_tfixup, no LayerNorm, no warmup (T-Fixup)
-  postln_warmup   stock Post-LN transformer with linear warmup (the baseline)
-  postln          stock Post-LN transformer, no warmup
-  preln           stock Pre-LN transformer, no warmup
+  tfixup          transformer_tfixup: no LayerNorm, T-Fixup init, no warmup
+  postln_warmup   stock fairseq Post-LN transformer, linear warmup then inverse sqrt (the baseline)
+  postln          stock Post-LN, no warmup
+  preln           stock Pre-LN, no warmup
 
-Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu``; valid loss is read
-from its JSON log every ``--valid-every`` updates, BLEU comes from
-fairseq-generate on a fixed slice of the real test set. The headline number is
-"updates to reach the baseline's best valid loss", T-Fixup / Post-LN+warmup.
+Setting, checked against the paper: 6+6 layers (the paper's; it notes that
+Transformers of <= 3 layers train without warmup, so shallower models cannot
+show the failure); the no-warmup runs decay as lr*sqrt(P/(P+t)) with the paper's
+P = 4000 (so their lr is nearly flat over this budget); lr 5e-4 (the paper's) and
+1e-3; the baseline warms up over ``--warmup`` updates (the paper's 4000 would not
+end within a CPU budget) and then decays as fairseq's inverse_sqrt. Width and
+batch are CPU-sized (default 256-512-4, 2048 tokens per update).
 
-The paper warms up for 4000 of ~50k+ updates; with a budget of a few hundred
-updates the warmup is scaled to ``--warmup-frac`` of the budget, and the
-no-warmup runs decay with period P = that warmup, so that after the warmup all
-runs follow the same inverse-sqrt curve.
+Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu`` with 1 thread;
+valid loss (label-smoothed, bits) every ``--valid-every`` updates on 1000 real
+valid sentences. The unigram level (bench/unigram.py) is computed from the data:
+a run whose best valid loss is not at least ``--margin`` bits below it is
+**stuck** at the unigram stage. Headline, per lr and seed: updates T-Fixup needs
+to reach the warmup baseline's best valid loss / updates the baseline needs.
 
-    python -m bench.convergence --quick --out /tmp/conv
-    python -m bench.convergence --out results/bench        # default mode, ~20 min
+Resumable: each finished run is recorded under OUT/convergence/runs/; rerunning
+skips those and runs the rest (``--jobs`` at a time).
+
+    python -m bench.convergence --smoke --out /tmp/conv          # < 1 min, for the tests
+    python -m bench.convergence --out results/bench              # the study (hours on 2 cores)
 """
 
 import pathlib
-import shutil
 import statistics
 import sys
-import tempfile
 
-from bench import common
+from bench import common, runs as runlib
+from bench.unigram import unigram_level
 
-METHODS = {
+METHODS = {  # name: (model family in common.FAMILIES, warmup?, label)
     "tfixup": ("tfixup", False, "T-Fixup, no warmup"),
     "postln_warmup": ("postln", True, "Post-LN + warmup (baseline)"),
     "postln": ("postln", False, "Post-LN, no warmup"),
     "preln": ("preln", False, "Pre-LN, no warmup"),
 }
+BASELINE = "postln_warmup"
 
-RATIO_PAIR = ("tfixup", "postln_warmup")
-
-MODES = {  # model dims, budget, seeds; the default fits ~20 min on one core of this machine
-    "smoke": dict(embed=64, ffn=128, heads=2, layers=2, updates=12, valid_every=6, seeds=[1],
-                  methods=["tfixup", "postln_warmup"], max_tokens=1024, beam=1, valid_lines=100, test_lines=30),
-    "quick": dict(embed=128, ffn=256, heads=4, layers=2, updates=40, valid_every=20, seeds=[1],
-                  methods=list(METHODS), max_tokens=2048, beam=1, valid_lines=300, test_lines=200),
-    "default": dict(embed=128, ffn=256, heads=4, layers=2, updates=100, valid_every=10, seeds=[1, 2],
-                    methods=list(METHODS), max_tokens=2048, beam=1, valid_lines=300, test_lines=200),
+MODES = {
+    "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
+                  methods=["tfixup", BASELINE], one_seed_methods=[], warmup=4, max_tokens=512,
+                  long_updates=0, valid_lines=50, test_lines=10),
+    "default": dict(embed=256, ffn=512, heads=4, layers=6, updates=1000, valid_every=50, seeds=[1, 2, 3],
+                    lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln"], one_seed_methods=["preln"],
+                    warmup=400, max_tokens=2048, long_updates=3000, valid_lines=1000, test_lines=0),
 }
+
+
+def make_runs(cfg: dict, data: pathlib.Path) -> list:
+    """The study's runs, the most informative first (lr 1e-3 before 5e-4, seed 1 first)."""
+    out = []
+
+    def add(method, lr, seed, updates, tag):
+        family, warm, _ = METHODS[method]
+        fam = common.FAMILIES[family]
+        args = (["--arch", fam["arch"]] + fam["flags"]
+                + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
+                + common.schedule_flags(cfg["warmup"] if warm else 0, cfg["decay_period"])
+                + common.common_train_flags(lr, cfg["max_tokens"], updates, seed, cfg["dropout"])
+                + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+                   "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
+        out.append(runlib.Run(f"{tag}-{method}-lr{lr:g}-s{seed}", dict(
+            method=method, lr=lr, seed=seed, updates=updates, group=tag), args, str(data)))
+
+    for lr in cfg["lrs"]:
+        for seed in cfg["seeds"]:
+            for m in cfg["methods"] + (cfg["one_seed_methods"] if seed == cfg["seeds"][0] else []):
+                add(m, lr, seed, cfg["updates"], "main")
+    if cfg["long_updates"]:
+        for m in cfg["methods"]:
+            add(m, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
+    return out
 
 
 def updates_to_reach(curve: list, target: float):
     """First update whose valid loss is <= target (None if never)."""
-    for upd, loss in curve:
-        if loss <= target:
-            return upd
-    return None
+    return next((u for u, l in curve if l <= target), None)
 
 
-def mean_curve(curves: list) -> list:
-    """Mean valid loss over seeds at the updates every seed logged (a diverged seed ends its curve)."""
-    common_updates = sorted(set.intersection(*(set(u for u, _ in c) for c in curves))) if curves else []
-    return [(u, statistics.mean(dict(c)[u] for c in curves)) for u in common_updates]
+def best(curve: list):
+    """(update, loss) of the lowest valid loss."""
+    return min(curve, key=lambda ul: ul[1]) if curve else (None, None)
 
 
-def run(args, cfg, write) -> dict:
-    """Train every (seed, method); after each run ``write`` gets the result so far (complete=False),
-    so that a run cut short by the clock still leaves what it measured."""
-    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
-    warmup = max(1, int(cfg["updates"] * args.warmup_frac))
-    runs = []
-    work = pathlib.Path(tempfile.mkdtemp(prefix="bench-conv-"))
-    try:
-        for seed in cfg["seeds"]:
-            for name in cfg["methods"]:
-                if seed != cfg["seeds"][0] and name not in RATIO_PAIR and not args.all_seeds:
-                    continue  # time: on a shared 2-core CPU only the ratio's pair gets every seed
-                family, with_warmup, _ = METHODS[name]
-                fam = common.FAMILIES[family]
-                flags = (["--arch", fam["arch"]] + fam["flags"]
-                         + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
-                         + common.schedule_flags(warmup if with_warmup else 0, warmup)
-                         + common.common_train_flags(args.lr, cfg["max_tokens"], cfg["updates"], seed, 0.1)
-                         + ["--validate-interval-updates", str(cfg["valid_every"]), "--validate-interval", "1000",
-                            "--save-interval", "1000", "--no-epoch-checkpoints", "--no-save-optimizer-state",
-                            "--log-interval", str(cfg["valid_every"])])
-                save = work / f"{name}-s{seed}"
-                common.log(f"train {name} seed {seed} ({cfg['updates']} updates)")
-                res = common.fairseq_train(data, flags, save, threads=args.threads)
-                curve = [(int(r["valid_num_updates"]), r["valid_loss"]) for r in res["valid"]]
-                entry = {"method": name, "seed": seed, "status": res["status"], "wall_s": res["wall_s"],
-                         "valid_curve": curve, "train_curve": [(int(r["num_updates"]), r["loss"]) for r in res["train"]],
-                         "command": res["command"]}
-                if "error_tail" in res:
-                    entry["error_tail"] = res["error_tail"]
-                ckpt = save / "checkpoint_last.pt"
-                entry["bleu"] = (common.generate_bleu(data, ckpt, beam=cfg["beam"], threads=args.threads)
-                                 if res["status"] == "ok" and ckpt.is_file() else {"bleu": None})
-                common.log(f"  {res['status']}: best valid {min((l for _, l in curve), default=None)}, "
-                           f"BLEU {entry['bleu'].get('bleu')}, {res['wall_s']} s")
-                runs.append(entry)
-                shutil.rmtree(save, ignore_errors=True)
-                write(summarise(args, cfg, data, warmup, runs, complete=False))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return summarise(args, cfg, data, warmup, runs, complete=True)
-
-
-def summarise(args, cfg, data, warmup, runs, complete) -> dict:
-    """Per method over seeds: final/best valid loss, BLEU, updates to the baseline's best."""
-    summary = {}
-    curves = {m: mean_curve([r["valid_curve"] for r in runs if r["method"] == m and r["valid_curve"]])
-              for m in cfg["methods"] if any(r["method"] == m for r in runs)}
-    base = curves.get("postln_warmup") or []
-    target = min((l for _, l in base), default=None)
-    for m in curves:
-        mine = [r for r in runs if r["method"] == m]
-        finals = [r["valid_curve"][-1][1] for r in mine if r["valid_curve"] and r["status"] == "ok"]
-        bleus = [r["bleu"]["bleu"] for r in mine if r["bleu"].get("bleu") is not None]
-        summary[m] = {
-            "label": METHODS[m][2],
-            "runs": len(mine), "diverged": sum(r["status"] != "ok" for r in mine),
-            "final_valid_loss": statistics.mean(finals) if finals else None,
-            "final_valid_loss_sd": statistics.stdev(finals) if len(finals) > 1 else None,
-            "best_valid_loss": min((l for _, l in curves[m]), default=None),
-            "bleu": statistics.mean(bleus) if bleus else None,
-            "bleu_sd": statistics.stdev(bleus) if len(bleus) > 1 else None,
-            "updates_to_baseline_best": updates_to_reach(curves[m], target) if target is not None else None,
-            "mean_valid_curve": curves[m],
-        }
-    t_fix = summary.get("tfixup", {}).get("updates_to_baseline_best")
-    t_base = summary.get("postln_warmup", {}).get("updates_to_baseline_best")
-    ratio = (t_fix / t_base) if (t_fix and t_base) else None
+def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
+    threshold = level["train_fit"] - margin
+    rows = []
+    for rec in records.values():
+        b_upd, b_loss = best(rec["valid_curve"])
+        rows.append({**{k: rec[k] for k in ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s")},
+                     "best_valid": b_loss, "best_at": b_upd,
+                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
+                     "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold})
+    # per (group, lr, seed): T-Fixup's updates to the baseline's best, over the baseline's
+    for r in rows:
+        base = records.get(r["id"].replace(f"-{r['method']}-", f"-{BASELINE}-"))
+        r["updates_to_baseline_best"] = r["ratio_to_baseline"] = None
+        if base and base["valid_curve"] and r["status"] == "ok":
+            b_upd, b_loss = best(base["valid_curve"])
+            u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
+            r["updates_to_baseline_best"] = u
+            r["ratio_to_baseline"] = round(u / b_upd, 3) if u is not None and b_upd else None
+    headline = {}
+    for group in ("main", "long"):
+        for lr in cfg["lrs"]:
+            ratios = [r["ratio_to_baseline"] for r in rows
+                      if r["group"] == group and r["lr"] == lr and r["method"] == "tfixup"]
+            if not ratios:
+                continue
+            got = [x for x in ratios if x is not None]
+            stuck = {m: f"{sum(r['stuck'] for r in rows if r['group'] == group and r['lr'] == lr and r['method'] == m)}"
+                        f"/{sum(r['group'] == group and r['lr'] == lr and r['method'] == m for r in rows)}"
+                     for m in METHODS if any(r['method'] == m and r['group'] == group and r['lr'] == lr for r in rows)}
+            headline[f"{group} lr {lr:g}"] = {"stuck": stuck,
+                "seeds": len(ratios), "reached": len(got),
+                "ratio_mean": round(statistics.mean(got), 3) if got else None,
+                "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
+                "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
+            }
     return {
-        "benchmark": "convergence", "mode": args.mode, "complete": complete, "command": common.command_line(),
-        "machine": common.machine(), "data": common.data_description(data), "threads": args.threads,
-        "data_counts": common.data_counts(data),
-        "config": {**cfg, "lr": args.lr, "all_seeds": args.all_seeds, "warmup_updates_baseline": warmup, "decay_period_nowarmup": warmup,
-                   "optimizer": "adam (0.9, 0.98), wd 1e-4, label smoothing 0.1, dropout 0.1"},
-        "baseline_best_valid_loss": target,
-        "ratio_updates_tfixup_over_postln_warmup": ratio,
-        "summary": summary, "runs": runs,
+        "benchmark": "convergence", "mode": cfg["mode"], "command": common.command_line(),
+        "machine": common.machine(), "threads": 1, "data": common.data_description(data),
+        "data_counts": common.data_counts(data), "config": cfg,
+        "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
+        "headline": headline, "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
+        "records": records,
     }
 
 
-def report(result: dict) -> str:
-    cfg = result["config"]
-    rows = [[s["label"], f"{s['runs'] - s['diverged']}/{s['runs']}", s["final_valid_loss"], s["final_valid_loss_sd"],
-             s["best_valid_loss"], s["bleu"], s["bleu_sd"], s["updates_to_baseline_best"]]
-            for s in result["summary"].values()]
-    ratio = result["ratio_updates_tfixup_over_postln_warmup"]
-    return (
-        common.header_md("Convergence without warmup (paper Fig. 3c)", result)
-        + ("" if result["complete"] else "**PARTIAL: written while the benchmark ran (or after it was stopped); not every run had finished.**\n\n")
-        + f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers; "
-        f"{cfg['updates']} updates at max-tokens {cfg['max_tokens']}, lr {cfg['lr']}, seeds {cfg['seeds']} "
-        f"({'all methods' if cfg['all_seeds'] else 'T-Fixup and the baseline; the others seed ' + str(cfg['seeds'][0])}); "
-        f"baseline warmup {cfg['warmup_updates_baseline']} updates (scaled to the budget), no-warmup runs decay "
-        f"lr*sqrt(P/(P+t)) with P = {cfg['decay_period_nowarmup']}. Valid loss (base 2, label-smoothed) every "
-        f"{cfg['valid_every']} updates on {result['data_counts'].get('valid')} valid sentences; BLEU (beam {cfg['beam']}, "
-        f"sacrebleu on tokenised lowercased text) on the first {result['data_counts'].get('test')} test sentences.\n\n"
-        + common.md_table(["method", "trained", "final valid loss", "sd", "best valid loss (mean curve)",
-                           "BLEU", "sd", "updates to baseline best"], rows)
-        + f"\n\nBaseline (Post-LN + warmup) best valid loss: {result['baseline_best_valid_loss']}. "
-        f"Updates to reach it, T-Fixup / Post-LN+warmup: **{'%.2f' % ratio if ratio else 'n/a'}**\n"
-    )
+def report(res: dict) -> str:
+    cfg, lv = res["config"], res["unigram_level"]
+    text = common.header_md(f"Convergence without warmup (paper Fig. 3c), {cfg['layers']}+{cfg['layers']} layers", res)
+    if not res["complete"]:
+        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    text += (
+        f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
+        f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, label "
+        f"smoothing 0.1, no clipping. No-warmup runs: lr*sqrt(P/(P+t)), P = {cfg['decay_period']} (the paper's). "
+        f"Baseline: linear warmup over {cfg['warmup']} updates from 1e-7, then inverse sqrt. "
+        f"Valid loss (label-smoothed, bits) every {cfg['valid_every']} updates on "
+        f"{res['data_counts'].get('valid')} valid sentences.\n\n"
+        f"**Unigram level** of this valid set (computed from the data, bench/unigram.py): "
+        f"{lv['train_fit']} bits for the unigram model fit on train ({lv['oracle']} for the best unigram "
+        f"model fit on valid itself). A run is **stuck** when its best valid loss is not at least "
+        f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n")
+    if res["headline"]:
+        text += "## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
+        text += common.md_table(
+            ["runs", "seeds", "T-Fixup reached it", "ratio mean", "sd", "min", "max", "stuck runs per method"],
+            [[k, h["seeds"], h["reached"], h["ratio_mean"], h["ratio_sd"], h["ratio_min"], h["ratio_max"],
+              ", ".join(f"{METHODS[m][2]} {v}" for m, v in h["stuck"].items())]
+             for k, h in res["headline"].items()]) + "\n\n"
+    text += "## Every run\n\n" + common.md_table(
+        ["group", "lr", "method", "seed", "updates", "status", "best valid", "at update", "final valid", "stuck",
+         "updates to baseline best", "ratio", "wall s"],
+        [[r["group"], r["lr"], METHODS[r["method"]][2], r["seed"], r["updates"], r["status"], r["best_valid"],
+          r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r["updates_to_baseline_best"],
+          r["ratio_to_baseline"], r["wall_s"]] for r in res["rows"]]) + "\n"
+    return text
 
 
-def plot(result: dict, path: pathlib.Path) -> None:
+COLORS = {"tfixup": "C3", "postln_warmup": "C0", "postln": "C2", "preln": "C1"}
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    colors = {"tfixup": "C3", "postln_warmup": "C0", "postln": "C2", "preln": "C1"}
-    for r in result["runs"]:
-        if r["valid_curve"]:
-            u, l = zip(*r["valid_curve"])
-            ax.plot(u, l, color=colors[r["method"]], alpha=0.25, lw=1)
-    for m, s in result["summary"].items():
-        if s["mean_valid_curve"]:
-            u, l = zip(*s["mean_valid_curve"])
-            ax.plot(u, l, color=colors[m], lw=2, label=s["label"])
-    if result["baseline_best_valid_loss"] is not None:
-        ax.axhline(result["baseline_best_valid_loss"], color="gray", ls=":", lw=1, label="baseline best")
-    ax.set_xlabel("updates")
-    ax.set_ylabel("valid loss (label-smoothed, base 2)")
-    cfg = result["config"]
-    ax.set_title(f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']} {cfg['layers']}+{cfg['layers']} "
-                 f"layers, lr {cfg['lr']}", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    panels = sorted({(r["group"], r["lr"]) for r in res["records"].values()}, key=lambda p: (p[0] != "main", -p[1]))
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.2 * max(1, len(panels)), 4.2), squeeze=False)
+    for ax, (group, lr) in zip(axes[0], panels):
+        labelled = set()
+        for rec in res["records"].values():
+            if rec["group"] != group or rec["lr"] != lr or not rec["valid_curve"]:
+                continue
+            u, l = zip(*rec["valid_curve"])
+            m = rec["method"]
+            ax.plot(u, l, color=COLORS.get(m, "k"), lw=1.2, alpha=0.8,
+                    label=None if m in labelled else METHODS[m][2])
+            labelled.add(m)
+        ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
+        ax.axhline(res["stuck_threshold"], color="gray", ls=":", lw=1, label="stuck above this")
+        ax.set_title(f"{group} runs, lr {lr:g}", fontsize=9)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("valid loss (bits, label-smoothed)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    cfg = res["config"]
+    fig.suptitle(f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
+                 f"{cfg['layers']}+{cfg['layers']} layers", fontsize=10)
     common.save_figure(fig, path)
     plt.close(fig)
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
-    p.add_argument("--warmup-frac", type=float, default=0.25,
-                   help="baseline warmup as a fraction of the update budget (default 0.25)")
-    p.add_argument("--updates", type=int, help="override the mode's update budget")
-    p.add_argument("--seeds", type=int, nargs="+", help="override the mode's seeds")
-    p.add_argument("--layers", type=int, help="override the mode's layers per side")
-    p.add_argument("--embed", type=int, help="override the mode's embedding dim")
-    p.add_argument("--ffn", type=int, help="override the mode's FFN dim")
-    p.add_argument("--heads", type=int, help="override the mode's attention heads")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), help="override the mode's methods")
-    p.add_argument("--all-seeds", action="store_true",
-                   help="run every method with every seed (default: the other methods only with the first seed)")
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="bits below the unigram level a run must reach to count as not stuck (default 1)")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
+    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates"):
+        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+    p.add_argument("--seeds", type=int, nargs="+")
+    p.add_argument("--lrs", type=float, nargs="+")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS))
     args = p.parse_args(argv)
-    cfg = dict(MODES[args.mode])
-    for k in ("updates", "seeds", "layers", "methods", "embed", "ffn", "heads"):
+    if args.mode == "quick":
+        p.error("convergence has --smoke and the default mode only")
+    cfg = dict(MODES[args.mode], mode=args.mode, dropout=args.dropout, decay_period=args.decay_period)
+    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
+              "seeds", "lrs", "methods"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    if "postln_warmup" not in cfg["methods"]:
-        common.log("no postln_warmup among --methods: no baseline, so no ratio")
-    cfg["valid_every"] = min(cfg["valid_every"], cfg["updates"])
+    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
+    level = unigram_level(data, "de", "en")
+    common.log(f"unigram level of valid: {level['train_fit']} bits (fit on train), {level['oracle']} (fit on valid)")
     out = pathlib.Path(args.out)
     stem = "convergence" + args.tag
+    all_runs = make_runs(cfg, data)
+    cfg["n_runs"] = len(all_runs)
 
-    def write(result):
-        common.write_outputs(out, stem, result, plot, report(result), "valid loss curves")
+    def write(records):
+        res = summarise(cfg, records, level, data, args.margin)
+        common.write_outputs(out, stem, res, plot, report(res), "valid loss curves")
+        return res
 
-    result = run(args, cfg, write)
-    write(result)
-    print(report(result))
+    work = runlib.work_dir(stem)
+    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
+                             work=work, jobs=args.jobs, on_record=write)
+    res = write(records)
+    print(report(res))
     return 0
 
 

@@ -1,0 +1,201 @@
+"""Resumable benchmark runs, a few at a time.
+
+A study is a list of ``Run`` specs. Each finished run leaves one record,
+``STORE/<run id>.json`` (committed under results/, so a study can be run in
+parts, in different sessions): rerunning the study skips every run whose record
+exists and was made by the same command, and runs the rest, ``jobs`` at a time.
+Each run is one ``fairseq-train`` process (1 thread by default) whose output
+goes to ``WORK/<run id>/train.log``; the record holds the command, the parsed
+train/valid curves, the status and the wall time.
+
+Ctrl-C or SIGTERM stops every child process group and leaves no record for the
+interrupted runs (their work dirs stay, so the next start redoes them cleanly).
+"""
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from bench import common
+
+
+@dataclasses.dataclass
+class Run:
+    id: str          # file-name-safe, unique within the study
+    meta: dict       # what varies (method, lr, seed, depth, ...): copied into the record
+    args: list       # fairseq-train arguments after the data dir (no --save-dir)
+    data: str        # the data-bin
+
+    def command(self, save_dir: pathlib.Path) -> list:
+        return ["fairseq-train", self.data, "--save-dir", str(save_dir)] + [str(a) for a in self.args]
+
+    def key(self) -> str:
+        """What makes two runs the same run: the command without its output folder, with the
+        data named by its folder and without --user-dir (so a record made from another
+        checkout or with the data elsewhere still counts)."""
+        args = [str(a) for a in self.args]
+        if "--user-dir" in args:
+            i = args.index("--user-dir")
+            del args[i:i + 2]
+        return hashlib.sha256(json.dumps([pathlib.Path(self.data).name] + args).encode()).hexdigest()[:16]
+
+
+def work_dir(study: str) -> pathlib.Path:
+    """Scratch space of a study's runs (logs, checkpoints): <repo>/work/bench/STUDY, git-ignored."""
+    return common.REPO / "work" / "bench" / study
+
+
+_live = set()            # Popen objects of running children
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+def _stop_children(*_):
+    _stopping.set()
+    with _live_lock:
+        for p in _live:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) -> dict:
+    """One fairseq-train run; returns its record (curves, status, wall time, command)."""
+    rundir = work / run.id
+    if rundir.exists():
+        shutil.rmtree(rundir)  # a half-done run from an interrupted start: begin again
+    rundir.mkdir(parents=True)
+    cmd = run.command(rundir / "checkpoints")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
+    t0 = time.time()
+    with open(rundir / "train.log", "w") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        with _live_lock:
+            _live.add(proc)
+        try:
+            rc = proc.wait()
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+    wall = time.time() - t0
+    text = (rundir / "train.log").read_text(errors="replace")
+    parsed = common.parse_train_log(text)
+    status = run_status(text, parsed, rc)
+    record = {
+        "id": run.id, **run.meta, "status": status, "returncode": rc, "wall_s": round(wall, 1),
+        "key": run.key(), "command": " ".join(shlex.quote(c) for c in cmd),
+        "valid_curve": [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]],
+        "train_curve": [(int(r["num_updates"]), r["loss"]) for r in parsed["train"]],
+    }
+    if status != "ok":
+        record["error_tail"] = text.strip().splitlines()[-5:]
+    if not keep:
+        shutil.rmtree(rundir / "checkpoints", ignore_errors=True)
+    return record
+
+
+_NAN = ("FloatingPointError", "gradients are Nan/Inf", "Minimum loss scale reached")
+
+
+def run_status(text: str, parsed: dict, returncode: int) -> str:
+    """"ok", "nan" (fairseq stopped on a non-finite loss/gradient, or logged one) or "error"."""
+    losses = [r.get("loss") for r in parsed["train"]] + [r.get("valid_loss") for r in parsed["valid"]]
+    if any(s in text for s in _NAN) or any(isinstance(v, float) and not math.isfinite(v) for v in losses):
+        return "nan"
+    return "ok" if returncode == 0 else "error"
+
+
+def _progress(run_id: str, work: pathlib.Path) -> str:
+    """'update N' from the last fairseq log line of a running run."""
+    try:
+        with open(work / run_id / "train.log", "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4000))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return "starting"
+    ups = re.findall(r'"num_updates": "(\d+)"', tail)
+    return f"update {ups[-1]}" if ups else "starting"
+
+
+def load_records(store: pathlib.Path) -> dict:
+    """id -> record, for every record in the store."""
+    records = {}
+    for f in sorted(pathlib.Path(store).glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+        except ValueError as e:
+            common.log(f"ignoring unreadable run record {f}: {e}")
+            continue
+        records[rec["id"]] = rec
+    return records
+
+
+def _terminate(signum, frame):
+    _stop_children()
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: int = 2, on_record=None,
+            heartbeat_s: float = 60.0) -> dict:
+    """Run what the store lacks, ``jobs`` at a time; ``execute(run) -> record``.
+    After each finished run its record is written (atomically) and ``on_record(records)``
+    is called with every record of this study so far. Returns id -> record."""
+    store = pathlib.Path(store)
+    records = {k: v for k, v in load_records(store).items() if k in {r.id for r in runs}}
+    todo = [r for r in runs if r.id not in records or records[r.id].get("key") != r.key()]
+    for r in todo:
+        if r.id in records:
+            common.log(f"{r.id}: recorded with another command; running it again")
+            del records[r.id]
+    common.log(f"{len(runs) - len(todo)} of {len(runs)} runs already recorded in {store}; "
+               f"{len(todo)} to run, {jobs} at a time")
+    if not todo:
+        return records
+    old_term = signal.signal(signal.SIGTERM, _terminate)
+    t0, done = time.time(), 0
+    try:
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            futures = {}
+            for r in todo:
+                futures[pool.submit(execute, r)] = r
+            pending = set(futures)
+            while pending:
+                finished, pending = concurrent.futures.wait(pending, timeout=heartbeat_s,
+                                                            return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in finished:
+                    r = futures[fut]
+                    rec = fut.result()
+                    if _stopping.is_set():
+                        continue
+                    common.write_json(store / f"{r.id}.json", rec)
+                    records[r.id] = rec
+                    done += 1
+                    eta = (time.time() - t0) / done * (len(todo) - done)
+                    common.log(f"done {r.id}: {rec['status']}, {rec['wall_s']:.0f} s "
+                               f"({done}/{len(todo)}; about {eta / 60:.0f} min left)")
+                    if on_record:
+                        on_record(records)
+                running = [futures[f].id for f in pending if f.running()]
+                if running and not finished:  # a progress line when nothing else was said for a while
+                    common.log("running: " + ", ".join(f"{i} ({_progress(i, work)})" for i in running))
+    except KeyboardInterrupt:
+        _stop_children()
+        common.log("interrupted: finished runs are recorded; rerun the same command to do the rest")
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+    return records

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# Prepare any raw parallel corpus for fairseq: Moses tokenization (sacremoses),
+# optional lowercasing, joint BPE learnt on train (subword-nmt), fairseq-preprocess.
+# Every output is checked (line counts, BPE merges, <unk> rate) before the
+# data-bin is published, with a manifest of what made it.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+usage() {
+  cat <<USAGE
+usage: $0 --src L --tgt L --train PREFIX --valid PREFIX --test PREFIX --out DIR [options]
+
+PREFIX names two text files PREFIX.SRC and PREFIX.TGT, one sentence per line,
+plain, .gz or .xz (e.g. ../shared/data/multi30k/train for train.de.gz/train.en.gz).
+
+  --src L, --tgt L     language codes (file suffixes and Moses tokenizer language)
+  --train/--valid/--test PREFIX   the three splits (raw, untokenized text)
+  --out DIR            destination data-bin (published only when complete)
+  --tokenizer moses|none   Moses tokenization with sacremoses, or text already tokenized
+                       (default \$TOKENIZER or moses)
+  --lowercase          lowercase after tokenizing (default: keep case; \$LOWERCASE=1)
+  --bpe-merges N       joint BPE merges learnt on train (default \$BPE_MERGES or 8000; 0 = no BPE)
+  --joined-dictionary  one dictionary for both sides (default: separate, as the paper)
+  --train-lines N, --valid-lines N, --test-lines N   first N pairs of a split (0 = all)
+  --max-unk-rate P     refuse the data when more than P % of valid/test tokens are <unk>
+                       (default 2)
+  --workers N          tokenizer/binarizer processes (default \$WORKERS or 2)
+  -h, --help           this text
+
+Besides fairseq's binary files, OUT holds test.raw.{SRC,TGT} (the untokenized test
+text, for detokenized sacreBLEU), code (the BPE merges) and manifest.json (inputs
+with sha256, parameters, line counts, <unk> rates). A rerun with the same inputs
+and parameters skips; different parameters rebuild, and say so.
+
+Example (the full Multi30k De-En, test_2016_flickr):
+  D=../shared/data/multi30k
+  bash scripts/prepare-corpus.sh --src de --tgt en --train \$D/train --valid \$D/val \\
+    --test \$D/test_2016_flickr --lowercase --bpe-merges 8000 --out work/data-bin/multi30k.de-en
+USAGE
+}
+
+SRC=""; TGT=""; TRAIN=""; VALID=""; TEST=""; OUT=""; TOKENIZER=${TOKENIZER:-moses}
+LOWERCASE=${LOWERCASE:-0}; BPE_MERGES=${BPE_MERGES:-8000}; JOINED=0; MAX_UNK=2; WORKERS=${WORKERS:-2}
+TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --src) SRC=$2; shift 2;;
+    --tgt) TGT=$2; shift 2;;
+    --train) TRAIN=$2; shift 2;;
+    --valid) VALID=$2; shift 2;;
+    --test) TEST=$2; shift 2;;
+    --out) OUT=$2; shift 2;;
+    --tokenizer) TOKENIZER=$2; shift 2;;
+    --lowercase) LOWERCASE=1; shift;;
+    --bpe-merges) BPE_MERGES=$2; shift 2;;
+    --joined-dictionary) JOINED=1; shift;;
+    --train-lines) TRAIN_LINES=$2; shift 2;;
+    --valid-lines) VALID_LINES=$2; shift 2;;
+    --test-lines) TEST_LINES=$2; shift 2;;
+    --max-unk-rate) MAX_UNK=$2; shift 2;;
+    --workers) WORKERS=$2; shift 2;;
+    -h|--help) usage; exit 0;;
+    *) usage >&2; die "unknown option: $1";;
+  esac
+done
+for v in SRC TGT TRAIN VALID TEST OUT; do
+  flag=${v,,}; [ -n "${!v}" ] || { usage >&2; die "--$flag is required"; }
+done
+for v in BPE_MERGES TRAIN_LINES VALID_LINES TEST_LINES WORKERS; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "--$(echo "${v,,}" | tr _ -) must be a whole number, got '${!v}'"
+done
+case $TOKENIZER in moses|none) ;; *) die "--tokenizer must be moses or none, got '$TOKENIZER'";; esac
+[ "$SRC" != "$TGT" ] || die "--src and --tgt must differ (both '$SRC')"
+
+# The input file of PREFIX for language L: PREFIX.L, PREFIX.L.gz or PREFIX.L.xz.
+input_file() {  # PREFIX L
+  local f
+  for f in "$1.$2" "$1.$2.gz" "$1.$2.xz"; do
+    if [ -f "$f" ]; then echo "$f"; return 0; fi
+  done
+  die "no input file $1.$2 (.gz/.xz): check --${3:-train} and --src/--tgt"
+}
+read_text() {  # FILE -> stdout
+  case $1 in *.gz) zcat -- "$1";; *.xz) xzcat -- "$1";; *) cat -- "$1";; esac
+}
+
+declare -A FILES=()
+for split in train valid test; do
+  prefix=${split^^}; prefix=${!prefix}
+  for l in "$SRC" "$TGT"; do FILES[$split.$l]=$(input_file "$prefix" "$l" "$split"); done
+done
+
+# Everything that decides the output; a data-bin made with other values is rebuilt.
+params_json() {
+  python - "$@" <<'PY'
+import json, sys
+keys = sys.argv[1::2]; vals = sys.argv[2::2]
+print(json.dumps(dict(zip(keys, vals)), sort_keys=True))
+PY
+}
+PARAMS=$(params_json src "$SRC" tgt "$TGT" tokenizer "$TOKENIZER" lowercase "$LOWERCASE" \
+  bpe_merges "$BPE_MERGES" joined_dictionary "$JOINED" train_lines "$TRAIN_LINES" \
+  valid_lines "$VALID_LINES" test_lines "$TEST_LINES" \
+  train "$(realpath "${FILES[train.$SRC]}")" valid "$(realpath "${FILES[valid.$SRC]}")" \
+  test "$(realpath "${FILES[test.$SRC]}")")
+
+if [ -f "$OUT/manifest.json" ]; then
+  old=$(python -c 'import json,sys; m=json.load(open(sys.argv[1])); print(json.dumps(m.get("params"), sort_keys=True) if m.get("complete") else "")' "$OUT/manifest.json" 2>/dev/null || true)
+  if [ "$old" = "$PARAMS" ]; then log "up to date, skipping: $OUT (manifest.json matches)"; exit 0; fi
+  log "parameters differ from $OUT/manifest.json: rebuilding $OUT"
+elif [ -e "$OUT" ]; then
+  die "$OUT exists but has no complete manifest.json (half-made or not ours): remove it, then rerun"
+fi
+use_venv
+
+TMP="$OUT.tmp.$$"
+cleanup() { rm -rf "$TMP"; }
+trap cleanup EXIT
+# SIGINT/SIGTERM: stop the children (sacremoses, subword-nmt, fairseq-preprocess) too
+trap 'trap - INT TERM; log "interrupted: nothing published"; kill 0 2>/dev/null; exit 130' INT TERM
+mkdir -p "$TMP/text"
+
+lower() { python -c 'import sys
+for line in sys.stdin: sys.stdout.write(line.lower())'; }
+tokenize() {  # L (stdin -> stdout)
+  if [ "$TOKENIZER" = moses ]; then sacremoses -q -l "$1" -j "$WORKERS" tokenize; else cat; fi
+}
+maybe_lower() { if [ "$LOWERCASE" = 1 ]; then lower; else cat; fi; }
+
+# 1. raw text (first N lines) and its tokenized form
+for split in train valid test; do
+  n=${split^^}_LINES
+  for l in "$SRC" "$TGT"; do
+    log "tokenize $split.$l (${FILES[$split.$l]})"
+    read_text "${FILES[$split.$l]}" | head_n "${!n}" > "$TMP/text/$split.raw.$l"
+    tokenize "$l" < "$TMP/text/$split.raw.$l" | maybe_lower > "$TMP/text/$split.tok.$l"
+  done
+done
+
+# 2. joint BPE, learnt on train only
+if [ "$BPE_MERGES" -gt 0 ]; then
+  log "learn $BPE_MERGES joint BPE merges on train"
+  cat "$TMP/text/train.tok.$SRC" "$TMP/text/train.tok.$TGT" | subword-nmt learn-bpe -s "$BPE_MERGES" > "$TMP/code"
+  for split in train valid test; do
+    for l in "$SRC" "$TGT"; do
+      subword-nmt apply-bpe -c "$TMP/code" < "$TMP/text/$split.tok.$l" > "$TMP/text/$split.$l"
+    done
+  done
+else
+  for split in train valid test; do
+    for l in "$SRC" "$TGT"; do cp "$TMP/text/$split.tok.$l" "$TMP/text/$split.$l"; done
+  done
+fi
+
+# 3. check what steps 1-2 made: every file of a split has the input's line count
+#    (a tokenizer or BPE killed mid-way leaves fewer lines, never an error code alone)
+declare -A COUNT=()
+for split in train valid test; do
+  n=${split^^}_LINES
+  want=$(read_text "${FILES[$split.$SRC]}" | head_n "${!n}" | wc -l)
+  want_tgt=$(read_text "${FILES[$split.$TGT]}" | head_n "${!n}" | wc -l)
+  [ "$want" = "$want_tgt" ] || die "$split: ${FILES[$split.$SRC]} has $want lines but ${FILES[$split.$TGT]} has $want_tgt: not a parallel corpus"
+  [ "$want" -gt 0 ] || die "$split: no lines in ${FILES[$split.$SRC]}"
+  for l in "$SRC" "$TGT"; do
+    for stage in raw tok ""; do
+      f=$TMP/text/$split${stage:+.$stage}.$l
+      got=$(wc -l < "$f")
+      [ "$got" = "$want" ] || die "$split.$l: $(basename "$f") has $got lines, expected $want (a step failed or was killed); nothing published"
+    done
+  done
+  COUNT[$split]=$want
+done
+if [ "$BPE_MERGES" -gt 0 ]; then
+  merges=$(grep -vc '^#' "$TMP/code" || true)
+  # subword-nmt stops early only when no pair occurs twice: fine, but say it
+  [ "$merges" -gt 0 ] || die "BPE learnt no merges from train: is the training text empty?"
+  [ "$merges" = "$BPE_MERGES" ] || log "note: subword-nmt learnt $merges of $BPE_MERGES merges (no more frequent pairs)"
+fi
+
+# 4. binarize
+dict_args=(); [ "$JOINED" = 1 ] && dict_args+=(--joined-dictionary)
+log "fairseq-preprocess ($SRC -> $TGT)"
+fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" "${dict_args[@]}" \
+  --trainpref "$TMP/text/train" --validpref "$TMP/text/valid" --testpref "$TMP/text/test" \
+  --destdir "$TMP/bin" --workers "$WORKERS" > "$TMP/preprocess.log" 2>&1
+cp "$TMP/text/test.raw.$SRC" "$TMP/bin/test.raw.$SRC"
+cp "$TMP/text/test.raw.$TGT" "$TMP/bin/test.raw.$TGT"
+[ "$BPE_MERGES" = 0 ] || cp "$TMP/code" "$TMP/bin/code"
+
+# 5. manifest (and the <unk> check), then publish
+python - "$TMP/bin/manifest.json" "$TMP/preprocess.log" "$MAX_UNK" "$PARAMS" \
+  "${COUNT[train]}" "${COUNT[valid]}" "${COUNT[test]}" "$SRC" "$TGT" \
+  "${FILES[train.$SRC]}" "${FILES[train.$TGT]}" "${FILES[valid.$SRC]}" "${FILES[valid.$TGT]}" \
+  "${FILES[test.$SRC]}" "${FILES[test.$TGT]}" <<'PY'
+import datetime, hashlib, json, os, re, sys
+out, plog, max_unk, params = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
+counts = dict(zip(("train", "valid", "test"), map(int, sys.argv[5:8])))
+src, tgt, inputs = sys.argv[8], sys.argv[9], sys.argv[10:]
+# fairseq-preprocess: "[de] .../valid.de: 1014 sents, 17000 tokens, 0.35% replaced (by <unk>)"
+unk = {}
+for m in re.finditer(r"\[(\w+)\] \S*/(train|valid|test)\.\w+: (\d+) sents, (\d+) tokens, ([\d.]+)% replaced", open(plog).read()):
+    lang, split, sents, _tok, rate = m.groups()
+    if int(sents) != counts[split]:
+        sys.exit(f"error: fairseq-preprocess binarized {sents} {split}.{lang} sentences, expected {counts[split]}")
+    unk[f"{split}.{lang}"] = float(rate)
+if len(unk) != 6:
+    sys.exit(f"error: fairseq-preprocess reported {len(unk)} of 6 files (see its log): nothing published")
+bad = {k: v for k, v in unk.items() if k.split(".")[0] != "train" and v > max_unk}
+if bad:
+    sys.exit(f"error: <unk> rate above {max_unk}% in {bad}: check the languages, tokenizer and BPE (or --max-unk-rate)")
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+manifest = {
+    "complete": True, "made_by": "scripts/prepare-corpus.sh", "params": params,
+    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs],
+    "sentences": counts, "unk_rate_percent": unk,
+}
+with open(out, "w") as f:
+    json.dump(manifest, f, indent=1)
+    f.write("\n")
+PY
+mkdir -p "$(dirname "$OUT")"
+if [ -e "$OUT" ]; then rm -rf "$OUT.old.$$"; mv "$OUT" "$OUT.old.$$"; fi
+mv "$TMP/bin" "$OUT"
+rm -rf "$OUT.old.$$"
+log "ready: $OUT ($SRC -> $TGT: ${COUNT[train]} train, ${COUNT[valid]} valid, ${COUNT[test]} test pairs)"
