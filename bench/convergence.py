@@ -13,7 +13,7 @@ show the failure); the no-warmup runs decay as lr*sqrt(P/(P+t)) with the paper's
 P = 4000 (so their lr is nearly flat over this budget); lr 5e-4 (the paper's) and
 1e-3; the baseline warms up over ``--warmup`` updates (the paper's 4000 would not
 end within a CPU budget) and then decays as fairseq's inverse_sqrt. Width and
-batch are CPU-sized (default 256-512-4, 2048 tokens per update).
+batch are CPU-sized (default 128-256-4, 2048 tokens per update).
 
 Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu`` with 1 thread;
 valid loss (label-smoothed, bits) every ``--valid-every`` updates on 1000 real
@@ -48,9 +48,12 @@ MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
                   methods=["tfixup", BASELINE], one_seed_methods=[], warmup=4, max_tokens=512,
                   long_updates=0, valid_lines=50, test_lines=10),
-    "default": dict(embed=256, ffn=512, heads=4, layers=6, updates=1000, valid_every=50, seeds=[1, 2, 3],
+    # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup
+    # baseline to leave the unigram stage (the report's "stuck" column says whether it did);
+    # the long runs show what happens after
+    "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
                     lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln"], one_seed_methods=["preln"],
-                    warmup=400, max_tokens=2048, long_updates=3000, valid_lines=1000, test_lines=0),
+                    warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),
 }
 
 

@@ -71,6 +71,20 @@ def _stop_children(*_):
                 pass
 
 
+def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
+    """Run cmd with its output in log, in its own process group (stopped with the study); its exit code."""
+    with open(log, "w") as logf:
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        with _live_lock:
+            _live.add(proc)
+        try:
+            return proc.wait()
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+
+
 def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) -> dict:
     """One fairseq-train run; returns its record (curves, status, wall time, command)."""
     rundir = work / run.id
@@ -81,15 +95,7 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
     t0 = time.time()
-    with open(rundir / "train.log", "w") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        with _live_lock:
-            _live.add(proc)
-        try:
-            rc = proc.wait()
-        finally:
-            with _live_lock:
-                _live.discard(proc)
+    rc = run_logged(cmd, rundir / "train.log", env)
     wall = time.time() - t0
     text = (rundir / "train.log").read_text(errors="replace")
     parsed = common.parse_train_log(text)
