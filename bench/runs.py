@@ -73,6 +73,8 @@ def _stop_children(*_):
 
 def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
     """Run cmd with its output in log, in its own process group (stopped with the study); its exit code."""
+    if _stopping.is_set():
+        return -signal.SIGTERM  # the study is stopping: start nothing new
     with open(log, "w") as logf:
         proc = subprocess.Popen([str(c) for c in cmd], stdout=logf, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
@@ -173,35 +175,40 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
         return records
     old_term = signal.signal(signal.SIGTERM, _terminate)
     t0, done = time.time(), 0
+    pool = concurrent.futures.ThreadPoolExecutor(jobs)
+    futures = {pool.submit(execute, r): r for r in todo}
+    pending = set(futures)
     try:
-        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = {}
-            for r in todo:
-                futures[pool.submit(execute, r)] = r
-            pending = set(futures)
-            while pending:
-                finished, pending = concurrent.futures.wait(pending, timeout=heartbeat_s,
-                                                            return_when=concurrent.futures.FIRST_COMPLETED)
-                for fut in finished:
-                    r = futures[fut]
+        while pending:
+            finished, pending = concurrent.futures.wait(pending, timeout=heartbeat_s,
+                                                        return_when=concurrent.futures.FIRST_COMPLETED)
+            for fut in finished:
+                r = futures[fut]
+                if _stopping.is_set():
+                    continue
+                try:
                     rec = fut.result()
-                    if _stopping.is_set():
-                        continue
-                    common.write_json(store / f"{r.id}.json", rec)
-                    records[r.id] = rec
-                    done += 1
-                    eta = (time.time() - t0) / done * (len(todo) - done)
-                    common.log(f"done {r.id}: {rec['status']}, {rec['wall_s']:.0f} s "
-                               f"({done}/{len(todo)}; about {eta / 60:.0f} min left)")
-                    if on_record:
-                        on_record(records)
-                running = [futures[f].id for f in pending if f.running()]
-                if running and not finished:  # a progress line when nothing else was said for a while
-                    common.log("running: " + ", ".join(f"{i} ({_progress(i, work)})" for i in running))
+                except Exception as e:  # a bug or a full disk in one run: say so, keep the others going
+                    common.log(f"{r.id}: failed to run ({type(e).__name__}: {e}); not recorded")
+                    continue
+                common.write_json(store / f"{r.id}.json", rec)
+                records[r.id] = rec
+                done += 1
+                eta = (time.time() - t0) / done * (len(todo) - done)
+                wall = rec.get("wall_s", rec.get("train_wall_s", 0))
+                common.log(f"done {r.id}: {rec['status']}, {wall:.0f} s "
+                           f"({done}/{len(todo)}; about {eta / 60:.0f} min left)")
+                if on_record:
+                    on_record(records)
+            running = [futures[f].id for f in pending if f.running()]
+            if running and not finished:  # a progress line when nothing else was said for a while
+                common.log("running: " + ", ".join(f"{i} ({_progress(i, work)})" for i in running))
     except KeyboardInterrupt:
         _stop_children()
         common.log("interrupted: finished runs are recorded; rerun the same command to do the rest")
-        raise
+        raise SystemExit(130)
     finally:
+        # queued runs must not start (leaving a `with ThreadPoolExecutor` would run them all)
+        pool.shutdown(wait=True, cancel_futures=True)
         signal.signal(signal.SIGTERM, old_term)
     return records
