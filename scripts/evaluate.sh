@@ -18,6 +18,9 @@ Config values (BEAM, LENPEN, AVG_CANDIDATES, ...) can be overridden by env or --
   --cpu             run on CPU
   --subset NAME     subset to translate and score (default test)
   --max-tokens N    tokens per generation batch (default \$EVAL_MAX_TOKENS or 8000)
+Hypotheses are capped at MAX_LEN_A * source length + MAX_LEN_B tokens (default 1.2 and 10,
+as fairseq's translation example): an undertrained model would otherwise write 200
+tokens per sentence and generation would take many times longer.
   --set KEY=VALUE   override a config value (repeatable)
   --dry-run         print the commands and exit
   -h, --help        this text
@@ -25,6 +28,7 @@ USAGE
 }
 
 CPU=0; SUBSET=test; EVAL_MAX_TOKENS=${EVAL_MAX_TOKENS:-8000}; DRY_RUN=0; POS=()
+MAX_LEN_A=${MAX_LEN_A:-1.2}; MAX_LEN_B=${MAX_LEN_B:-10}
 while [ $# -gt 0 ]; do
   case $1 in
     --cpu) CPU=1; shift;;
@@ -50,7 +54,8 @@ common=(--user-dir "$TFIXUP_ROOT/fairseq_tfixup" --task translation --source-lan
 average_cmd=(python -m fairseq_tfixup.pipeline average --ckpt-dir "$OUT/checkpoints" --candidates "$AVG_CANDIDATES"
              --data "$DATA" --out "$EVAL/averaged.pt" --json "$EVAL/averaging.json" -- "${common[@]}")
 generate_cmd=(fairseq-generate "$DATA" --path "$EVAL/averaged.pt" --gen-subset "$SUBSET"
-              --beam "$BEAM" --lenpen "$LENPEN" --remove-bpe "${common[@]}")
+              --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B"
+              --remove-bpe "${common[@]}")
 results_cmd=(python -m fairseq_tfixup.pipeline results --experiment "$EXPERIMENT" --generate "$EVAL/generate-$SUBSET.txt"
              --checkpoint "$EVAL/averaged.pt" --train-dir "$OUT" --raw-refs "$DATA/$SUBSET.raw.$TGT"
              --average-json "$EVAL/averaging.json" --subset "$SUBSET" --out "$EVAL/results.json")
