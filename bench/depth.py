@@ -1,198 +1,178 @@
-"""Depth (paper Fig. 4b): 64-128-2 models with 6 ... 200 layers per side, no warmup.
+"""Depth (paper Fig. 4b): 64-128-2 models with 6 to 200 layers per side, no warmup.
 
-  tfixup   transformer_tfixup_deep_narrow (no LayerNorm, T-Fixup init)
+  tfixup   transformer_tfixup 64-128-2 (no LayerNorm, T-Fixup init)
   postln   stock fairseq ``transformer`` 64-128-2, Post-LN
   preln    stock fairseq ``transformer`` 64-128-2, Pre-LN
 
-Same data, lr, schedule (inverse_sqrt_nowarmup) and short update budget for all.
-Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu`` with a JSON log at
-every update; we record the loss of the first and last updates, the valid loss
-at the end, NaN/Inf (fairseq stops with FloatingPointError), and the wall time
-per update. "trained" means finite and the last updates' train loss at least
-``--min-drop`` bits below the first update's. The unigram entropy of the target
-side is printed as a reference: a model near it has learnt word frequencies only.
+Same data, lr (the paper's 5e-4), schedule (lr*sqrt(P/(P+t)), P = 4000: no
+warmup for anyone) and batch for all. Each run is ``fairseq-train --user-dir
+fairseq_tfixup --cpu`` (1 thread) with valid loss every ``--valid-every``
+updates. A run counts as **trained** when its final valid loss ends at least
+``--margin`` bits below the unigram level of the valid set (bench/unigram.py,
+computed from the data), not when its loss merely dropped: every model leaves
+its random start quickly, and a model at the unigram level has learnt word
+frequencies only. The budget is set so that the shallow models leave the
+unigram stage; the deepest runs get fewer updates (``--deep-updates``) to keep
+the study within about 90 minutes of this machine, and the report says so.
 
-    python -m bench.depth --quick --out /tmp/depth
-    python -m bench.depth --out results/bench           # default mode, ~15-20 min
+Resumable: finished runs are recorded under OUT/depth/runs/.
+
+    python -m bench.depth --smoke --out /tmp/depth
+    python -m bench.depth --out results/bench
 """
 
-import math
 import pathlib
-import statistics
 import sys
-import tempfile
 
-from bench import common
+from bench import common, runs as runlib
+from bench.unigram import unigram_level
 
-METHODS = {
-    "tfixup": ("transformer_tfixup_deep_narrow", [], "T-Fixup"),
-    "postln": ("transformer", [], "Post-LN"),
-    "preln": ("transformer", ["--encoder-normalize-before", "--decoder-normalize-before"], "Pre-LN"),
+METHODS = {  # name: (model family in common.FAMILIES, label)
+    "tfixup": ("tfixup", "T-Fixup"),
+    "postln": ("postln", "Post-LN"),
+    "preln": ("preln", "Pre-LN"),
 }
 
 MODES = {
-    "smoke": dict(depths=[2, 6], methods=["tfixup", "postln"], updates=6, max_tokens=512,
-                  valid_lines=100, test_lines=30),
-    "quick": dict(depths=[6, 24], methods=list(METHODS), updates=15, max_tokens=512,
-                  valid_lines=300, test_lines=200),
-    "default": dict(depths=[6, 200, 24, 50, 100], methods=list(METHODS), updates=30, max_tokens=256,
-                    valid_lines=300, test_lines=200),
+    "smoke": dict(depths=[2, 6], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
+                  valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
+    "default": dict(depths=[6, 20, 50, 100, 200], methods=list(METHODS), updates=600, deep_updates=300,
+                    deep_from=200, valid_every=50, max_tokens=1024, valid_lines=1000, test_lines=0),
 }
 
 
-def unigram_entropy(dict_file: pathlib.Path) -> float:
-    """Entropy (bits/token) of the target words' frequencies in the training data (fairseq's dict counts)."""
-    counts = [int(line.rsplit(" ", 1)[1]) for line in open(dict_file) if line.strip()]
-    total = sum(counts)
-    return -sum(c / total * math.log2(c / total) for c in counts if c)
+def budget(cfg: dict, depth: int) -> int:
+    return cfg["deep_updates"] if depth >= cfg["deep_from"] else cfg["updates"]
 
 
-def summarise(res: dict, min_drop: float) -> dict:
-    train = res["train"]
-    losses = [r["loss"] for r in train]
-    finite = [l for l in losses if isinstance(l, float) and math.isfinite(l)]
-    # seconds per update from fairseq's "ups" at --log-interval 1, skipping the first two (warm-up of caches)
-    spu = [1.0 / r["ups"] for r in train[2:] if isinstance(r.get("ups"), float) and r["ups"] > 0]
-    first = losses[0] if losses else None
-    last = statistics.mean(finite[-10:]) if finite else None
-    valid = res["valid"][-1]["valid_loss"] if res["valid"] else None
-    ok = res["status"] == "ok"
-    return {
-        "status": res["status"], "updates_done": int(train[-1]["num_updates"]) if train else 0,
-        "first_loss": first, "last_loss_mean10": last,
-        "valid_loss": valid if ok else None,
-        "trained": bool(ok and first is not None and last is not None and last <= first - min_drop),
-        "s_per_update": statistics.median(spu) if spu else None,
-        "wall_s": res["wall_s"], "train_curve": [(int(r["num_updates"]), r["loss"]) for r in train],
-        "command": res["command"], **({"error_tail": res["error_tail"]} if "error_tail" in res else {}),
-    }
+def make_runs(cfg: dict, data: pathlib.Path) -> list:
+    out = []
+    for depth in cfg["depths"]:
+        for m in cfg["methods"]:
+            fam = common.FAMILIES[METHODS[m][0]]
+            updates = budget(cfg, depth)
+            args = (["--arch", fam["arch"]] + fam["flags"] + common.dims_flags(64, 128, 2, depth, depth)
+                    + common.schedule_flags(0, cfg["decay_period"])
+                    + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1)
+                    + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+                       "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
+            out.append(runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data)))
+    return out
 
 
-def run(args, cfg, write) -> dict:
-    """Every (depth, method) in the mode's order; after each run ``write`` gets the result so far."""
-    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
+def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
+    threshold = level["train_fit"] - margin
     rows = []
-    with tempfile.TemporaryDirectory(prefix="bench-depth-") as work:
-        for depth in cfg["depths"]:
-            for name in cfg["methods"]:
-                arch, extra, _ = METHODS[name]
-                flags = (["--arch", arch] + extra + common.dims_flags(64, 128, 2, depth, depth)
-                         + common.schedule_flags(0, args.decay_period)
-                         + common.common_train_flags(args.lr, cfg["max_tokens"], cfg["updates"], args.seed, 0.1)
-                         + ["--log-interval", "1", "--no-save", "--validate-interval", "1000"])
-                common.log(f"train {name} {depth}+{depth} layers ({cfg['updates']} updates)")
-                res = common.fairseq_train(data, flags, pathlib.Path(work) / f"{name}-{depth}",
-                                           threads=args.threads, timeout=args.run_timeout)
-                row = {"method": name, "depth": depth, **summarise(res, args.min_drop)}
-                common.log(f"  {row['status']}: loss {row['first_loss']} -> {row['last_loss_mean10']}, valid "
-                           f"{row['valid_loss']}, {row['s_per_update']} s/update")
-                rows.append(row)
-                write(result_of(args, cfg, data, rows, complete=False))
-    return result_of(args, cfg, data, rows, complete=True)
-
-
-def result_of(args, cfg, data, rows, complete) -> dict:
-    rows = sorted(rows, key=lambda r: (r["depth"], list(METHODS).index(r["method"])))
-    trained = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
+    for rec in records.values():
+        curve = rec["valid_curve"]
+        final = curve[-1][1] if curve and rec["status"] == "ok" else None
+        rows.append({"method": rec["method"], "depth": rec["depth"], "updates": rec["updates"],
+                     "status": rec["status"], "final_valid": final,
+                     "best_valid": min((l for _, l in curve), default=None),
+                     "trained": final is not None and final <= threshold,
+                     "s_per_update": rec.get("s_per_update")})
+    rows.sort(key=lambda r: (r["depth"], list(METHODS).index(r["method"])))
+    deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
                for m in cfg["methods"]}
     return {
-        "benchmark": "depth", "mode": args.mode, "complete": complete, "command": common.command_line(), "machine": common.machine(),
-        "data": common.data_description(data), "threads": args.threads,
-        "data_counts": common.data_counts(data),
-        "config": {**cfg, "dims": "64-128-2", "lr": args.lr, "decay_period": args.decay_period, "seed": args.seed,
-                   "min_drop": args.min_drop, "schedule": "inverse_sqrt_nowarmup (no warmup) for every method",
-                   "optimizer": "adam (0.9, 0.98), wd 1e-4, label smoothing 0.1, dropout 0.1"},
-        "unigram_entropy_bits": unigram_entropy(data / "dict.en.txt"),
-        "deepest_trained": trained, "runs": rows,
+        "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+        "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
+        "config": cfg, "unigram_level": level, "trained_threshold": round(threshold, 4), "margin_bits": margin,
+        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
+        "deepest_trained": deepest, "rows": rows, "records": records,
     }
 
 
-def report(result: dict) -> str:
-    cfg = result["config"]
-    label = {m: METHODS[m][2] for m in METHODS}
-    rows = [[f"{r['depth']}+{r['depth']}", label[r["method"]], r["status"], r["updates_done"], r["first_loss"],
-             r["last_loss_mean10"], r["valid_loss"], "yes" if r["trained"] else "no", r["s_per_update"]]
-            for r in result["runs"]]
-    deepest = ", ".join(f"{label[m]}: {d if d is not None else 'none'}" for m, d in result["deepest_trained"].items())
-    return (
-        common.header_md("Depth: 64-128-2 models, 6 to 200 layers per side, no warmup (paper Fig. 4b)", result)
-        + ("" if result["complete"] else "**PARTIAL: written while the benchmark ran (or after it was stopped); not every run had finished.**\n\n")
-        + f"{cfg['updates']} updates at max-tokens {cfg['max_tokens']}, lr {cfg['lr']}, "
-        f"lr*sqrt(P/(P+t)) with P = {cfg['decay_period']} for every method (no warmup), seed {cfg['seed']}. "
-        f"Loss = label-smoothed cross-entropy in bits; 'last' = mean of the last 10 updates; valid loss on "
-        f"{result['data_counts'].get('valid')} valid sentences after the last update. 'trained' = finite and last <= first - "
-        f"{cfg['min_drop']}. Unigram entropy of the target words: {result['unigram_entropy_bits']:.2f} bits.\n\n"
-        + common.md_table(["layers", "method", "status", "updates", "first loss", "last loss", "valid loss",
-                           "trained", "s/update"], rows)
-        + f"\n\nDeepest model that trained (layers per side): {deepest}\n"
-    )
+def report(res: dict) -> str:
+    cfg, lv = res["config"], res["unigram_level"]
+    text = common.header_md("Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)", res)
+    if not res["complete"]:
+        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    text += (
+        f"lr {cfg['lr']}, lr*sqrt(P/(P+t)) with P = {cfg['decay_period']} for every method (no warmup), "
+        f"{cfg['max_tokens']} tokens per update, dropout 0.1, seed {cfg['seed']}; {cfg['updates']} updates, "
+        f"**{cfg['deep_updates']} from {cfg['deep_from']} layers per side** (time). Unigram level of the valid set: "
+        f"{lv['train_fit']} bits; a run is **trained** when its final valid loss is at most "
+        f"{res['trained_threshold']} ({res['margin_bits']} bit below).\n\n"
+        + common.md_table(["layers per side", "method", "updates", "status", "final valid", "best valid", "trained",
+                           "s/update"],
+                          [[r["depth"], METHODS[r["method"]][1], r["updates"], r["status"], r["final_valid"],
+                            r["best_valid"], "yes" if r["trained"] else "NO", r["s_per_update"]]
+                           for r in res["rows"]])
+        + "\n\nDeepest model that trained (layers per side): "
+        + ", ".join(f"{METHODS[m][1]} {d if d is not None else 'none'}" for m, d in res["deepest_trained"].items())
+        + "\n")
+    return text
 
 
-def plot(result: dict, path: pathlib.Path) -> None:
+def plot(res: dict, path: pathlib.Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"tfixup": "C3", "postln": "C0", "preln": "C1"}
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for m in result["config"]["methods"]:
-        rs = [r for r in result["runs"] if r["method"] == m]
-        ok = [r for r in rs if r["valid_loss"] is not None]
-        bad = [r for r in rs if r["status"] != "ok"]
-        axes[0].plot([r["depth"] for r in ok], [r["valid_loss"] for r in ok], "o-", color=colors[m],
-                     label=METHODS[m][2])
-        for r in bad:
-            axes[0].axvline(r["depth"], color=colors[m], ls="--", alpha=0.5)
-            axes[0].annotate(f"{METHODS[m][2]} {r['status']}", (r["depth"], axes[0].get_ylim()[1]),
-                             color=colors[m], fontsize=7, rotation=90, va="top")
-        sp = [r for r in rs if r["s_per_update"]]
-        axes[1].plot([r["depth"] for r in sp], [r["s_per_update"] for r in sp], "o-", color=colors[m],
-                     label=METHODS[m][2])
-        deepest = max(rs, key=lambda r: r["depth"]) if rs else None
-        if deepest and deepest["train_curve"]:
-            u, l = zip(*[(u, l) for u, l in deepest["train_curve"] if isinstance(l, float) and math.isfinite(l)] or [(0, 0)])
-            axes[2].plot(u, l, color=colors[m], label=f"{METHODS[m][2]} {deepest['depth']}+{deepest['depth']}")
-    axes[0].axhline(result["unigram_entropy_bits"], color="gray", ls=":", label="unigram entropy")
-    for ax, t, y in ((axes[0], "valid loss after the budget", "valid loss (bits)"),
-                     (axes[1], "wall time per update (1 CPU thread)", "s / update"),
-                     (axes[2], "train loss, deepest models", "train loss (bits)")):
-        ax.set_title(t, fontsize=9)
-        ax.set_ylabel(y)
+    methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
+    fig, axes = plt.subplots(1, len(methods) + 1, figsize=(4.5 * (len(methods) + 1), 4), squeeze=False)
+    axes = axes[0]
+    for m in methods:
+        rows = [r for r in res["rows"] if r["method"] == m and r["final_valid"] is not None]
+        axes[0].plot([r["depth"] for r in rows], [r["final_valid"] for r in rows], "o-", color=colors[m],
+                     label=METHODS[m][1])
+    for ax in axes:
+        ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
+        ax.axhline(res["trained_threshold"], color="gray", ls=":", lw=1, label="trained below this")
         ax.grid(alpha=0.3)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("layers per side")
+    axes[0].set_ylabel("final valid loss (bits)")
+    axes[0].set_title("final valid loss vs depth", fontsize=9)
+    for ax, m in zip(axes[1:], methods):
+        for rec in sorted(res["records"].values(), key=lambda r: r["depth"]):
+            if rec["method"] == m and rec["valid_curve"]:
+                ax.plot(*zip(*rec["valid_curve"]), label=f"{rec['depth']}+{rec['depth']}")
+        ax.set_title(f"{METHODS[m][1]}: valid loss", fontsize=9)
+        ax.set_xlabel("updates")
+    for ax in axes:
         ax.legend(fontsize=7)
-    for ax in axes[:2]:
-        ax.set_xscale("log")
-        ax.set_xlabel("layers per side")
-    axes[2].set_xlabel("updates")
     common.save_figure(fig, path)
     plt.close(fig)
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}")
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}, depth/runs/")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--depths", type=int, nargs="+", help="layers per side (override the mode's)")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS), help="override the mode's methods")
-    p.add_argument("--updates", type=int, help="override the mode's update budget")
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4)")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS))
+    p.add_argument("--updates", type=int, help="updates per run below --deep-from layers")
+    p.add_argument("--deep-updates", type=int, help="updates per run from --deep-from layers on")
+    p.add_argument("--deep-from", type=int, help="depth from which runs get --deep-updates")
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4, the paper's)")
     p.add_argument("--decay-period", type=int, default=4000, help="P of inverse_sqrt_nowarmup (default 4000)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--min-drop", type=float, default=1.0, help="loss drop (bits) that counts as trained")
-    p.add_argument("--run-timeout", type=float, default=900, help="seconds before one run is stopped")
+    p.add_argument("--margin", type=float, default=1.0, help="bits below the unigram level that count as trained")
     args = p.parse_args(argv)
-    cfg = dict(MODES[args.mode])
-    for k in ("depths", "methods", "updates"):
+    if args.mode == "quick":
+        p.error("depth has --smoke and the default mode only")
+    cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
+    for k in ("depths", "methods", "updates", "deep_updates", "deep_from"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    out = pathlib.Path(args.out)
-    stem = "depth" + args.tag
+    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
+    level = unigram_level(data, "de", "en")
+    all_runs = make_runs(cfg, data)
+    cfg["n_runs"] = len(all_runs)
+    out, stem = pathlib.Path(args.out), "depth" + args.tag
+    work = runlib.work_dir(stem)
 
-    def write(result):
-        common.write_outputs(out, stem, result, plot, report(result), "depth study")
+    def write(records):
+        res = summarise(cfg, records, level, data, args.margin)
+        common.write_outputs(out, stem, res, plot, report(res), "depth study")
+        return res
 
-    result = run(args, cfg, write)
-    write(result)
-    print(report(result))
+    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
+                             work=work, jobs=args.jobs, on_record=write)
+    print(report(write(records)))
     return 0
 
 

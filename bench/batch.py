@@ -1,0 +1,166 @@
+"""Large batch without warmup (paper Fig. 4c): T-Fixup at 1x, 2x, 4x and 8x the batch.
+
+The batch grows with ``--update-freq`` (gradients of k batches of ``max_tokens``
+summed into one update, as k GPUs would); everything else is fixed: model
+(128-256-4, 6+6 layers), lr (the paper's 5e-4), schedule (lr*sqrt(P/(P+t)),
+P = 4000, no warmup), seed. The paper reports that convergence speed scales
+with the batch multiplier; we measure, for each k, the updates needed to reach
+a fixed valid loss: the loss the 1x run reaches at half its budget (so that
+1x reaches it by construction and every larger batch has the same target).
+Perfect scaling halves the updates per doubling: the report gives the measured
+factor per doubling (updates at 2k / updates at k) and says whether any size
+diverged. Larger batches get proportionally fewer updates, with 2x slack.
+
+Resumable: finished runs are recorded under OUT/batch/runs/.
+
+    python -m bench.batch --smoke --out /tmp/batch
+    python -m bench.batch --out results/bench
+"""
+
+import math
+import pathlib
+import statistics
+import sys
+
+from bench import common, runs as runlib
+from bench.unigram import unigram_level
+
+MODES = {
+    "smoke": dict(embed=32, ffn=64, heads=2, layers=2, multipliers=[1, 2], updates=8, valid_every=2,
+                  max_tokens=512, valid_lines=50, test_lines=10),
+    "default": dict(embed=128, ffn=256, heads=4, layers=6, multipliers=[1, 2, 4, 8], updates=800, valid_every=50,
+                    max_tokens=2048, valid_lines=1000, test_lines=0),
+}
+
+
+def plan(cfg: dict, k: int) -> tuple:
+    """(update budget, validation interval) for multiplier k: 2x the ideal budget updates/k/2, and
+    a validation interval that resolves it as finely as 1x's."""
+    updates = cfg["updates"] if k == 1 else max(2, math.ceil(cfg["updates"] / k))
+    return updates, max(1, cfg["valid_every"] // k)
+
+
+def make_runs(cfg: dict, data: pathlib.Path) -> list:
+    fam = common.FAMILIES["tfixup"]
+    out = []
+    for k in cfg["multipliers"]:
+        updates, every = plan(cfg, k)
+        args = (["--arch", fam["arch"]] + fam["flags"]
+                + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
+                + common.schedule_flags(0, cfg["decay_period"])
+                + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1)
+                + ["--update-freq", k, "--validate-interval-updates", every, "--validate-interval", 100000,
+                   "--save-interval", 100000, "--no-save", "--log-interval", every])
+        out.append(runlib.Run(f"tfixup-x{k}", dict(multiplier=k, updates=updates), args, str(data)))
+    return out
+
+
+def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict:
+    base = records.get("tfixup-x1")
+    target = None
+    if base and base["valid_curve"] and base["status"] == "ok":
+        half = cfg["updates"] // 2
+        target = min(l for u, l in base["valid_curve"] if u <= half)
+    rows = []
+    for rec in sorted(records.values(), key=lambda r: r["multiplier"]):
+        reached = next((u for u, l in rec["valid_curve"] if target is not None and l <= target), None)
+        rows.append({"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
+                     "diverged": rec["status"] == "nan", "updates_to_target": reached,
+                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
+                     "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]})
+    factors = []
+    for a, b in zip(rows, rows[1:]):
+        if a["updates_to_target"] and b["updates_to_target"] and b["multiplier"] == 2 * a["multiplier"]:
+            factors.append(round(b["updates_to_target"] / a["updates_to_target"], 3))
+    return {
+        "benchmark": "batch", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+        "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
+        "config": cfg, "unigram_level": level, "target_valid_loss": target,
+        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "rows": rows,
+        "factor_per_doubling": factors,
+        "factor_per_doubling_mean": round(statistics.mean(factors), 3) if factors else None,
+        "any_diverged": any(r["diverged"] for r in rows), "records": records,
+    }
+
+
+def report(res: dict) -> str:
+    cfg = res["config"]
+    text = common.header_md("Large batch without warmup (paper Fig. 4c), T-Fixup", res)
+    if not res["complete"]:
+        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    text += (
+        f"T-Fixup {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, lr {cfg['lr']}, "
+        f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}, no warmup; batch = update-freq k x {cfg['max_tokens']} tokens. "
+        f"Target: valid loss {res['target_valid_loss']} bits (the 1x run's best by update {cfg['updates'] // 2}); "
+        f"unigram level {res['unigram_level']['train_fit']} bits.\n\n"
+        + common.md_table(["batch", "tokens per update", "updates run", "status", "updates to target", "final valid",
+                           "wall s"],
+                          [[f"{r['multiplier']}x", r["tokens_per_update"], r["updates"], r["status"],
+                            r["updates_to_target"], r["final_valid"], r["wall_s"]] for r in res["rows"]])
+        + f"\n\nUpdates to the target, 2k / k (perfect scaling: 0.5): {res['factor_per_doubling'] or 'n/a'}; "
+        f"mean {res['factor_per_doubling_mean']}. Diverged: {'yes' if res['any_diverged'] else 'none'}.\n")
+    return text
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for rec in sorted(res["records"].values(), key=lambda r: r["multiplier"]):
+        if rec["valid_curve"]:
+            u, l = zip(*rec["valid_curve"])
+            axes[0].plot(u, l, label=f"{rec['multiplier']}x")
+            axes[1].plot([x * rec["multiplier"] for x in u], l, label=f"{rec['multiplier']}x")
+    for ax, xl in zip(axes, ("updates", "updates x batch multiplier (tokens seen / batch)")):
+        if res["target_valid_loss"] is not None:
+            ax.axhline(res["target_valid_loss"], color="gray", ls=":", label="target")
+        ax.set_xlabel(xl)
+        ax.set_ylabel("valid loss (bits)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title("valid loss vs updates", fontsize=9)
+    axes[1].set_title("same, vs data seen (curves coincide if per-token progress is unchanged)", fontsize=8)
+    common.save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = common.benchmark_parser(__doc__.split("\n\n")[0], "batch.{json,md,png}, batch/runs/")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
+    p.add_argument("--multipliers", type=int, nargs="+")
+    p.add_argument("--updates", type=int, help="update budget of the 1x run")
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--decay-period", type=int, default=4000)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.mode == "quick":
+        p.error("batch has --smoke and the default mode only")
+    cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
+    for k in ("multipliers", "updates"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    if 1 not in cfg["multipliers"]:
+        p.error("--multipliers must include 1 (the run that sets the target)")
+    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
+    level = unigram_level(data, "de", "en")
+    all_runs = make_runs(cfg, data)
+    cfg["n_runs"] = len(all_runs)
+    out, stem = pathlib.Path(args.out), "batch" + args.tag
+    work = runlib.work_dir(stem)
+
+    def write(records):
+        res = summarise(cfg, records, level, data)
+        common.write_outputs(out, stem, res, plot, report(res), "large-batch study")
+        return res
+
+    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
+                             work=work, jobs=args.jobs, on_record=write)
+    print(report(write(records)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
