@@ -60,7 +60,10 @@ def overrides(cfg: dict, method: str) -> dict:
          "ENCODER_LAYERS": cfg["layers"], "DECODER_LAYERS": cfg["layers"], "MAX_TOKENS": cfg["max_tokens"],
          "BATCH_SHARDS": 1, "MAX_EPOCH": cfg["max_epoch"], "MAX_UPDATE": cfg["max_update"],
          "DROPOUT": cfg["dropout"], "KEEP_LAST": cfg["keep_last"], "AVG_CANDIDATES": cfg["avg"],
-         "BEAM": cfg["beam"], "SAVE_INTERVAL_UPDATES": 0, "LOG_INTERVAL": cfg["log_interval"], "SEED": 1}
+         "BEAM": cfg["beam"], "SAVE_INTERVAL_UPDATES": 0, "LOG_INTERVAL": cfg["log_interval"], "SEED": 1,
+         # pinned here, not left to the configs: one protocol for every run of the study, and
+         # the same as the convergence study's (no gradient clipping)
+         "CLIP_NORM": 0, "LR": "5e-4"}
     if method != "tfixup":
         o["WARMUP_UPDATES"] = cfg["warmup"]  # the configs' 4000 would not end within a CPU run
     return o

@@ -53,8 +53,9 @@ class Run:
 
 
 def work_dir(study: str) -> pathlib.Path:
-    """Scratch space of a study's runs (logs, checkpoints): <repo>/work/bench/STUDY, git-ignored."""
-    return common.REPO / "work" / "bench" / study
+    """Scratch space of a study's runs (logs, checkpoints): $TFIXUP_BENCH_WORK/STUDY, by default
+    <repo>/work/bench/STUDY (git-ignored)."""
+    return pathlib.Path(os.environ.get("TFIXUP_BENCH_WORK", common.REPO / "work" / "bench")) / study
 
 
 _live = set()            # Popen objects of running children

@@ -1,0 +1,262 @@
+"""The evidence studies in bench/: their arithmetic on known inputs, the unigram level against
+fairseq's own criterion, resuming and interrupting, and --smoke runs end to end on the real data
+(structure and units only: the numbers of a smoke run are not results)."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO))
+from bench import batch, convergence, depth, quality, runs as runlib  # noqa: E402
+from bench.unigram import unigram_level  # noqa: E402
+
+LEVEL = {"oracle": 9.5, "train_fit": 9.8, "label_smoothing": 0.1, "vocab": 100, "valid_tokens": 1000}
+
+
+def rec(id_, curve, status="ok", **meta):
+    return {"id": id_, "status": status, "valid_curve": curve, "wall_s": 10.0, "s_per_update": 0.1, **meta}
+
+
+# ---------------------------------------------------------------- arithmetic on known records
+
+
+def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
+    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=3, dropout=0.1, decay_period=4000)
+    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
+    records = {
+        # the baseline's best is 8.0 at update 400
+        "main-postln_warmup-lr0.001-s1": rec("main-postln_warmup-lr0.001-s1",
+                                             [(100, 9.8), (200, 9.0), (300, 8.3), (400, 8.0)],
+                                             method="postln_warmup", **meta),
+        # T-Fixup gets there at 150: ratio 150 / 400
+        "main-tfixup-lr0.001-s1": rec("main-tfixup-lr0.001-s1", [(50, 9.0), (100, 8.2), (150, 7.9), (400, 7.0)],
+                                      method="tfixup", **meta),
+        # Post-LN without warmup stays at the unigram level: stuck
+        "main-postln-lr0.001-s1": rec("main-postln-lr0.001-s1", [(100, 9.8), (400, 9.7)], method="postln", **meta),
+    }
+    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert res["stuck_threshold"] == pytest.approx(8.8)
+    assert rows["tfixup"]["ratio_to_baseline"] == pytest.approx(150 / 400)
+    assert rows["tfixup"]["updates_to_baseline_best"] == 150
+    assert [rows[m]["stuck"] for m in ("tfixup", "postln_warmup", "postln")] == [False, False, True]
+    assert rows["postln"]["updates_to_baseline_best"] is None
+    head = res["headline"]["main lr 0.001"]
+    assert head["ratio_mean"] == pytest.approx(0.375) and head["reached"] == 1
+    assert head["stuck"]["postln"] == "1/1" and head["stuck"]["tfixup"] == "0/1"
+    assert res["complete"]
+    text = convergence.report(res)
+    assert "STUCK" in text and "0.375" in text
+
+
+def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
+    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=2, dropout=0.1, decay_period=4000)
+    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
+    records = {"main-postln-lr0.001-s1": rec("main-postln-lr0.001-s1", [(100, 5.0)], status="nan",
+                                             method="postln", **meta)}
+    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    assert res["rows"][0]["stuck"] and not res["complete"]
+
+
+def test_depth_trained_means_below_the_unigram_level(tmp_path, monkeypatch):
+    monkeypatch.setattr(depth.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(depth.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(depth.MODES["smoke"], mode="smoke", n_runs=4, lr=5e-4, decay_period=4000, seed=1)
+    records = {
+        "tfixup-6": rec("tfixup-6", [(8, 8.5)], method="tfixup", depth=6, updates=8),
+        "tfixup-200": rec("tfixup-200", [(8, 8.7)], method="tfixup", depth=200, updates=8),
+        # dropped by 3 bits from its start but still at the unigram level: not trained
+        "postln-6": rec("postln-6", [(4, 12.8), (8, 9.6)], method="postln", depth=6, updates=8),
+        "postln-200": rec("postln-200", [(4, 8.0)], status="nan", method="postln", depth=200, updates=8),
+    }
+    res = depth.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    trained = {(r["method"], r["depth"]): r["trained"] for r in res["rows"]}
+    assert trained == {("tfixup", 6): True, ("tfixup", 200): True, ("postln", 6): False, ("postln", 200): False}
+    assert res["deepest_trained"] == {"tfixup": 200, "postln": None}
+
+
+def test_batch_scaling_factor(tmp_path, monkeypatch):
+    monkeypatch.setattr(batch.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(batch.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(batch.MODES["default"], mode="default", n_runs=3, lr=5e-4, decay_period=4000, seed=1)
+    records = {  # target: 1x's best by update 400 = 8.0; 2x needs 200 updates, 4x 150
+        "tfixup-x1": rec("tfixup-x1", [(200, 9.0), (400, 8.0), (800, 7.0)], multiplier=1, updates=800),
+        "tfixup-x2": rec("tfixup-x2", [(100, 8.6), (200, 7.9), (400, 7.0)], multiplier=2, updates=400),
+        "tfixup-x4": rec("tfixup-x4", [(100, 8.1), (150, 7.95)], multiplier=4, updates=200),
+    }
+    res = batch.summarise(cfg, records, LEVEL, tmp_path)
+    assert res["target_valid_loss"] == 8.0
+    assert [r["updates_to_target"] for r in res["rows"]] == [400, 200, 150]
+    assert res["factor_per_doubling"] == [0.5, 0.75] and res["factor_per_doubling_mean"] == pytest.approx(0.625)
+    assert not res["any_diverged"]
+    assert batch.plan(cfg, 1) == (800, 50) and batch.plan(cfg, 8) == (100, 6)
+
+
+def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):
+    monkeypatch.setattr(quality.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(quality.MODES["default"], mode="default")
+    base = {"id": "multi30k-postln", "corpus": "multi30k", "method": "postln", "status": "ok",
+            "valid_curve": [(100, 8.0), (200, 6.0)], "bleu_curve": [(100, 10.0), (200, 30.0)],
+            "wall_curve": [(100, 60.0), (200, 120.0)], "test": {"bleu_tok": 31.0}}
+    tfix = {"id": "multi30k-tfixup", "corpus": "multi30k", "method": "tfixup", "status": "ok",
+            "valid_curve": [(100, 7.0), (200, 5.5)], "bleu_curve": [(100, 31.0), (200, 35.0)],
+            "wall_curve": [(100, 66.0), (200, 130.0)], "test": {"bleu_tok": 36.0}}
+    res = quality.summarise(cfg, {base["id"]: base, tfix["id"]: tfix}, {"multi30k": str(tmp_path)}, 2)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert rows["tfixup"]["updates_to_baseline_best_valid_bleu"] == 100
+    assert rows["tfixup"]["wall_min_to_baseline_best_valid_bleu"] == 1.1
+    assert rows["postln"]["updates_to_baseline_best_valid_bleu"] == 200
+    assert rows["tfixup"]["test_bleu_tok"] == 36.0 and res["complete"]
+
+
+def test_quality_samples_are_the_first_test_sentences(tmp_path):
+    gen = tmp_path / "generate-test.txt"
+    gen.write_text("S-2\tdrei\nT-2\tthree\nH-2\t-0.1\tthree\nS-0\teins\nT-0\tone\nH-0\t-0.2\tone\n"
+                   "S-1\tzwei\nT-1\ttwo\nH-1\t-0.3\ttoo\nD-1\t-0.3\ttoo\n")
+    got = quality.samples(gen, 2)
+    assert got == [{"id": 0, "source": "eins", "reference": "one", "hypothesis": "one"},
+                   {"id": 1, "source": "zwei", "reference": "two", "hypothesis": "too"}]
+
+
+# ---------------------------------------------------------------- the unigram level
+
+
+def test_unigram_level_is_fairseqs_loss_of_the_best_unigram_model(iwslt_bin):
+    """Score fairseq's label_smoothed_nll_loss with q = the level's distribution at every valid
+    position: it must equal the computed level, and any other unigram distribution must do worse."""
+    import numpy as np
+    import torch
+    from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+    from fairseq.data import Dictionary, data_utils
+
+    level = unigram_level(iwslt_bin, "de", "en", label_smoothing=0.1)
+    d = Dictionary.load(str(iwslt_bin / "dict.en.txt"))
+    ds = data_utils.load_indexed_dataset(str(iwslt_bin / "valid.de-en.en"), d)
+    target = torch.cat([ds[i] for i in range(len(ds))]).long()
+    assert level["valid_tokens"] == len(target) and level["vocab"] == len(d)
+    counts = np.bincount(target.numpy(), minlength=len(d)).astype(np.float64)
+    eps, n, v = 0.1, len(target), len(d)
+    eps_i = eps / (v - 1)
+    q = torch.tensor(((1 - eps - eps_i) * counts + eps_i * n) / n)
+
+    def loss_bits(logq):
+        lprobs = logq.expand(len(target), v)
+        loss, _ = label_smoothed_nll_loss(lprobs, target.unsqueeze(-1), eps, ignore_index=d.pad(), reduce=True)
+        return float(loss) / n / math.log(2)
+
+    assert loss_bits(q.log()) == pytest.approx(level["oracle"], abs=1e-3)
+    torch.manual_seed(0)
+    other = torch.log_softmax(q.log() + 0.05 * torch.randn(v, dtype=torch.float64), -1)
+    assert loss_bits(other) > level["oracle"] + 1e-4
+    # fit on train, scored on valid: never better than the valid-fit optimum
+    assert level["train_fit"] >= level["oracle"]
+
+
+# ---------------------------------------------------------------- runs: resume and interrupt
+
+
+def bench_cmd(name, data, out, *extra):
+    return [sys.executable, "-m", f"bench.{name}", "--smoke", "--data", str(data), "--out", str(out), *extra]
+
+
+BENCH_ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+
+
+@pytest.fixture(autouse=True)
+def bench_work(tmp_path, monkeypatch):
+    """The studies' scratch space in the test's temp dir, not the checkout."""
+    monkeypatch.setitem(BENCH_ENV, "TFIXUP_BENCH_WORK", str(tmp_path / "bench-work"))
+
+
+def check_outputs(out: pathlib.Path, name: str) -> dict:
+    for ext in ("json", "md", "png"):
+        assert (out / f"{name}.{ext}").stat().st_size > 0
+    assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temp files left behind"
+    res = json.loads((out / f"{name}.json").read_text())
+    assert res["mode"] == "smoke" and res["command"].startswith(f"python -m bench.{name}")
+    assert "date_utc" in res["machine"] and res["data"]
+    assert oct((out / f"{name}.json").stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
+    return res
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_convergence_smoke_then_resume(iwslt_bin, tmp_path):
+    out = tmp_path / "conv"
+    proc = subprocess.run(bench_cmd("convergence", iwslt_bin, out), cwd=REPO, env=BENCH_ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = check_outputs(out, "convergence")
+    lv = res["unigram_level"]
+    assert 5 < lv["oracle"] <= lv["train_fit"] < 14  # bits per token for a ~6k-symbol vocabulary
+    assert res["stuck_threshold"] == pytest.approx(lv["train_fit"] - 1.0, abs=1e-3)
+    assert sorted(r["method"] for r in res["rows"]) == ["postln_warmup", "tfixup"]
+    for r in res["records"].values():
+        assert r["status"] == "ok" and [u for u, _ in r["valid_curve"]] == [4, 8]
+        assert all(math.isfinite(l) for _, l in r["valid_curve"])
+        assert "--decay-period 4000" in r["command"] or "--warmup-updates 4" in r["command"]
+    assert "main lr 0.001" in res["headline"]
+    stored = sorted((out / "convergence" / "runs").glob("*.json"))
+    assert len(stored) == 2
+    mtimes = [p.stat().st_mtime for p in stored]
+    # a rerun finds both runs recorded and trains nothing
+    proc = subprocess.run(bench_cmd("convergence", iwslt_bin, out), cwd=REPO, env=BENCH_ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "2 of 2 runs already recorded" in proc.stderr
+    assert [p.stat().st_mtime for p in stored] == mtimes
+
+
+def test_sigterm_stops_a_study_and_its_runs(iwslt_bin, tmp_path):
+    out = tmp_path / "conv"
+    env = dict(BENCH_ENV, TFIXUP_BENCH_WORK=str(tmp_path / "work"))
+    proc = subprocess.Popen(bench_cmd("convergence", iwslt_bin, out, "--updates", "100000", "--seeds", "1", "2"),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    work = tmp_path / "work" / "convergence"
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(work.glob("*/train.log")):
+        time.sleep(1)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1500:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert not list((out / "convergence" / "runs").glob("*.json"))
+    left = subprocess.run(["pgrep", "-f", f"{work}/"], capture_output=True, text=True).stdout.split()
+    assert not left, f"fairseq-train processes left running: {left}"
+
+
+def test_depth_and_batch_smoke(iwslt_bin, tmp_path):
+    proc = subprocess.run(bench_cmd("depth", iwslt_bin, tmp_path / "depth"), cwd=REPO, env=BENCH_ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = check_outputs(tmp_path / "depth", "depth")
+    assert [(r["depth"], r["method"]) for r in res["rows"]] == [(2, "tfixup"), (2, "postln"), (6, "tfixup"),
+                                                                (6, "postln")]
+    for r in res["rows"]:
+        assert r["status"] == "ok" and r["updates"] == 8 and r["s_per_update"] > 0
+        assert r["trained"] == (r["final_valid"] <= res["trained_threshold"])
+    proc = subprocess.run(bench_cmd("batch", iwslt_bin, tmp_path / "batch"), cwd=REPO, env=BENCH_ENV,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = check_outputs(tmp_path / "batch", "batch")
+    assert [(r["multiplier"], r["tokens_per_update"], r["updates"]) for r in res["rows"]] == [(1, 512, 8), (2, 1024, 4)]
+    assert "--update-freq 2" in res["records"]["tfixup-x2"]["command"]
+    assert res["target_valid_loss"] == min(l for u, l in res["records"]["tfixup-x1"]["valid_curve"] if u <= 4)
