@@ -1,0 +1,3 @@
+"""Methods the T-Fixup paper compares against, registered with fairseq on import."""
+
+from fairseq_tfixup.baselines import radam  # noqa: F401  (--optimizer radam)
