@@ -8,7 +8,7 @@ from torch import nn
 
 from fairseq_tfixup.baselines.ds_init import ds_init_bound
 
-from baseline_checks import TINY, assert_incremental_decoding_matches_full, train_briefly
+from model_checks import TINY, assert_incremental_decoding_matches_full, train_briefly, trained_looking_
 from conftest import build_model
 
 N_ENC, N_DEC = 4, 6
@@ -72,7 +72,7 @@ def test_alpha_flag_scales_every_bound(dict_dir):
 
 def test_incremental_decoding_equals_full_forward(dict_dir):
     model, _, _ = build_model(dict_dir, "transformer_dsinit", "--encoder-layers", 3, "--decoder-layers", 4, *TINY)
-    assert_incremental_decoding_matches_full(model)
+    assert_incremental_decoding_matches_full(trained_looking_(model))
 
 
 def test_trains_through_fairseq_train(iwslt_bin):

@@ -11,7 +11,7 @@ from fairseq.optim.lr_scheduler import build_lr_scheduler
 
 from fairseq_tfixup.baselines.radam import FairseqRAdam
 
-from baseline_checks import TINY, train_briefly
+from model_checks import TINY, train_briefly
 
 FLAGS = ["--optimizer", "radam", "--adam-betas", "(0.9, 0.98)", "--adam-eps", "1e-9", "--weight-decay", "0.01",
          "--lr", "1e-2", "--lr-scheduler", "inverse_sqrt_nowarmup"]

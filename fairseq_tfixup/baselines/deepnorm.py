@@ -24,17 +24,13 @@ from torch import nn
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
-from fairseq.models.transformer import (
-    TransformerConfig,
-    TransformerDecoderBase,
-    TransformerEncoderBase,
-    TransformerModel,
-)
+from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from fairseq_tfixup.baselines import deepnorm_init
 from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +88,11 @@ def apply_deepnorm_init_(model: nn.Module, encoder_layers: int, decoder_layers: 
 
 
 @register_model("transformer_deepnorm")
-class DeepNormTransformerModel(TransformerModel):
+class DeepNormTransformerModel(CustomLayerStacks, TransformerModel):
     """Post-LN Transformer with DeepNorm residuals and initialisation. Takes every ``transformer`` flag."""
+
+    encoder_class = DeepNormTransformerEncoder
+    decoder_class = DeepNormTransformerDecoder
 
     @classmethod
     def build_model(cls, args, task):
@@ -107,15 +106,6 @@ class DeepNormTransformerModel(TransformerModel):
             deepnorm_init.decoder_alpha(n_dec), deepnorm_init.decoder_beta(n_dec),
         )
         return model
-
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return DeepNormTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(cfg)
-        return DeepNormTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
 register_presets("transformer_deepnorm")

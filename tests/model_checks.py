@@ -1,5 +1,5 @@
-"""Checks every baseline of fairseq_tfixup.baselines goes through: incremental decoding
-against the full forward pass, and a short fairseq-train run on the real IWSLT'14 sample."""
+"""Checks shared by the model tests (T-Fixup's and the baselines'): incremental decoding against the
+full forward pass, a state-dict round trip, and a short fairseq-train run on the real IWSLT'14 sample."""
 
 import math
 import subprocess
@@ -16,13 +16,17 @@ UPDATES = 30
 LOG_INTERVAL = 5
 
 
-def assert_incremental_decoding_matches_full(model, vocab=500):
-    """Decoding one token at a time (fairseq's incremental state) gives the full pass's outputs."""
-    model.eval()
-    # trained-looking weights, so that a wrong cache would show
+def trained_looking_(model):
+    """Perturb every weight (so that, e.g., a wrong decoding cache would show: an initialisation
+    may make layers near-identity) and switch to eval mode."""
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
+    return model.eval()
+
+
+def assert_incremental_decoding_matches_full(model, vocab=500):
+    """Decoding one token at a time (fairseq's incremental state) gives the full pass's outputs."""
     torch.manual_seed(0)
     src = torch.randint(4, vocab, (3, 9))
     prev = torch.cat([torch.full((3, 1), 2), torch.randint(4, vocab, (3, 7))], dim=1)
@@ -33,6 +37,17 @@ def assert_incremental_decoding_matches_full(model, vocab=500):
         steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
                  for t in range(prev.size(1))]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
+    """fairseq 0.12.2 switches encoder layers to a fused post-LN kernel (plain LayerNorm(x + G(x)))
+    once a state dict is loaded; a model must compute the same function after loading its own."""
+    src = torch.randint(4, vocab, (2, 9))
+    with torch.no_grad():
+        before = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+        model.load_state_dict(model.state_dict())
+        after = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
 
 
 def train_briefly(data, *flags):
