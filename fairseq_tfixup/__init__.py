@@ -6,7 +6,8 @@ Importing the package registers, with fairseq:
   (``transformer_tfixup``, ``transformer_tfixup_iwslt_de_en``,
   ``transformer_tfixup_wmt_en_de``, ``transformer_tfixup_vaswani_wmt_en_de_big``,
   ``transformer_tfixup_deep_narrow``);
-* the learning-rate scheduler ``inverse_sqrt_nowarmup``.
+* the learning-rate scheduler ``inverse_sqrt_nowarmup``;
+* the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
 Use it with ``fairseq-train --user-dir fairseq_tfixup`` (from a checkout, or
 when installed next to fairseq) or ``common.user_dir`` in a hydra config.
@@ -25,3 +26,4 @@ if "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ:
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)
+from fairseq_tfixup import baselines  # noqa: F401  (registers the methods T-Fixup is compared against)

@@ -11,6 +11,11 @@ from fairseq_tfixup import tfixup_init
 from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
 
 from conftest import build_model
+from model_checks import (
+    assert_encoder_survives_state_dict_round_trip,
+    assert_incremental_decoding_matches_full,
+    trained_looking_,
+)
 
 SMALL = ["--encoder-embed-dim", 64, "--decoder-embed-dim", 64, "--encoder-ffn-embed-dim", 128,
          "--decoder-ffn-embed-dim", 128, "--encoder-attention-heads", 4, "--decoder-attention-heads", 4]
@@ -127,37 +132,19 @@ def test_architecture_sizes(dict_dir):
 def _small_eval_model(dict_dir, n_enc=3, n_dec=4):
     model, task, _ = build_model(dict_dir, "transformer_tfixup", "--encoder-layers", n_enc,
                                  "--decoder-layers", n_dec, "--share-decoder-input-output-embed", *SMALL)
-    # trained-looking weights, so that a wrong cache would show: T-Fixup's small init makes layers near-identity
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
-    return model.eval(), task
+    # T-Fixup's small init makes layers near-identity
+    return trained_looking_(model), task
 
 
 def test_incremental_decoding_equals_full_forward(dict_dir):
     model, _ = _small_eval_model(dict_dir)
-    torch.manual_seed(0)
-    src = torch.randint(4, 500, (3, 9))
-    prev = torch.cat([torch.full((3, 1), 2), torch.randint(4, 500, (3, 7))], dim=1)
-    with torch.no_grad():
-        enc = model.encoder(src, src_lengths=torch.full((3,), 9))
-        full, _ = model.decoder(prev, encoder_out=enc)
-        state = {}
-        steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-                 for t in range(prev.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+    assert_incremental_decoding_matches_full(model)
 
 
 def test_encoder_output_survives_a_state_dict_round_trip(dict_dir):
-    """fairseq 0.12.2 switches encoder layers to a fused post-LN kernel once a state dict is loaded;
-    a checkpointed T-Fixup model must still compute the same function (no LayerNorm)."""
+    """A checkpointed T-Fixup model computes the same function (no LayerNorm) on fairseq 0.12.2 too."""
     model, _ = _small_eval_model(dict_dir)
-    src = torch.randint(4, 500, (2, 9))
-    with torch.no_grad():
-        before = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
-        model.load_state_dict(model.state_dict())
-        after = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
-    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+    assert_encoder_survives_state_dict_round_trip(model)
 
 
 def test_beam_search_scores_match_teacher_forcing(dict_dir):

@@ -100,11 +100,31 @@ def apply_tfixup_(model: nn.Module, encoder_layers: int, decoder_layers: int) ->
             param.mul_(rule.scale)
 
 
+class CustomLayerStacks:
+    """Mixin for a ``TransformerModel`` whose encoder and decoder are ``cls.encoder_class`` and
+    ``cls.decoder_class``: fairseq's stacks, subclassed to build other layers."""
+
+    encoder_class = TransformerEncoderBase
+    decoder_class = TransformerDecoderBase
+
+    @classmethod
+    def build_encoder(cls, cfg, src_dict, embed_tokens):
+        return cls.encoder_class(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(cfg)
+        return cls.decoder_class(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
+
+
 @register_model("transformer_tfixup")
-class TFixupTransformerModel(TransformerModel):
+class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
     """Transformer without LayerNorm, trained without warmup: T-Fixup
     (Huang et al., 2020, "Improving Transformer Optimization Through Better
     Initialization"). Takes every ``transformer`` flag."""
+
+    encoder_class = TFixupTransformerEncoder
+    decoder_class = TFixupTransformerDecoder
 
     @classmethod
     def build_model(cls, args, task):
@@ -124,14 +144,6 @@ class TFixupTransformerModel(TransformerModel):
         )
         return model
 
-    @classmethod
-    def build_encoder(cls, cfg, src_dict, embed_tokens):
-        return TFixupTransformerEncoder(TransformerConfig.from_namespace(cfg), src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(cfg)
-        return TFixupTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
 
 # Architectures. Each sets only its defaults; explicit flags win (getattr).

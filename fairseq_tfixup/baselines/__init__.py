@@ -1,0 +1,5 @@
+"""Methods the T-Fixup paper compares against, registered with fairseq on import."""
+
+from fairseq_tfixup.baselines import radam  # noqa: F401  (--optimizer radam)
+from fairseq_tfixup.baselines import ds_init  # noqa: F401  (--arch transformer_dsinit*)
+from fairseq_tfixup.baselines import deepnorm  # noqa: F401  (--arch transformer_deepnorm*)

@@ -1,0 +1,41 @@
+"""What the Post-LN baselines (DS-Init, DeepNorm) share: the architecture presets
+they are registered with, and the refusal of pre-LN flags (both methods are
+defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)))."""
+
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    base_architecture,
+    transformer_iwslt_de_en,
+    transformer_vaswani_wmt_en_de_big,
+    transformer_wmt_en_de,
+)
+
+from fairseq_tfixup.models.transformer_tfixup import tfixup_deep_narrow
+
+# suffix -> preset, so that `<model>_iwslt_de_en` has the sizes of fairseq's `transformer_iwslt_de_en`
+# and `<model>_deep_narrow` those of `transformer_tfixup_deep_narrow` (64-128-2, the depth study)
+PRESETS = {
+    "": base_architecture,
+    "_iwslt_de_en": transformer_iwslt_de_en,
+    "_wmt_en_de": transformer_wmt_en_de,
+    "_vaswani_wmt_en_de_big": transformer_vaswani_wmt_en_de_big,
+    "_deep_narrow": tfixup_deep_narrow,
+}
+
+
+def register_presets(model_name: str) -> None:
+    """Register the architectures ``<model_name><suffix>`` for every preset."""
+    for suffix, preset in PRESETS.items():
+        register_model_architecture(model_name, model_name + suffix)(preset)
+
+
+def check_post_ln(args, model_name: str) -> None:
+    """Raise a one-line ValueError for flags that would make the model Pre-LN."""
+    cfg = TransformerConfig.from_namespace(args)
+    for value, flag in (
+        (cfg.encoder.normalize_before, "--encoder-normalize-before"),
+        (cfg.decoder.normalize_before, "--decoder-normalize-before"),
+    ):
+        if value:
+            raise ValueError(f"{model_name} is a Post-LN Transformer: drop {flag}")

@@ -1,0 +1,69 @@
+"""Checks shared by the model tests (T-Fixup's and the baselines'): incremental decoding against the
+full forward pass, a state-dict round trip, and a short fairseq-train run on the real IWSLT'14 sample."""
+
+import math
+import subprocess
+
+import torch
+
+from conftest import USER_DIR
+from test_cli import records
+
+# a model small enough for a few dozen CPU updates in seconds
+TINY = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+        "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+UPDATES = 30
+LOG_INTERVAL = 5
+
+
+def trained_looking_(model):
+    """Perturb every weight (so that, e.g., a wrong decoding cache would show: an initialisation
+    may make layers near-identity) and switch to eval mode."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model.eval()
+
+
+def assert_incremental_decoding_matches_full(model, vocab=500):
+    """Decoding one token at a time (fairseq's incremental state) gives the full pass's outputs."""
+    torch.manual_seed(0)
+    src = torch.randint(4, vocab, (3, 9))
+    prev = torch.cat([torch.full((3, 1), 2), torch.randint(4, vocab, (3, 7))], dim=1)
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=torch.full((3,), 9))
+        full, _ = model.decoder(prev, encoder_out=enc)
+        state = {}
+        steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
+                 for t in range(prev.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
+    """fairseq 0.12.2 switches encoder layers to a fused post-LN kernel (plain LayerNorm(x + G(x)))
+    once a state dict is loaded; a model must compute the same function after loading its own."""
+    src = torch.randint(4, vocab, (2, 9))
+    with torch.no_grad():
+        before = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+        model.load_state_dict(model.state_dict())
+        after = model.encoder(src, src_lengths=torch.full((2,), 9))["encoder_out"][0]
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
+
+
+def train_briefly(data, *flags):
+    """fairseq-train --user-dir fairseq_tfixup for UPDATES updates on CPU; returns the log
+    after checking that the training loss is finite and falls."""
+    cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *flags, "--criterion",
+           "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--lr", "5e-4", "--max-tokens", "1024",
+           "--max-update", str(UPDATES), "--disable-validation", "--no-save", "--cpu", "--seed", "1",
+           "--log-format", "json", "--log-interval", str(LOG_INTERVAL)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    inner = records(log, "train_inner")
+    assert [int(r["num_updates"]) for r in inner] == list(range(LOG_INTERVAL, UPDATES + 1, LOG_INTERVAL))
+    losses = [float(r["loss"]) for r in inner]
+    assert all(math.isfinite(x) for x in losses), losses
+    print(f"train loss (bits) every {LOG_INTERVAL} updates: {losses}")
+    assert losses[-1] < losses[0] - 0.5, losses
+    return log
