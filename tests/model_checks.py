@@ -6,7 +6,7 @@ import subprocess
 
 import torch
 
-from conftest import USER_DIR
+from conftest import USER_DIR, build_model
 from test_cli import records
 
 # a model small enough for a few dozen CPU updates in seconds
@@ -14,6 +14,11 @@ TINY = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn
         "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
 UPDATES = 30
 LOG_INTERVAL = 5
+
+
+def build_tiny(dict_dir, arch, n_enc, n_dec, *flags, seed=1):
+    """A TINY model of n_enc + n_dec layers, built like fairseq-train builds it: (model, task, args)."""
+    return build_model(dict_dir, arch, "--encoder-layers", n_enc, "--decoder-layers", n_dec, *TINY, *flags, seed=seed)
 
 
 def trained_looking_(model):

@@ -22,13 +22,12 @@ import logging
 import torch
 from torch import nn
 
-from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from fairseq_tfixup.baselines import deepnorm_init
+from fairseq_tfixup.baselines.layers import wrap_layer
 from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
 from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks
 
@@ -54,13 +53,6 @@ class DeepNormDecoderLayer(TransformerDecoderLayerBase):
 
     def residual_connection(self, x, residual):
         return residual * self.alpha + x
-
-
-def wrap_layer(layer: nn.Module, cfg) -> nn.Module:
-    """What fairseq's build_*_layer does around a new layer: activation checkpointing, FSDP."""
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
 
 
 class DeepNormTransformerEncoder(TransformerEncoderBase):

@@ -1,6 +1,6 @@
-"""What the Post-LN baselines (DS-Init, DeepNorm) share: the architecture presets
-they are registered with, and the refusal of pre-LN flags (both methods are
-defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)))."""
+"""What the baselines share: the architecture presets they are registered with, and,
+for the Post-LN ones (DS-Init, DeepNorm, Admin), the refusal of pre-LN flags (those
+methods are defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)))."""
 
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import (

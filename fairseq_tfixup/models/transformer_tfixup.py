@@ -62,8 +62,12 @@ class TFixupTransformerDecoder(TransformerDecoderBase):
         return without_layer_norms(super().build_decoder_layer(cfg, no_encoder_attn))
 
 
-def check_tfixup_config(cfg: TransformerConfig) -> None:
-    """Raise a one-line ValueError for settings that defeat T-Fixup.
+def check_no_layer_norm_config(
+    cfg: TransformerConfig,
+    model: str = "transformer_tfixup",
+    reason: str = "T-Fixup replaces normalisation by its initialisation",
+) -> None:
+    """Raise a one-line ValueError for settings that defeat a model without LayerNorm.
 
     Reads the structured config, which fairseq builds alike from command-line
     flags (``--encoder-layers``) and from hydra configs (``encoder.layers``).
@@ -74,13 +78,10 @@ def check_tfixup_config(cfg: TransformerConfig) -> None:
         (cfg.layernorm_embedding, "--layernorm-embedding"),
     ):
         if value:
-            raise ValueError(
-                f"transformer_tfixup has no LayerNorm: {flag} cannot be used "
-                "(T-Fixup replaces normalisation by its initialisation)"
-            )
+            raise ValueError(f"{model} has no LayerNorm: {flag} cannot be used ({reason})")
     for n, flag in ((cfg.encoder.layers, "--encoder-layers"), (cfg.decoder.layers, "--decoder-layers")):
         if n is None or int(n) < 1:
-            raise ValueError(f"transformer_tfixup needs {flag} >= 1, got {n}")
+            raise ValueError(f"{model} needs {flag} >= 1, got {n}")
 
 
 @torch.no_grad()
@@ -130,7 +131,7 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
     def build_model(cls, args, task):
         base_architecture(args)
         cfg = TransformerConfig.from_namespace(args)
-        check_tfixup_config(cfg)
+        check_no_layer_norm_config(cfg)
         model = super().build_model(args, task)
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
         apply_tfixup_(model, n_enc, n_dec)
