@@ -3,3 +3,4 @@
 from fairseq_tfixup.baselines import radam  # noqa: F401  (--optimizer radam)
 from fairseq_tfixup.baselines import ds_init  # noqa: F401  (--arch transformer_dsinit*)
 from fairseq_tfixup.baselines import deepnorm  # noqa: F401  (--arch transformer_deepnorm*)
+from fairseq_tfixup.baselines import rfixup  # noqa: F401  (--arch transformer_rfixup*)
