@@ -5,3 +5,4 @@ from fairseq_tfixup.baselines import ds_init  # noqa: F401  (--arch transformer_
 from fairseq_tfixup.baselines import deepnorm  # noqa: F401  (--arch transformer_deepnorm*)
 from fairseq_tfixup.baselines import rfixup  # noqa: F401  (--arch transformer_rfixup*)
 from fairseq_tfixup.baselines import dlcl  # noqa: F401  (--arch transformer_dlcl*)
+from fairseq_tfixup.baselines import admin  # noqa: F401  (--arch transformer_admin*)
