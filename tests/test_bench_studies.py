@@ -260,3 +260,26 @@ def test_depth_and_batch_smoke(iwslt_bin, tmp_path):
     assert [(r["multiplier"], r["tokens_per_update"], r["updates"]) for r in res["rows"]] == [(1, 512, 8), (2, 1024, 4)]
     assert "--update-freq 2" in res["records"]["tfixup-x2"]["command"]
     assert res["target_valid_loss"] == min(l for u, l in res["records"]["tfixup-x1"]["valid_curve"] if u <= 4)
+
+
+def test_quality_smoke_through_train_and_evaluate(shared_data, tmp_path):
+    """train.sh -> evaluate.sh on a tiny real data-bin: curves, test BLEU with its signature, samples."""
+    out = tmp_path / "quality"
+    cmd = [sys.executable, "-m", "bench.quality", "--smoke", "--data-root", str(tmp_path / "bin"), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(BENCH_ENV, TFIXUP_SHARED_DATA=str(shared_data)),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = check_outputs(out, "quality")
+    (rec,) = res["records"].values()
+    assert rec["status"] == "ok", rec.get("error_tail")
+    assert rec["valid_curve"] and rec["bleu_curve"] and rec["valid_curve"][-1][0] == 20
+    assert all(b is not None and 0 <= b <= 100 for _, b in rec["bleu_curve"])
+    assert rec["test"]["sentences"] == 20 and 0 <= rec["test"]["bleu_tok"] <= 100
+    assert rec["test"]["sacrebleu_signature"].startswith("nrefs:1|case:lc")
+    assert len(rec["samples"]) == 3 and all(s["source"] and s["reference"] for s in rec["samples"])
+    # the hypothesis length cap (1.2 x source + 10 BPE tokens) holds even for an untrained model,
+    # which writes 200 tokens without it; words here, and a source word is rarely over 2 BPE pieces
+    for s in rec["samples"]:
+        assert len(s["hypothesis"].split()) <= 2.4 * len(s["source"].split()) + 10
+    assert "--eval-bleu" in rec["train_command"] and "CLIP_NORM=0" in rec["train_command"]
+    assert not (tmp_path / "bench-work" / "quality" / "iwslt-tfixup" / "checkpoints").exists()
