@@ -198,10 +198,9 @@ def generate_bleu(data: pathlib.Path, checkpoint: pathlib.Path, beam: int = 4, t
            # remainder batch here (24 of 30 translated); 1 translates every sentence
            "--required-batch-size-multiple", "1",
            "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0"]
-    # fairseq 0.12 checkpoints pickle an argparse.Namespace, which torch >= 2.6 refuses to
-    # load by default (weights_only=True); these are checkpoints this benchmark just wrote.
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
-               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    # torch >= 2.6 loads the checkpoint with weights_only=True; --user-dir registers the one
+    # extra type fairseq's checkpoints hold (fairseq_tfixup/checkpoints.py)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"bleu": None, "error_tail": (proc.stdout + proc.stderr).strip().splitlines()[-3:]}

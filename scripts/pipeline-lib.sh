@@ -41,9 +41,3 @@ gpu_count() {
 
 # All experiment names, one per line.
 list_experiments() { (cd "$TFIXUP_CONFIGS" && ls -- *.sh | sed 's/\.sh$//'); }
-
-# torch >= 2.6 loads with weights_only=True by default, and fairseq's checkpoints
-# (argparse.Namespace, omegaconf) fail that. Loading the plugin sets this already
-# (fairseq_tfixup/__init__.py); exported here too for fairseq commands run
-# without --user-dir. These are checkpoints this pipeline wrote itself.
-export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=${TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD:-1}

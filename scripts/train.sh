@@ -173,9 +173,13 @@ fi
 log "train $EXPERIMENT on $WORLD x $DEVICE_NAME (update-freq $UPDATE_FREQ, max-tokens $TOKENS) -> $OUT"
 if [ -f "$OUT/checkpoints/checkpoint_last.pt" ]; then
   # fairseq takes one more update before it checks --max-update: a finished run is left alone
-  done_updates=$(python -c 'import sys, torch
-s = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
-print(s["optimizer_history"][-1]["num_updates"])' "$OUT/checkpoints/checkpoint_last.pt" 2>/dev/null || echo 0)
+  # read safely (weights_only): a checkpoint that cannot be read stops the script here
+  done_updates=$(python -c 'import sys; from fairseq_tfixup.checkpoints import num_updates
+try:
+    print(num_updates(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"error: cannot resume: {str(e).splitlines()[0]}; move it away to resume from an older checkpoint")
+' "$OUT/checkpoints/checkpoint_last.pt") || exit 1
   if [ "${MAX_UPDATE:-0}" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
     log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $OUT/checkpoints/checkpoint_last.pt"
     exit 0

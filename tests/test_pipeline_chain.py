@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import REPO
+from fairseq_tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -79,7 +80,7 @@ def test_rerun_resumes_from_checkpoint_last(trained):
     assert int(m.group(1)) >= 40
     updates = [int(u) for u in re.findall(r"num_updates (\d+)", second_stdout)]
     assert updates and min(updates) > int(m.group(1)) and max(updates) == 100
-    state = torch.load(out / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = checkpoints.load(out / "checkpoints" / "checkpoint_last.pt")
     assert state["optimizer_history"][-1]["num_updates"] == 100
     # both runs are on the books (for device-hours)
     assert len((out / "train_runs.tsv").read_text().splitlines()) == 1  # the killed run never got to log itself
@@ -97,9 +98,9 @@ def test_chain_average_generate_score_report(trained, data):
     assert [t["k"] for t in choice["tried"]] == [1, 3]
     assert choice["chosen"]["valid_loss"] == min(t["valid_loss"] for t in choice["tried"])
     # the averaged weights are the mean of the chosen checkpoints
-    chosen = [torch.load(out / "checkpoints" / c, map_location="cpu", weights_only=False)["model"]
+    chosen = [checkpoints.load(out / "checkpoints" / c)["model"]
               for c in choice["chosen"]["checkpoints"]]
-    avg = torch.load(ev / "averaged.pt", map_location="cpu", weights_only=False)["model"]
+    avg = checkpoints.load(ev / "averaged.pt")["model"]
     name = "encoder.layers.0.fc1.weight"
     torch.testing.assert_close(avg[name], sum(c[name] for c in chosen) / len(chosen))
 

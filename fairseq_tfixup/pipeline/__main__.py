@@ -6,6 +6,7 @@ import json
 import math
 import os
 import pathlib
+import pickle
 import sys
 
 from fairseq_tfixup.pipeline import config as config_mod
@@ -107,8 +108,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         args.func(args, extra)
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
-        raise SystemExit(f"error: {e}")
+    except (FileNotFoundError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
+        raise SystemExit(f"error: {str(e).splitlines()[0]}")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ import torch
 
 from fairseq import checkpoint_utils
 
-# fairseq_tfixup/__init__.py (imported before this module) lets torch >= 2.6
-# load fairseq's checkpoints.
+from fairseq_tfixup import checkpoints
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
@@ -52,7 +51,9 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
     summed: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
     newest = None
     for path in paths:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        # as saved (weights_only): fairseq's loader would turn the config into omegaconf
+        # objects, which averaged.pt would then need torch to unpickle
+        state = checkpoints.load(path)
         newest = newest or state
         model = state["model"]
         if summed and set(model) != set(summed):
@@ -111,6 +112,4 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     return {"chosen": best, "tried": tried}
 
 
-def num_updates(checkpoint: str) -> int:
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    return int(state["optimizer_history"][-1]["num_updates"])
+num_updates = checkpoints.num_updates
