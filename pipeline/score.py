@@ -21,8 +21,10 @@ from sacremoses import MosesDetokenizer
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
-def read_generate_output(text: str) -> Tuple[List[str], List[str], List[int]]:
-    """Hypotheses (H-*), references (T-*) and sentence ids, in sentence-id order."""
+def read_generate_output(text: str, expected: Optional[int] = None) -> Tuple[List[str], List[str], List[int]]:
+    """Hypotheses (H-*), references (T-*) and sentence ids, in sentence-id order. An output
+    that lost sentences (a hypothesis without reference, or fewer than ``expected``) is refused:
+    a BLEU on part of the test set is not comparable."""
     hyps, refs = {}, {}
     for line in text.splitlines():
         if line.startswith("H-"):
@@ -35,6 +37,8 @@ def read_generate_output(text: str) -> Tuple[List[str], List[str], List[int]]:
         raise ValueError("no hypotheses (H-* lines) in the fairseq-generate output")
     if set(hyps) != set(refs):
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references in the generate output")
+    if expected is not None and len(hyps) != expected:
+        raise ValueError(f"the generate output has {len(hyps)} of the {expected} test sentences")
     ids = sorted(hyps)
     return [hyps[i] for i in ids], [refs[i] for i in ids], ids
 

@@ -153,6 +153,17 @@ check_resume() {
   log "resuming from $last ($done_updates updates)"
 }
 
+# A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start
+# stays in train_run.open, and the next run books it as "killed", ending at train.log's last write.
+book_killed_run() {
+  local open=$OUT/train_run.open start world dev end
+  [ -f "$open" ] || return 0
+  read -r start world dev < "$open"
+  end=$(stat -c %Y "$OUT/train.log" 2>/dev/null || echo "$start")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" killed >> "$OUT/train_runs.tsv"
+  rm -f "$open"
+}
+
 run_training() {
   local start rc=0 device_name
   device_name=$(device_name)
@@ -160,9 +171,14 @@ run_training() {
   # fairseq logs to stdout: unbuffered, so train.log is current while it runs
   export PYTHONUNBUFFERED=1
   start=$(date +%s)
+  book_killed_run
+  echo "$start $WORLD $device_name" > "$OUT/train_run.open"
   # each run's wall time and device count, for the report's device-hours; a run stopped
   # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
-  record_run() { printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv"; }
+  record_run() {
+    printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv"
+    rm -f "$OUT/train_run.open"
+  }
   trap 'record_run 143; exit 143' TERM
   trap 'record_run 130; exit 130' INT
   if [ ${#CMDS[@]} -gt 1 ]; then

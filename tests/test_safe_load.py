@@ -77,9 +77,14 @@ def test_refused_by_train_sh_resume(crafted, tmp_path):
 
 
 def test_refused_by_evaluate_sh_averaging(crafted, tmp_path):
+    """A foreign checkpoint dropped into a real run's folder (its config recorded by train.sh)."""
+    from pipeline import config
+
     path, marker = crafted
     data = write_dicts(tmp_path / "data")
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    config.record(config.resolve("iwslt14_de_en_tfixup", environ={}), ["fairseq-train ..."],
+                  tmp_path / "run" / config.RECORD)
     os.replace(path, tmp_path / "run" / "checkpoints" / "checkpoint_last.pt")
     proc = subprocess.run(["bash", str(REPO / "scripts" / "evaluate.sh"), "--cpu", "iwslt14_de_en_tfixup",
                            str(data), str(tmp_path / "run")], capture_output=True, text=True)
