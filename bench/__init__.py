@@ -1,1 +1,1 @@
-"""Benchmarks on real data: convergence, depth, speed and memory (issue 4)."""
+"""Benchmarks on real data: convergence, depth, speed and memory."""

@@ -16,11 +16,13 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 
+from fairseq_tfixup import atomic, presets
+from pipeline import score
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
-USER_DIR = REPO / "fairseq_tfixup"
+USER_DIR = presets.USER_DIR
 PREPARE = REPO / "scripts" / "prepare-iwslt14.sh"
 
 
@@ -92,30 +94,15 @@ def data_description(path: pathlib.Path) -> str:
 # ---------------------------------------------------------------- models
 
 
-# Model families compared. T-Fixup: no LayerNorm, T-Fixup init. The baselines are stock
-# fairseq ``transformer`` with the same dims: Post-LN (fairseq default) and Pre-LN.
-FAMILIES = {
-    "tfixup": {"arch": "transformer_tfixup", "flags": []},
-    "postln": {"arch": "transformer", "flags": []},
-    "preln": {"arch": "transformer", "flags": ["--encoder-normalize-before", "--decoder-normalize-before"]},
-}
-
-
-def dims_flags(embed: int, ffn: int, heads: int, enc_layers: int, dec_layers: int) -> list:
-    return [
-        "--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
-        "--encoder-ffn-embed-dim", str(ffn), "--decoder-ffn-embed-dim", str(ffn),
-        "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
-        "--encoder-layers", str(enc_layers), "--decoder-layers", str(dec_layers),
-    ]
+# Model families compared: fairseq_tfixup/presets.py METHODS (T-Fixup, stock Post-LN, Pre-LN, ...).
+FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags)} for name, m in presets.METHODS.items()}
+dims_flags = presets.dims_flags
 
 
 def schedule_flags(warmup: int, decay_period: int) -> list:
     """Warmup: fairseq's inverse_sqrt (linear warmup from 1e-7, then lr*sqrt(W/t)).
     No warmup: this plugin's inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)) from update 0."""
-    if warmup > 0:
-        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup), "--warmup-init-lr", "1e-7"]
-    return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(decay_period)]
+    return presets.schedule_flags("warmup", warmup) if warmup > 0 else presets.schedule_flags("nowarmup", decay_period)
 
 
 def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, dropout: float) -> list:
@@ -198,24 +185,16 @@ def generate_bleu(data: pathlib.Path, checkpoint: pathlib.Path, beam: int = 4, t
            # remainder batch here (24 of 30 translated); 1 translates every sentence
            "--required-batch-size-multiple", "1",
            "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0"]
-    # fairseq 0.12 checkpoints pickle an argparse.Namespace, which torch >= 2.6 refuses to
-    # load by default (weights_only=True); these are checkpoints this benchmark just wrote.
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
-               TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    # torch >= 2.6 loads the checkpoint with weights_only=True; --user-dir registers the one
+    # extra type fairseq's checkpoints hold (fairseq_tfixup/checkpoints.py)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         return {"bleu": None, "error_tail": (proc.stdout + proc.stderr).strip().splitlines()[-3:]}
-    hyps, refs = {}, {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("H-"):
-            i, _, text = line.split("\t", 2)
-            hyps[int(i[2:])] = text
-        elif line.startswith("T-"):
-            i, text = line.split("\t", 1)
-            refs[int(i[2:])] = text
-    ids = sorted(refs)
-    bleu = sacrebleu.corpus_bleu([hyps.get(i, "") for i in ids], [[refs[i] for i in ids]], tokenize="none")
-    return {"bleu": round(bleu.score, 2), "sentences": len(ids), "beam": beam, "scorer": "sacrebleu tokenize=none"}
+    # every test sentence or no BLEU (pipeline/score.py refuses a partial output)
+    hyps, refs, _ = score.read_generate_output(proc.stdout, expected=data_counts(data).get("test"))
+    bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none")
+    return {"bleu": round(bleu.score, 2), "sentences": len(hyps), "beam": beam, "scorer": "sacrebleu tokenize=none"}
 
 
 # ---------------------------------------------------------------- outputs
@@ -249,40 +228,15 @@ def command_line() -> str:
     return "python -m bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def _atomic(path: pathlib.Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_json(path: pathlib.Path, obj) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1, default=str)
-            f.write("\n")
-
-    _atomic(pathlib.Path(path), w)
+    atomic.write_json(path, obj)
 
 
-def write_text(path: pathlib.Path, text: str) -> None:
-    def w(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-
-    _atomic(pathlib.Path(path), w)
+write_text = atomic.write_text
 
 
 def save_figure(fig, path: pathlib.Path) -> None:
-    _atomic(pathlib.Path(path), lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+    atomic.write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
 
 
 def md_table(headers: list, rows: list) -> str:

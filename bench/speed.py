@@ -42,7 +42,8 @@ SIZES = {
     "base": (512, 2048, 8, 6),  # transformer (wmt_en_de)
     "big": (1024, 4096, 16, 6),  # transformer_vaswani_wmt_en_de_big
 }
-MODELS = {"tfixup": "transformer_tfixup", "stock": "transformer"}
+# name -> method of fairseq_tfixup/presets.py
+MODELS = {"tfixup": "tfixup", "stock": "postln"}
 
 # dense peak TFLOP/s (no sparsity) of GPUs we may be lent; matched by substring of the device name
 PEAK_TFLOPS = {
@@ -60,18 +61,15 @@ MODES = {
 
 def build(model: str, size: str, data: pathlib.Path, max_tokens: int, device: str):
     """(task, model, criterion) through fairseq's own parser, as fairseq-train builds them."""
-    from fairseq import options, tasks
+    from fairseq_tfixup import presets
 
     embed, ffn, heads, layers = SIZES[size]
-    argv = ([str(data), "--user-dir", str(common.USER_DIR), "--task", "translation", "--arch", MODELS[model],
+    flags = [*presets.model_flags(MODELS[model]), *presets.dims_flags(embed, ffn, heads, layers, layers),
              "--share-decoder-input-output-embed", "--dropout", "0.1",
              "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-             "--max-tokens", str(max_tokens), "--seed", "1"]
-            + common.dims_flags(embed, ffn, heads, layers, layers) + (["--cpu"] if device == "cpu" else []))
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
-    task = tasks.setup_task(args)
-    net = task.build_model(args).to(device)
-    return task, net, task.build_criterion(args)
+             "--max-tokens", str(max_tokens), *(["--cpu"] if device == "cpu" else [])]
+    _, task, net, criterion = presets.build(data, flags, seed=1, device=device)
+    return task, net, criterion
 
 
 def real_batches(task, net, n: int, max_tokens: int, device: str) -> list:

@@ -9,20 +9,20 @@ Importing the package registers, with fairseq:
 * the learning-rate scheduler ``inverse_sqrt_nowarmup``;
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
+It also allows ``torch.load(..., weights_only=True)`` (torch's default since 2.6)
+to read fairseq's checkpoints, which pickle an ``argparse.Namespace``.
+
 Use it with ``fairseq-train --user-dir fairseq_tfixup`` (from a checkout, or
 when installed next to fairseq) or ``common.user_dir`` in a hydra config.
 """
 
 __version__ = "0.1.0"
 
-import os
+from fairseq_tfixup import checkpoints
 
-# fairseq 0.12 checkpoints pickle argparse/omegaconf objects, which torch >= 2.6
-# refuses to load by default (weights_only=True): fairseq-generate, resuming and
-# averaging would all fail. Restore the old default in processes that load this
-# plugin, unless the user chose otherwise. Load only checkpoints you trust.
-if "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ:
-    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+# torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
+# checkpoints hold, and nothing that can run code (see checkpoints.py).
+checkpoints.register_safe_globals()
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

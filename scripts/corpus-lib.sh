@@ -1,8 +1,8 @@
 # Data-preparation helpers shared by scripts/prepare-*.sh (sourced after lib.sh).
 # pip tools only: sacremoses (tokenizer), subword-nmt (BPE), sacrebleu (test sets).
 
-# run as a file, not with -m: the package's __init__ would import fairseq (seconds) for stdlib-only code
-corpus_py() { python "$TFIXUP_ROOT/fairseq_tfixup/pipeline/corpus.py" "$@"; }
+# pipeline/corpus.py (stdlib only; lib.sh puts the repo root on PYTHONPATH)
+corpus_py() { python3 -m pipeline.corpus "$@"; }
 
 # sha256 of a file must match; otherwise one line on stderr and failure.
 verify_sha256() {  # FILE EXPECTED

@@ -4,6 +4,10 @@
 TFIXUP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${TFIXUP_SHARED_DATA:=$TFIXUP_ROOT/../shared/data}"
 
+# The scripts run this checkout's code: its plugin (--user-dir $TFIXUP_ROOT/fairseq_tfixup)
+# and its experiment code (python -m pipeline ...), whatever is installed.
+export PYTHONPATH=$TFIXUP_ROOT${PYTHONPATH:+:$PYTHONPATH}
+
 die() { echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 

@@ -1,29 +1,16 @@
 # Helpers shared by the reproduction scripts (train/evaluate/tables); sourced after lib.sh.
+# Configs are read by pipeline/config.py only; the scripts ask it for values and argument
+# lists, NUL-separated so that any value (spaces, quotes) arrives as one word.
 
-TFIXUP_CONFIGS=${TFIXUP_CONFIGS:-$TFIXUP_ROOT/configs}
-
-# Source configs/NAME.sh; a variable already set in the environment (or by a
-# --set flag) wins over the file, so every knob can be overridden for one run.
-load_experiment() {
-  local name=$1 file key
-  case $name in */*|*.sh) file=$name;; *) file=$TFIXUP_CONFIGS/$name.sh;; esac
-  [ -f "$file" ] || die "unknown experiment '$name' (no $file; see ls $TFIXUP_CONFIGS)"
-  local -A keep=()
-  for key in $(sed -n 's/^\([A-Z_][A-Z0-9_]*\)=.*/\1/p' "$file"); do
-    if [ -n "${!key+x}" ]; then keep[$key]=${!key}; fi
-  done
-  # shellcheck disable=SC1090
-  . "$file"
-  for key in "${!keep[@]}"; do printf -v "$key" '%s' "${keep[$key]}"; done
-  EXPERIMENT=$(basename "$file" .sh)
-}
-
-# --set KEY=VALUE: export KEY so that load_experiment keeps it.
-apply_set() {
-  case $1 in
-    [A-Z_]*=*) export "${1%%=*}=${1#*=}";;
-    *) die "--set expects KEY=VALUE, got '$1'";;
-  esac
+# config_get ARRAY EXPERIMENT|--run OUT_DIR [--set K=V ...] -- KEY...: fill ARRAY with the values
+config_get() {
+  local -n _into=$1; shift
+  local args=() keys=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  shift; keys=("$@")
+  local tmp; tmp=$(mktemp)
+  python3 -m pipeline.config get "${args[@]}" --keys "${keys[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
+  mapfile -d '' -t _into < "$tmp"; rm -f "$tmp"
 }
 
 # Number of visible CUDA GPUs; NGPUS overrides. CUDA_VISIBLE_DEVICES is honoured.
@@ -38,12 +25,3 @@ gpu_count() {
   fi
   nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
 }
-
-# All experiment names, one per line.
-list_experiments() { (cd "$TFIXUP_CONFIGS" && ls -- *.sh | sed 's/\.sh$//'); }
-
-# torch >= 2.6 loads with weights_only=True by default, and fairseq's checkpoints
-# (argparse.Namespace, omegaconf) fail that. Loading the plugin sets this already
-# (fairseq_tfixup/__init__.py); exported here too for fairseq commands run
-# without --user-dir. These are checkpoints this pipeline wrote itself.
-export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=${TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD:-1}

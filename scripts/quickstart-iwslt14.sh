@@ -45,7 +45,10 @@ while [ $# -gt 0 ]; do
     *) usage >&2; die "unknown option: $1";;
   esac
 done
-( load_experiment "$NAME"; [[ $PREPARE == prepare-iwslt14.sh* ]] || die "$NAME is not an IWSLT'14 experiment" )
+cfg=()
+config_get cfg "$NAME" -- EXPERIMENT DATASET PREPARE
+EXPERIMENT=${cfg[0]}; DATASET=${cfg[1]}
+[[ ${cfg[2]} == prepare-iwslt14.sh* ]] || die "$NAME is not an IWSLT'14 experiment"
 S=$TFIXUP_ROOT/scripts
 # fail before installing and preparing, not after
 [ "$CPU" = 1 ] || [ "$(gpu_count)" -gt 0 ] \
@@ -58,11 +61,11 @@ if [ "$INSTALL" = 1 ]; then
   . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 fi
 use_venv
-load_experiment "$NAME"
 DATA=$WORK_DIR/data-bin/$DATASET; RUN=$WORK_DIR/runs/$EXPERIMENT
 dev=(); [ "$CPU" = 1 ] && dev=(--cpu)
+# PREPARE is "script [args]"
 # shellcheck disable=SC2206
-prep=($PREPARE)
+prep=(${cfg[2]})
 
 log "2/5 prepare $DATASET -> $DATA"
 bash "$S/${prep[0]}" "${prep[@]:1}" --out "$DATA" --valid-lines "$VALID_LINES" --test-lines "$TEST_LINES" \

@@ -27,10 +27,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ ${#NAMES[@]} -gt 0 ] || { usage >&2; die "name at least one experiment"; }
-for n in "${NAMES[@]}"; do [ -f "$TFIXUP_CONFIGS/$n.sh" ] || die "unknown experiment '$n' (no $TFIXUP_CONFIGS/$n.sh)"; done
+for n in "${NAMES[@]}"; do v=(); config_get v "$n" -- EXPERIMENT; done  # unknown names fail here
+if [ -n "$OUTFILE" ]; then
+  [ -d "$(dirname "$OUTFILE")" ] || die "--out $OUTFILE: no folder $(dirname "$OUTFILE") (create it first)"
+fi
 use_venv
-results=(); for n in "${NAMES[@]}"; do results+=("$(cd "$RUNS" 2>/dev/null && pwd || echo "$RUNS")/$n/eval/results.json"); done
-[ -z "$OUTFILE" ] || OUTFILE=$(cd "$(dirname "$OUTFILE")" && pwd)/$(basename "$OUTFILE")
-cd "$TFIXUP_ROOT"
-python -m fairseq_tfixup.pipeline report --experiments "${NAMES[@]}" --results "${results[@]}" \
-  --title "$TITLE" ${OUTFILE:+--out "$OUTFILE"}
+results=(); for n in "${NAMES[@]}"; do results+=("$RUNS/$n/eval/results.json"); done
+out=(); [ -z "$OUTFILE" ] || out=(--out "$OUTFILE")
+python3 -m pipeline report --experiments "${NAMES[@]}" --results "${results[@]}" --title "$TITLE" "${out[@]}"

@@ -9,7 +9,7 @@ usage() {
   cat <<USAGE
 usage: $0 [options] [-- train.sh options]
 
-$TABLE_TITLE. Experiments (configs/NAME.sh):
+$TABLE_TITLE. Experiments (configs/NAME.conf):
 $(printf '  %s\n' "${EXPERIMENTS[@]}")
 For each: prepare its data (once per dataset), train (resumes), evaluate; then
 write the report to RUNS/$TABLE_FILE.
@@ -23,7 +23,8 @@ write the report to RUNS/$TABLE_FILE.
   --report-only        skip the runs, only render the report
   --dry-run            print every command (train.sh --dry-run shows the exact fairseq-train line)
   -- ARGS              passed to scripts/train.sh (e.g. --cpu, --nproc 4, --nnodes 2 ..., --bf16)
-Config values can be overridden by environment variables (e.g. MAX_UPDATE=1000).
+Config values can be overridden by environment variables (e.g. MAX_UPDATE=1000) or by
+--set KEY=VALUE among the train.sh options.
 USAGE
 }
 
@@ -49,20 +50,22 @@ for n in "${ONLY[@]}"; do
 done
 S=$TFIXUP_ROOT/scripts
 
-run_one() {  # NAME; in a subshell, so that one config's values never leak into the next
-  load_experiment "$1"
-  local data=$DATA_ROOT/$DATASET out=$RUNS/$EXPERIMENT
+run_one() {  # NAME
+  local v=()
+  config_get v "$1" -- DATASET PREPARE TEST_SET TABLE ROW PAPER_BLEU
+  local data=$DATA_ROOT/${v[0]} out=$RUNS/$1 test_set=${v[2]}
+  # PREPARE is "script [args]"; the *_ARGS options are word lists by design (usage)
   # shellcheck disable=SC2206
-  local prep=($PREPARE) extra=($PREPARE_ARGS) ev=($EVAL_ARGS)
+  local prep=(${v[1]}) extra=($PREPARE_ARGS) ev=($EVAL_ARGS)
   # shellcheck disable=SC2206
   [ "${prep[0]}" != prepare-iwslt14.sh ] || extra=($IWSLT_ARGS)
   local prepare_cmd=(bash "$S/${prep[0]}" "${prep[@]:1}" --out "$data")
-  [ -z "${TEST_SET:-}" ] || prepare_cmd+=(--test-set "$TEST_SET")
+  [ -z "$test_set" ] || prepare_cmd+=(--test-set "$test_set")
   prepare_cmd+=("${extra[@]}")
-  local train_cmd=(bash "$S/train.sh" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$data" "$out")
-  local eval_cmd=(bash "$S/evaluate.sh" "${ev[@]}" "$EXPERIMENT" "$data" "$out")
+  local train_cmd=(bash "$S/train.sh" "${TRAIN_ARGS[@]}" "$1" "$data" "$out")
+  local eval_cmd=(bash "$S/evaluate.sh" "${ev[@]}" "$1" "$data" "$out")
   if [ "$DRY_RUN" = 1 ]; then
-    echo "# $EXPERIMENT: $TABLE, $ROW (paper BLEU ${PAPER_BLEU:-n/a})"
+    echo "# $1: ${v[3]}, ${v[4]} (paper BLEU ${v[5]:-n/a})"
     printf '%q ' "${prepare_cmd[@]}"; echo
     "${train_cmd[@]:0:2}" --dry-run "${train_cmd[@]:2}"
     printf '%q ' "${eval_cmd[@]}"; echo
@@ -77,7 +80,7 @@ if [ "$REPORT_ONLY" = 0 ]; then
   for n in "${EXPERIMENTS[@]}"; do
     if [ ${#ONLY[@]} -gt 0 ] && ! printf '%s\n' "${ONLY[@]}" | grep -qx -- "$n"; then continue; fi
     log "=== $n"
-    ( run_one "$n" )
+    run_one "$n"
   done
 fi
 if [ "$DRY_RUN" = 1 ]; then

@@ -9,9 +9,9 @@ usage() {
   cat <<USAGE
 usage: $0 [options] EXPERIMENT DATA_DIR OUT_DIR [-- extra fairseq-train args]
 
-EXPERIMENT is a file name in configs/ without .sh (e.g. iwslt14_de_en_tfixup) or a path.
-Every config value can be overridden by an environment variable of the same name
-(e.g. MAX_UPDATE=300 MAX_TOKENS=2048 EMBED_DIM=64) or by --set KEY=VALUE.
+EXPERIMENT is a name in configs/ (e.g. iwslt14_de_en_tfixup; list: python3 -m pipeline.config list)
+or a path to a .conf file. Any config key can be overridden by --set KEY=VALUE or an environment
+variable of the same name (e.g. MAX_UPDATE=300 MAX_TOKENS=2048 EMBED_DIM=64; keys: configs/defaults.conf).
 
 Devices (default: every visible GPU on this machine, fp16 when the config says FP16=1):
   --cpu                 train on CPU
@@ -30,183 +30,198 @@ Other:
   --set KEY=VALUE       override a config value (repeatable)
   --dry-run             print the exact command(s) (one line per process) and exit
   -h, --help            this text
-Outputs in OUT_DIR: checkpoints/, train.log, train_command.sh, train_runs.tsv (wall time per run).
+Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and the exact
+command), train.log, train_command.sh, train_runs.tsv (wall time per run).
 USAGE
 }
 
 CPU=0; NPROC=""; NNODES=1; NODE_RANK=${NODE_RANK:-0}; MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; BF16=0; PER_PROCESS_BATCH=0; DRY_RUN=0; POS=(); EXTRA=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --cpu) CPU=1; shift;;
-    --nproc) NPROC=$2; shift 2;;
-    --nnodes) NNODES=$2; shift 2;;
-    --node-rank) NODE_RANK=$2; shift 2;;
-    --master-addr) MASTER_ADDR=$2; shift 2;;
-    --master-port) MASTER_PORT=$2; shift 2;;
-    --slurm) SLURM=1; shift;;
-    --bf16) BF16=1; shift;;
-    --per-process-batch) PER_PROCESS_BATCH=1; shift;;
-    --set) apply_set "$2"; shift 2;;
-    --dry-run) DRY_RUN=1; shift;;
-    -h|--help) usage; exit 0;;
-    --) shift; EXTRA=("$@"); break;;
-    -*) usage >&2; die "unknown option: $1";;
-    *) POS+=("$1"); shift;;
-  esac
-done
-[ ${#POS[@]} -eq 3 ] || { usage >&2; die "expected EXPERIMENT DATA_DIR OUT_DIR, got ${#POS[@]} arguments"; }
-for v in NPROC NNODES NODE_RANK MASTER_PORT; do
-  flag=${v,,}; flag=--${flag//_/-}
-  [ -z "${!v}" ] || [[ ${!v} =~ ^[0-9]+$ ]] || die "$flag must be a number, got '${!v}'"
-done
-load_experiment "${POS[0]}"
-DATA=${POS[1]}; OUT=${POS[2]}
-if [ "$DRY_RUN" = 0 ]; then  # a dry run may show the command before the data exists
-  [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$PREPARE)"
-  [ -f "$DATA/dict.$SRC.txt" ] || die "not a fairseq data-bin for $SRC-$TGT (no dict.$SRC.txt): $DATA"
-fi
-[ "$DRY_RUN" = 1 ] || use_venv
+MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; BF16=0; PER_PROCESS_BATCH=0; DRY_RUN=0
+POS=(); EXTRA=(); SETS=()
 
-# ---- processes and devices
-if [ "$CPU" = 1 ]; then
-  NPROC=${NPROC:-1}; DEVICE=cpu; WORLD=$NPROC
-  [ "$NNODES" = 1 ] || die "--cpu runs on one machine (use --nproc N)"
-elif [ "$SLURM" = 1 ]; then
-  WORLD=${SLURM_NTASKS:?--slurm needs SLURM_NTASKS (run under srun)}; DEVICE=cuda
-else
-  NGPU=$(gpu_count)
-  if [ "$NGPU" -eq 0 ] && [ "$DRY_RUN" = 1 ]; then
-    NGPU=${NPROC:-1}; log "dry run: no GPU visible here; showing the command for $NGPU GPU(s) per node"
-  fi
-  [ "$NGPU" -gt 0 ] || die "no CUDA GPU visible: use --cpu (or set NGPUS)"
-  NPROC=${NPROC:-$NGPU}; DEVICE=cuda
-  WORLD=$((NNODES * NPROC))
-fi
-[ "$WORLD" -ge 1 ] || die "need at least one process"
-
-# ---- batch: keep MAX_TOKENS x BATCH_SHARDS tokens per update on WORLD processes
-if [ "$PER_PROCESS_BATCH" = 1 ]; then
-  UPDATE_FREQ=1; TOKENS=$MAX_TOKENS
-else
-  UPDATE_FREQ=$(( (BATCH_SHARDS + WORLD - 1) / WORLD ))
-  TOKENS=$(( MAX_TOKENS * BATCH_SHARDS / (WORLD * UPDATE_FREQ) ))
-fi
-
-# ---- the fairseq-train arguments, from the config
-args=("$DATA" --user-dir "$TFIXUP_ROOT/fairseq_tfixup" --task translation
-      --source-lang "$SRC" --target-lang "$TGT"
-      --arch "$ARCH" --encoder-layers "$ENCODER_LAYERS" --decoder-layers "$DECODER_LAYERS")
-[ -z "$EMBED_DIM" ] || args+=(--encoder-embed-dim "$EMBED_DIM" --decoder-embed-dim "$EMBED_DIM")
-[ -z "$FFN_DIM" ] || args+=(--encoder-ffn-embed-dim "$FFN_DIM" --decoder-ffn-embed-dim "$FFN_DIM")
-[ -z "$HEADS" ] || args+=(--encoder-attention-heads "$HEADS" --decoder-attention-heads "$HEADS")
-case $SHARE_EMBED in
-  decoder) args+=(--share-decoder-input-output-embed);;
-  all) args+=(--share-all-embeddings);;
-  none) ;;
-  *) die "SHARE_EMBED must be decoder, all or none, got '$SHARE_EMBED'";;
-esac
-[ "$NORMALIZE_BEFORE" = 1 ] && args+=(--encoder-normalize-before --decoder-normalize-before)
-args+=(--dropout "$DROPOUT" --attention-dropout "$ATTENTION_DROPOUT" --activation-dropout "$ACTIVATION_DROPOUT"
-       --weight-decay "$WEIGHT_DECAY"
-       --criterion label_smoothed_cross_entropy --label-smoothing "$LABEL_SMOOTHING"
-       --optimizer "$OPTIMIZER" --adam-betas "$ADAM_BETAS" --clip-norm "$CLIP_NORM"
-       --lr "$LR" --lr-scheduler "$LR_SCHEDULER")
-[ -z "$DECAY_PERIOD" ] || args+=(--decay-period "$DECAY_PERIOD")
-[ "${WARMUP_UPDATES:-0}" = 0 ] || args+=(--warmup-updates "$WARMUP_UPDATES")
-[ -z "$WARMUP_INIT_LR" ] || args+=(--warmup-init-lr "$WARMUP_INIT_LR")
-args+=(--max-tokens "$TOKENS" --update-freq "$UPDATE_FREQ" --seed "$SEED"
-       --save-dir "$OUT/checkpoints" --keep-last-epochs "$KEEP_LAST"
-       --log-format simple --log-interval "${LOG_INTERVAL:-100}")
-[ "${MAX_EPOCH:-0}" = 0 ] || args+=(--max-epoch "$MAX_EPOCH")
-[ "${MAX_UPDATE:-0}" = 0 ] || args+=(--max-update "$MAX_UPDATE")
-[ "${MAX_EPOCH:-0}${MAX_UPDATE:-0}" != 00 ] || die "$EXPERIMENT: set MAX_EPOCH or MAX_UPDATE"
-if [ "${SAVE_INTERVAL_UPDATES:-0}" != 0 ]; then
-  args+=(--save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates "$KEEP_LAST")
-fi
-if [ "$CPU" = 1 ]; then
-  args+=(--cpu)
-elif [ "$BF16" = 1 ]; then
-  args+=(--bf16)
-elif [ "$FP16" = 1 ]; then
-  args+=(--fp16)
-fi
-# shellcheck disable=SC2206
-[ -z "$EXTRA_TRAIN_ARGS" ] || args+=($EXTRA_TRAIN_ARGS)
-
-# ---- one command line per process to start here
-cmds=()
-quote() { printf '%q ' "$@" | sed 's/ $//'; }
-if [ "$CPU" = 1 ] && [ "$NPROC" -gt 1 ]; then
-  # fairseq only spawns per GPU: on CPU each rank is its own process
-  for ((r = 0; r < NPROC; r++)); do
-    cmds+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$NPROC" --distributed-rank "$r" \
-      --distributed-init-method "tcp://127.0.0.1:$MASTER_PORT" --distributed-backend gloo \
-      --ddp-backend legacy_ddp --distributed-no-spawn "${EXTRA[@]}")")
+parse_options() {
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --cpu) CPU=1; shift;;
+      --nproc) NPROC=$2; shift 2;;
+      --nnodes) NNODES=$2; shift 2;;
+      --node-rank) NODE_RANK=$2; shift 2;;
+      --master-addr) MASTER_ADDR=$2; shift 2;;
+      --master-port) MASTER_PORT=$2; shift 2;;
+      --slurm) SLURM=1; shift;;
+      --bf16) BF16=1; shift;;
+      --per-process-batch) PER_PROCESS_BATCH=1; shift;;
+      --set) SETS+=(--set "$2"); shift 2;;
+      --dry-run) DRY_RUN=1; shift;;
+      -h|--help) usage; exit 0;;
+      --) shift; EXTRA=("$@"); break;;
+      -*) usage >&2; die "unknown option: $1";;
+      *) POS+=("$1"); shift;;
+    esac
   done
-elif [ "$SLURM" = 1 ]; then
-  # one srun task per GPU: fairseq reads rank and device from SLURM_PROCID/SLURM_LOCALID
-  cmds+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$WORLD" --distributed-port "$MASTER_PORT" "${EXTRA[@]}")")
-elif [ "$NNODES" -gt 1 ]; then
-  cmds+=("$(quote torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC" --node-rank "$NODE_RANK" \
-    --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "$(command -v fairseq-train || echo fairseq-train)" \
-    "${args[@]}" --distributed-world-size "$WORLD" "${EXTRA[@]}")")
-else
-  # one node: fairseq spawns one process per GPU itself. The world size is always
-  # given, since fairseq's default (every visible GPU) would not match --update-freq.
-  cmds+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$WORLD" "${EXTRA[@]}")")
-fi
+  [ ${#POS[@]} -eq 3 ] || { usage >&2; die "expected EXPERIMENT DATA_DIR OUT_DIR, got ${#POS[@]} arguments"; }
+  local v flag
+  for v in NPROC NNODES NODE_RANK MASTER_PORT; do
+    flag=${v,,}; flag=--${flag//_/-}
+    [ -z "${!v}" ] || [[ ${!v} =~ ^[0-9]+$ ]] || die "$flag must be a number, got '${!v}'"
+  done
+}
 
-if [ "$DRY_RUN" = 1 ]; then
-  printf '%s\n' "${cmds[@]}"
-  exit 0
-fi
+# DEVICE (cpu/cuda), DEVICE_KIND (for the config: cpu, cuda, cuda-bf16), NPROC and WORLD
+choose_devices() {
+  if [ "$CPU" = 1 ]; then
+    NPROC=${NPROC:-1}; DEVICE=cpu; DEVICE_KIND=cpu; WORLD=$NPROC
+    [ "$NNODES" = 1 ] || die "--cpu runs on one machine (use --nproc N)"
+    return
+  fi
+  DEVICE=cuda; DEVICE_KIND=cuda; [ "$BF16" = 0 ] || DEVICE_KIND=cuda-bf16
+  if [ "$SLURM" = 1 ]; then
+    WORLD=${SLURM_NTASKS:?--slurm needs SLURM_NTASKS (run under srun)}
+    return
+  fi
+  local ngpu; ngpu=$(gpu_count)
+  if [ "$ngpu" -eq 0 ] && [ "$DRY_RUN" = 1 ]; then
+    ngpu=${NPROC:-1}; log "dry run: no GPU visible here; showing the command for $ngpu GPU(s) per node"
+  fi
+  [ "$ngpu" -gt 0 ] || die "no CUDA GPU visible: use --cpu (or set NGPUS)"
+  NPROC=${NPROC:-$ngpu}
+  WORLD=$((NNODES * NPROC))
+  [ "$WORLD" -ge 1 ] || die "need at least one process"
+}
 
-mkdir -p "$OUT"
-printf '%s\n' "${cmds[@]}" > "$OUT/train_command.sh.tmp" && mv "$OUT/train_command.sh.tmp" "$OUT/train_command.sh"
-if [ "$DEVICE" = cuda ]; then
-  DEVICE_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr -s ' ' '_' || true)
-  DEVICE_NAME=${DEVICE_NAME:-cuda}
-else
-  DEVICE_NAME=cpu
-fi
-log "train $EXPERIMENT on $WORLD x $DEVICE_NAME (update-freq $UPDATE_FREQ, max-tokens $TOKENS) -> $OUT"
-if [ -f "$OUT/checkpoints/checkpoint_last.pt" ]; then
-  # fairseq takes one more update before it checks --max-update: a finished run is left alone
-  done_updates=$(python -c 'import sys, torch
-s = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
-print(s["optimizer_history"][-1]["num_updates"])' "$OUT/checkpoints/checkpoint_last.pt" 2>/dev/null || echo 0)
-  if [ "${MAX_UPDATE:-0}" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
-    log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $OUT/checkpoints/checkpoint_last.pt"
+quote() { printf '%q ' "$@" | sed 's/ $//'; }
+
+# CMDS: one shell-quoted command line per process to start on this machine
+build_commands() {
+  local args=() tmp
+  tmp=$(mktemp)
+  local bpp=(); [ "$PER_PROCESS_BATCH" = 0 ] || bpp=(--per-process-batch)
+  python3 -m pipeline.config train-args "$EXPERIMENT" "$DATA" "$OUT" --world "$WORLD" --device "$DEVICE_KIND" \
+    "${bpp[@]}" "${SETS[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
+  mapfile -d '' -t args < "$tmp"; rm -f "$tmp"
+  CMDS=()
+  if [ "$CPU" = 1 ] && [ "$NPROC" -gt 1 ]; then
+    # fairseq only spawns per GPU: on CPU each rank is its own process
+    local r
+    for ((r = 0; r < NPROC; r++)); do
+      CMDS+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$NPROC" --distributed-rank "$r" \
+        --distributed-init-method "tcp://127.0.0.1:$MASTER_PORT" --distributed-backend gloo \
+        --ddp-backend legacy_ddp --distributed-no-spawn "${EXTRA[@]}")")
+    done
+  elif [ "$SLURM" = 1 ]; then
+    # one srun task per GPU: fairseq reads rank and device from SLURM_PROCID/SLURM_LOCALID
+    CMDS+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$WORLD" --distributed-port "$MASTER_PORT" "${EXTRA[@]}")")
+  elif [ "$NNODES" -gt 1 ]; then
+    CMDS+=("$(quote torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC" --node-rank "$NODE_RANK" \
+      --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" "$(command -v fairseq-train || echo fairseq-train)" \
+      "${args[@]}" --distributed-world-size "$WORLD" "${EXTRA[@]}")")
+  else
+    # one node: fairseq spawns one process per GPU itself. The world size is always
+    # given, since fairseq's default (every visible GPU) would not match --update-freq.
+    CMDS+=("$(quote fairseq-train "${args[@]}" --distributed-world-size "$WORLD" "${EXTRA[@]}")")
+  fi
+}
+
+device_name() {
+  local name=cpu
+  if [ "$DEVICE" = cuda ]; then
+    name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 | tr -s ' ' '_' || true)
+  fi
+  echo "${name:-cuda}"
+}
+
+# The config and the exact commands, recorded before training (a resumed run must keep its config)
+record_config() {
+  mkdir -p "$OUT"
+  printf '%s\n' "${CMDS[@]}" > "$OUT/train_command.sh.tmp"
+  mv "$OUT/train_command.sh.tmp" "$OUT/train_command.sh"
+  python3 -m pipeline.config record "$EXPERIMENT" "${SETS[@]}" --commands "$OUT/train_command.sh" \
+    --out "$OUT/config.resolved.json"
+}
+
+# Exit 0 when checkpoint_last.pt already has MAX_UPDATE updates: fairseq would take one more
+# update before it checks --max-update. The checkpoint is read safely (weights_only) and
+# cheaply (tensors memory-mapped); one that cannot be read stops the script here.
+check_resume() {
+  local last=$OUT/checkpoints/checkpoint_last.pt done_updates
+  [ -f "$last" ] || return 0
+  done_updates=$(python3 -m pipeline updates "$last") || exit 1
+  if [ "$MAX_UPDATE" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
+    log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $last"
     exit 0
   fi
-  log "resuming from $OUT/checkpoints/checkpoint_last.pt ($done_updates updates)"
-fi
+  log "resuming from $last ($done_updates updates)"
+}
 
-# fairseq logs to stdout: unbuffered, so train.log is current while it runs
-export PYTHONUNBUFFERED=1
-start=$(date +%s); rc=0
-# a run stopped by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
-record_run() { printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$DEVICE_NAME" "$1" >> "$OUT/train_runs.tsv"; }
-trap 'record_run 143; exit 143' TERM
-trap 'record_run 130; exit 130' INT
-if [ ${#cmds[@]} -gt 1 ]; then
-  pids=()
-  trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
-  for ((r = 0; r < ${#cmds[@]}; r++)); do
-    if [ "$r" = 0 ]; then
-      bash -c "${cmds[$r]}" > >(tee -a "$OUT/train.log") 2>&1 & pids+=($!)
-    else
-      bash -c "${cmds[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
-    fi
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  trap - EXIT
-else
-  bash -c "${cmds[0]}" 2>&1 | tee -a "$OUT/train.log" || rc=$?
-fi
-# each run's wall time and device count, for the report's device-hours
-trap - TERM INT
-record_run "$rc"
-[ "$rc" = 0 ] || die "fairseq-train failed (exit $rc); see $OUT/train.log; rerun the same command to resume"
-log "done: $OUT/checkpoints"
+# A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start
+# stays in train_run.open, and the next run books it as "killed", ending at train.log's last write.
+book_killed_run() {
+  local open=$OUT/train_run.open start world dev end
+  [ -f "$open" ] || return 0
+  read -r start world dev < "$open"
+  end=$(stat -c %Y "$OUT/train.log" 2>/dev/null || echo "$start")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" killed >> "$OUT/train_runs.tsv"
+  rm -f "$open"
+}
+
+run_training() {
+  local start rc=0 device_name
+  device_name=$(device_name)
+  log "train $EXPERIMENT on $WORLD x $device_name -> $OUT"
+  # fairseq logs to stdout: unbuffered, so train.log is current while it runs
+  export PYTHONUNBUFFERED=1
+  start=$(date +%s)
+  book_killed_run
+  echo "$start $WORLD $device_name" > "$OUT/train_run.open"
+  # each run's wall time and device count, for the report's device-hours; a run stopped
+  # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
+  record_run() {
+    printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv"
+    rm -f "$OUT/train_run.open"
+  }
+  trap 'record_run 143; exit 143' TERM
+  trap 'record_run 130; exit 130' INT
+  if [ ${#CMDS[@]} -gt 1 ]; then
+    local pids=() r pid
+    trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+    for ((r = 0; r < ${#CMDS[@]}; r++)); do
+      if [ "$r" = 0 ]; then
+        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log") 2>&1 & pids+=($!)
+      else
+        bash -c "${CMDS[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
+      fi
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+    trap - EXIT
+  else
+    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" || rc=$?
+  fi
+  trap - TERM INT
+  record_run "$rc"
+  [ "$rc" = 0 ] || die "fairseq-train failed (exit $rc); see $OUT/train.log; rerun the same command to resume"
+  log "done: $OUT/checkpoints"
+}
+
+main() {
+  parse_options "$@"
+  DATA=${POS[1]}; OUT=${POS[2]}
+  local values=()
+  config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE
+  EXPERIMENT=${POS[0]}; local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]}
+  if [ "$DRY_RUN" = 0 ]; then  # a dry run may show the command before the data exists
+    [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$prepare)"
+    [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"
+    use_venv
+  fi
+  choose_devices
+  build_commands
+  if [ "$DRY_RUN" = 1 ]; then
+    printf '%s\n' "${CMDS[@]}"
+    exit 0
+  fi
+  record_config
+  check_resume
+  run_training
+}
+
+main "$@"

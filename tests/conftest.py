@@ -44,19 +44,11 @@ def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pa
 
 
 def build_model(data_dir, arch, *flags, seed=1):
-    """Build a translation model the way fairseq-train does: fairseq's parser, task and build_model."""
-    import torch
-    from fairseq import options, tasks
+    """Build a translation model the way fairseq-train does (fairseq_tfixup.presets.build)."""
+    from fairseq_tfixup import presets
 
-    import fairseq_tfixup  # noqa: F401  (registers transformer_tfixup)
-
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, [str(data_dir), "--task", "translation", "-s", "de", "-t", "en", "--arch", arch, *map(str, flags)]
-    )
-    torch.manual_seed(seed)
-    task = tasks.setup_task(args)
-    return task.build_model(args), task, args
+    args, task, model, _ = presets.build(data_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags], seed=seed)
+    return model, task, args
 
 
 @pytest.fixture(scope="session")

@@ -117,16 +117,27 @@ def test_no_layer_norm_in_any_architecture(arch, dict_dir):
     assert any(is_layer_norm(m) for m in stock.modules())
 
 
-def test_architecture_sizes(dict_dir):
-    def dims(arch):
-        _, _, a = build_model(dict_dir, arch, "--encoder-layers", 1, "--decoder-layers", 1)
-        return a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads
+@pytest.mark.parametrize("tfixup, stock", [
+    ("transformer_tfixup", "transformer"), ("transformer_tfixup_iwslt_de_en", "transformer_iwslt_de_en"),
+    ("transformer_tfixup_wmt_en_de", "transformer_wmt_en_de"),
+    ("transformer_tfixup_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_de_big"),
+])
+def test_architectures_are_fairseqs_presets(tfixup, stock, dict_dir):
+    """Every setting (sizes, dropout, ...) is fairseq's preset's; explicit flags still win."""
+    from fairseq_tfixup import presets
 
-    assert dims("transformer_tfixup") == (512, 2048, 8)
-    assert dims("transformer_tfixup_iwslt_de_en") == (512, 1024, 4)
-    assert dims("transformer_tfixup_wmt_en_de") == (512, 2048, 8)
-    assert dims("transformer_tfixup_vaswani_wmt_en_de_big") == (1024, 4096, 16)
-    assert dims("transformer_tfixup_deep_narrow") == (64, 128, 2)
+    def settings(arch, *flags):
+        return vars(presets.parse_train_args(dict_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags]))
+
+    ours, theirs = settings(tfixup), settings(stock)
+    assert {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)} == {"arch"}
+    assert settings(tfixup, "--dropout", "0.25", "--encoder-ffn-embed-dim", "96")["encoder_ffn_embed_dim"] == 96
+
+
+def test_deep_narrow_size(dict_dir):
+    _, _, a = build_model(dict_dir, "transformer_tfixup_deep_narrow", "--encoder-layers", 1, "--decoder-layers", 1)
+    assert (a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads) == (64, 128, 2)
+    assert (a.decoder_embed_dim, a.decoder_ffn_embed_dim, a.decoder_attention_heads) == (64, 128, 2)
 
 
 def _small_eval_model(dict_dir, n_enc=3, n_dec=4):

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import REPO
+from fairseq_tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -79,10 +80,13 @@ def test_rerun_resumes_from_checkpoint_last(trained):
     assert int(m.group(1)) >= 40
     updates = [int(u) for u in re.findall(r"num_updates (\d+)", second_stdout)]
     assert updates and min(updates) > int(m.group(1)) and max(updates) == 100
-    state = torch.load(out / "checkpoints" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = checkpoints.load(out / "checkpoints" / "checkpoint_last.pt")
     assert state["optimizer_history"][-1]["num_updates"] == 100
-    # both runs are on the books (for device-hours)
-    assert len((out / "train_runs.tsv").read_text().splitlines()) == 1  # the killed run never got to log itself
+    # both runs are on the books (for device-hours): the killed one, booked by the rerun, then the rerun
+    runs = [line.split("\t") for line in (out / "train_runs.tsv").read_text().splitlines()]
+    assert [r[4] for r in runs] == ["killed", "0"]
+    assert int(runs[0][0]) <= int(runs[0][1]) <= int(runs[1][0]) and not (out / "train_run.open").exists()
+    assert json.loads((out / "config.resolved.json").read_text())["values"]["MAX_UPDATE"] == "100"
 
 
 def test_chain_average_generate_score_report(trained, data):
@@ -97,9 +101,9 @@ def test_chain_average_generate_score_report(trained, data):
     assert [t["k"] for t in choice["tried"]] == [1, 3]
     assert choice["chosen"]["valid_loss"] == min(t["valid_loss"] for t in choice["tried"])
     # the averaged weights are the mean of the chosen checkpoints
-    chosen = [torch.load(out / "checkpoints" / c, map_location="cpu", weights_only=False)["model"]
+    chosen = [checkpoints.load(out / "checkpoints" / c)["model"]
               for c in choice["chosen"]["checkpoints"]]
-    avg = torch.load(ev / "averaged.pt", map_location="cpu", weights_only=False)["model"]
+    avg = checkpoints.load(ev / "averaged.pt")["model"]
     name = "encoder.layers.0.fc1.weight"
     torch.testing.assert_close(avg[name], sum(c[name] for c in chosen) / len(chosen))
 
@@ -109,6 +113,9 @@ def test_chain_average_generate_score_report(trained, data):
     assert res["detok_reference"] == "raw test set text"
     assert res["sacrebleu_signature"].startswith("nrefs:1|case:lc|")
     assert res["bleu"] == res["bleu_tok"] and res["paper_bleu"] == 35.5
+    # the result describes the run that happened: its resolved config and exact command
+    assert res["config"]["MAX_UPDATE"] == "100" and res["config"]["EMBED_DIM"] == "64"
+    assert res["train_commands"] == (out / "train_command.sh").read_text().splitlines()
 
     # report.sh reads RUNS/EXPERIMENT/eval/results.json: point a runs folder at our run
     runs = out.parent / "runs"

@@ -1,25 +1,20 @@
-"""configs/ + scripts/train.sh --dry-run: every experiment's command is accepted by
-fairseq's own argument parser with the plugin loaded (parse only, nothing trains)."""
+"""configs/ read by pipeline/config.py, and scripts/train.sh --dry-run: every experiment's
+command is accepted by fairseq's own argument parser with the plugin loaded (parse only)."""
 
+import json
 import os
+import pathlib
+import re
 import shlex
 import subprocess
 
 import pytest
 
 from conftest import REPO
-
-from fairseq_tfixup.pipeline.config import experiment_names, load_config
+from pipeline import config
 
 TRAIN = str(REPO / "scripts" / "train.sh")
-
-# paper BLEU of each T-Fixup row (Tables 1-3)
-PAPER = {
-    "iwslt14_de_en_tfixup": 35.5, "iwslt14_en_de_tfixup": 29.4, "wmt18_fi_en_base_tfixup": 25.7,
-    "wmt17_en_de_base_tfixup": 29.1, "wmt17_en_de_big_tfixup": 29.7,
-    "wmt17_en_de_base_20l_tfixup": 29.4, "wmt17_en_de_base_30l_tfixup": 29.7,
-    "wmt14_en_de_base_12l_tfixup": 29.3, "wmt14_en_de_base_20l_tfixup": 29.6, "wmt14_en_de_base_30l_tfixup": 30.1,
-}
+PAPER = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared" / "data")).parent / "papers"
 
 
 def dry_run(name, *flags, env=None, data="/nonexistent/data-bin"):
@@ -33,46 +28,68 @@ def parse_train_command(argv):
     from fairseq import options
 
     assert argv[0] == "fairseq-train"
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, input_args=argv[1:])
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv[1:])
 
 
-def test_every_table_row_has_a_config():
-    names = set(experiment_names())
-    for name, bleu in PAPER.items():
-        assert name in names
-        assert float(load_config(name)["PAPER_BLEU"]) == bleu
-    # each Table 1 row also runs its Post-LN (warmup) and Pre-LN baselines in this harness
-    for name in ("iwslt14_de_en", "iwslt14_en_de", "wmt18_fi_en_base", "wmt17_en_de_base", "wmt17_en_de_big"):
-        assert {f"{name}_postln", f"{name}_preln"} <= names
+def table_experiments():
+    names = []
+    for script in sorted((REPO / "scripts").glob("table[0-9].sh")) + [REPO / "scripts" / "fig4b.sh"]:
+        block = re.search(r"EXPERIMENTS=\((.*?)\)", script.read_text(), re.S).group(1)
+        names += block.split()
+    return names
 
 
-@pytest.mark.parametrize("name", experiment_names())
-def test_dry_run_is_accepted_by_fairseq_parser(name):
-    cfg = load_config(name)
-    (cpu_cmd,) = dry_run(name, "--cpu")
-    args = parse_train_command(cpu_cmd)
-    assert args.arch == cfg["ARCH"]
-    assert args.encoder_layers == int(cfg["ENCODER_LAYERS"]) and args.decoder_layers == int(cfg["DECODER_LAYERS"])
-    assert args.lr == [float(cfg["LR"])] and args.cpu
+def test_every_table_row_is_an_experiment_with_the_papers_number():
+    """Each row the table scripts run resolves; its PAPER_BLEU is a number printed in the paper
+    (no number restated here); each Table 1 T-Fixup row has its Post-LN and Pre-LN baselines."""
+    names = table_experiments()
+    assert set(names) == set(config.experiment_names())
+    text = next(PAPER.glob("000_*.txt")).read_text() if PAPER.is_dir() else None
+    for name in names:
+        v = config.resolve(name, environ={}).values
+        assert v["TABLE"] and v["ROW"] and v["DATASET"] and v["PREPARE"], name
+        if name.endswith("_tfixup") and v["TABLE"] != "Fig. 4b":
+            assert v["PAPER_BLEU"], name
+        if v["PAPER_BLEU"] and text is not None:
+            assert re.search(rf"(?<![\d.]){re.escape(v['PAPER_BLEU'])}(?![\d])", text), (name, v["PAPER_BLEU"])
+        if v["TABLE"].startswith("Table 1") and name.endswith("_tfixup") and "l_" not in name:
+            base = name[: -len("_tfixup")]
+            assert {f"{base}_postln", f"{base}_preln"} <= set(names), name
+
+
+@pytest.mark.parametrize("name", config.experiment_names())
+def test_train_args_are_accepted_by_fairseqs_parser(name):
+    cfg = config.resolve(name, environ={})
+    v = cfg.values
+    args = parse_train_command(["fairseq-train", *config.train_args(cfg, "/data", "/out", 1, "cpu")])
+    assert args.arch == {"tfixup": "transformer_tfixup", "postln": "transformer", "preln": "transformer"}[v["METHOD"]]
+    assert (args.encoder_layers, args.decoder_layers) == (int(v["ENCODER_LAYERS"]), int(v["DECODER_LAYERS"]))
+    assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.decoder_attention_heads) == (
+        int(v["EMBED_DIM"]), int(v["FFN_DIM"]), int(v["HEADS"]))
+    assert args.lr == [float(v["LR"])] and args.cpu and args.required_batch_size_multiple == 1
     if name.endswith("_tfixup"):
-        assert args.arch.startswith("transformer_tfixup") and args.lr_scheduler == "inverse_sqrt_nowarmup"
-        assert args.warmup_updates == 0
-        assert not getattr(args, "encoder_normalize_before", False)
+        assert args.lr_scheduler == "inverse_sqrt_nowarmup" and args.warmup_updates == 0
+        assert not args.encoder_normalize_before
     else:
         assert args.lr_scheduler == "inverse_sqrt" and args.warmup_updates == 4000
         assert args.encoder_normalize_before == name.endswith("_preln")
-    # the GPU command of the same experiment (4 GPUs) parses as well
-    (gpu_cmd,) = dry_run(name, env={"NGPUS": "4"})
-    gpu = parse_train_command(gpu_cmd)
-    assert gpu.distributed_world_size == 4 and gpu.fp16 == (cfg["FP16"] == "1")
+    # the authors' effective clip-norm for IWSLT (fairseq 0.9's default), fairseq 0.12's 0 elsewhere
+    assert args.clip_norm == (25.0 if name.startswith("iwslt") else 0.0)
+    gpu = parse_train_command(["fairseq-train", *config.train_args(cfg, "/data", "/out", 4, "cuda")])
+    assert gpu.fp16 == (v["FP16"] == "1")
 
 
 @pytest.mark.parametrize("ngpus", [1, 2, 4, 8])
 def test_update_freq_keeps_the_papers_effective_batch(ngpus):
-    (cmd,) = dry_run("wmt17_en_de_base_tfixup", env={"NGPUS": str(ngpus)})
-    args = parse_train_command(cmd)
+    cfg = config.resolve("wmt17_en_de_base_tfixup", environ={})
+    args = parse_train_command(["fairseq-train", *config.train_args(cfg, "/d", "/o", ngpus, "cuda")])
     assert args.max_tokens * args.update_freq[0] * ngpus == 25000
+
+
+def test_gpu_dry_run_through_train_sh():
+    (cmd,) = dry_run("wmt17_en_de_base_tfixup", env={"NGPUS": "4"})
+    args = parse_train_command(cmd)
+    assert args.distributed_world_size == 4 and args.fp16 and args.max_tokens * args.update_freq[0] * 4 == 25000
 
 
 def test_cpu_processes_share_the_batch_or_keep_their_own():
@@ -85,11 +102,13 @@ def test_cpu_processes_share_the_batch_or_keep_their_own():
     assert own.max_tokens == one.max_tokens
 
 
-def test_env_overrides_config_values():
-    (cmd,) = dry_run("iwslt14_de_en_tfixup", "--cpu", "--set", "DROPOUT=0.2",
+def test_overrides_env_and_set_and_quoted_extra_args():
+    (cmd,) = dry_run("iwslt14_de_en_tfixup", "--cpu", "--set", "DROPOUT=0.2", "--set",
+                     "EXTRA_TRAIN_ARGS=--tensorboard-logdir 'a dir/with space' --patience 3",
                      env={"MAX_UPDATE": "17", "EMBED_DIM": "64", "ENCODER_LAYERS": "3"})
     args = parse_train_command(cmd)
     assert (args.max_update, args.encoder_embed_dim, args.encoder_layers, args.dropout) == (17, 64, 3, 0.2)
+    assert args.tensorboard_logdir == "a dir/with space" and args.patience == 3
 
 
 def test_multinode_command_goes_through_torchrun():
@@ -112,3 +131,46 @@ def test_table_dry_run_lists_every_row(script):
     for line in trains:
         parse_train_command(shlex.split(line))
     assert "report.sh" in proc.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("BASE=iwslt14\nLR 5e-4\n", "bad.conf:2: expected KEY=value, got 'LR 5e-4'"),
+    ("BASE=iwslt14\nLRR=5e-4\n", "unknown key LRR"),
+    ("BASE=iwslt14\nMAX_UPDATE=ten\n", "MAX_UPDATE must be a whole number"),
+    ("BASE=iwslt14\nLR=-1\n", "LR must be > 0"),
+    ("BASE=nosuch\n", "BASE=nosuch, but there is no"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--foo 'unclosed\n", "EXTRA_TRAIN_ARGS: No closing quotation"),
+])
+def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
+    bad = tmp_path / "bad.conf"
+    bad.write_text(text)
+    proc = subprocess.run(["bash", TRAIN, "--cpu", "--dry-run", str(bad), "/d", "/o"], capture_output=True, text=True)
+    assert proc.returncode != 0 and proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], proc.stderr
+    assert "bad.conf" in lines[0] or "unknown key" in lines[0]
+
+
+def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
+    """train.sh's record: the resolved config and the exact commands; a resume may only train longer."""
+    cfg = config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "10"}, environ={})
+    commands = tmp_path / "cmds"
+    commands.write_text("fairseq-train a b\n")
+    record = tmp_path / "run" / config.RECORD
+    config.record(cfg, commands.read_text().splitlines(), record)
+    saved = json.loads(record.read_text())
+    assert saved["values"]["MAX_UPDATE"] == "10" and saved["train_commands"] == ["fairseq-train a b"]
+    assert oct(record.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not mkstemp's 0600
+    config.record(config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "20"}, environ={}), [], record)
+    with pytest.raises(config.ConfigError, match="trained with LR=5e-4, now LR=1e-3"):
+        config.record(config.resolve("iwslt14_de_en_tfixup", {"LR": "1e-3"}, environ={}), [], record)
+    # evaluation reads the record: beam may change, the model may not
+    assert config.resolve_run(record.parent, {"BEAM": "7"}, environ={}).values["BEAM"] == "7"
+    with pytest.raises(config.ConfigError, match="trained with DROPOUT=0.5"):
+        config.resolve_run(record.parent, {"DROPOUT": "0.1"}, environ={})
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

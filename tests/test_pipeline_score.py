@@ -1,10 +1,10 @@
 """BLEU scoring and report rendering (pure functions, real sacrebleu/sacremoses)."""
 
-import math
 
 import pytest
 
-from fairseq_tfixup.pipeline import config, report, score
+from fairseq_tfixup import atomic
+from pipeline import report, score
 
 GEN = """S-1\tein test .
 T-1\tit &apos;s a well @-@ known test .
@@ -45,27 +45,33 @@ def test_generate_output_without_hypotheses_is_an_error():
         score.read_generate_output("S-0\tx\nT-0\ty\n")
 
 
-def test_config_parser_reads_bash_values(tmp_path):
-    text = 'A=1\nB="two words"\n# comment\nC=\nD="(0.9,0.98)"  # trailing\n'
-    assert config.parse_config(text) == {"A": "1", "B": "two words", "C": "", "D": "(0.9,0.98)"}
-    with pytest.raises(ValueError):
-        config.parse_config("A=$HOME\n")
-    cfg = config.load_config("iwslt14_de_en_tfixup", environ={"BEAM": "7"})
-    assert cfg["BEAM"] == "7" and cfg["LENPEN"] == "0.3" and cfg["PAPER_BLEU"] == "35.5"
-
-
 def test_report_row_for_missing_and_present_results(tmp_path):
     missing = report.report_row("wmt17_en_de_base_tfixup", None)
     assert missing["ours"] is None and missing["paper_bleu"] == 29.1
+    from pipeline import config
+
+    # the row's paper side comes from the config the run recorded in results.json
+    cfg = config.resolve("wmt17_en_de_base_tfixup", {"ROW": "as it ran"}, environ={}).values
     res = {"experiment": "wmt17_en_de_base_tfixup", "paper_metric": "tok", "bleu_tok": 28.64, "bleu_detok": 27.9,
-           "num_updates": 500000, "device_hours": 123.4, "device": "V100", "sacrebleu_signature": "sig", "sentences": 3003}
+           "num_updates": 500000, "device_hours": 123.4, "device": "V100", "sacrebleu_signature": "sig",
+           "sentences": 3003, "config": cfg}
     path = tmp_path / "r.json"
-    report.write_json_atomic(res, str(path))
+    atomic.write_json(path, res)
     md = report.build_report(["wmt17_en_de_base_tfixup", "wmt17_en_de_big_tfixup"], [str(path)], "T")
     lines = md.splitlines()
-    assert "| 29.1 | 28.64 | -0.46 |" in lines[4] and "123.400 (V100)" in lines[4]
+    assert "| Table 1/2: as it ran | 29.1 | 28.64 | -0.46 |" in lines[4] and "123.400 (V100)" in lines[4]
     assert "not run" in lines[5]
-    assert not math.isnan(report.paper_comparable_bleu(res))
+    # the metric the paper used picks which of our two scores is compared
+    assert report.paper_comparable_bleu(res) == 28.64
+    assert report.paper_comparable_bleu({**res, "paper_metric": "detok"}) == 27.9
+
+
+def test_report_names_and_skips_a_bad_results_file(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    md = report.build_report(["wmt17_en_de_base_tfixup"], [str(bad)], "T")
+    assert "not run" in md.splitlines()[4]
+    assert f"skipping {bad}" in capsys.readouterr().err
 
 
 def test_partial_test_set_is_refused():

@@ -40,23 +40,24 @@ def test_default_decay_period_is_the_papers_4000():
     assert sched.step_update(4000) == pytest.approx(5e-4 / math.sqrt(2))
 
 
-def test_resume_from_state_dict_continues_the_curve():
-    sched, _ = _build("--decay-period", "100")
+def test_rate_depends_only_on_the_update_count():
+    """What makes a resume exact: after loading checkpoint_last.pt fairseq calls
+    step_update(num_updates) on a fresh scheduler, which must land where the uninterrupted
+    one is, with no history."""
+    walked, _ = _build("--decay-period", "100")
     for t in range(1, 251):
-        sched.step_update(t)
-    state = sched.state_dict()
-    resumed, optimizer = _build("--decay-period", "100")
-    resumed.load_state_dict(state)
-    # fairseq's trainer calls step_update(num_updates) after loading checkpoint_last.pt
-    resumed.step_update(250)
-    assert optimizer.get_lr() == pytest.approx(sched.lr)
+        walked.step_update(t)
+    jumped, optimizer = _build("--decay-period", "100")
+    assert jumped.step_update(250) == pytest.approx(walked.lr)
     assert optimizer.get_lr() == pytest.approx(5e-4 * math.sqrt(100 / 350))
-    assert resumed.step_update(300) == pytest.approx(5e-4 / 2)
+    assert walked.step_update(0) == pytest.approx(5e-4)  # and back
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--warmup-updates", "4000"], "inverse_sqrt_nowarmup has no warmup: drop --warmup-updates 4000"),
     (["--decay-period", "0"], "--decay-period must be > 0, got 0"),
+    (["--lr", "0"], "inverse_sqrt_nowarmup needs --lr > 0, got 0.0"),
+    (["--lr=-1e-3"], "inverse_sqrt_nowarmup needs --lr > 0, got -0.001"),
 ])
 def test_bad_flags(flags, message):
     with pytest.raises(ValueError, match=message) as err:

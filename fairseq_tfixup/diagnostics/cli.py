@@ -17,9 +17,8 @@ import sys
 import tempfile
 import warnings
 
-from fairseq_tfixup.diagnostics.models import MODEL_FLAGS, SCHEDULE_FLAGS, ModelSpec
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from fairseq_tfixup.diagnostics.models import ModelSpec
+from fairseq_tfixup.presets import METHODS, SCHEDULES
 
 
 def comma_list(kind, choices=None):
@@ -33,12 +32,19 @@ def comma_list(kind, choices=None):
     return parse
 
 
+def positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def common_parser(default_models: str, default_dropout: float) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("model and data")
     g.add_argument("--data", help="fairseq data-bin folder (e.g. from scripts/prepare-iwslt14.sh)")
-    g.add_argument("--model", type=comma_list(str, list(MODEL_FLAGS)), default=default_models.split(","),
-                   help=f"comma list of {', '.join(MODEL_FLAGS)} (default {default_models})")
+    g.add_argument("--model", type=comma_list(str, list(METHODS)), default=default_models.split(","),
+                   help=f"comma list of {', '.join(METHODS)} (default {default_models})")
     g.add_argument("--dim", type=int, default=128, help="embedding dim, encoder and decoder (default 128)")
     g.add_argument("--ffn-dim", type=int, default=256, help="FFN inner dim (default 256)")
     g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
@@ -58,8 +64,8 @@ def common_parser(default_models: str, default_dropout: float) -> argparse.Argum
 
 def training_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
-    g.add_argument("--steps", type=int, default=100, help="Adam updates (default 100)")
-    g.add_argument("--schedule", type=comma_list(str, list(SCHEDULE_FLAGS)), default=["warmup", "nowarmup"],
+    g.add_argument("--steps", type=positive_int, default=100, help="Adam updates (default 100)")
+    g.add_argument("--schedule", type=comma_list(str, list(SCHEDULES)), default=["warmup", "nowarmup"],
                    help="comma list of warmup (inverse_sqrt with --warmup-updates) and nowarmup "
                         "(inverse_sqrt_nowarmup, decay period = --warmup-updates); default both")
     g.add_argument("--lr", type=float, default=5e-4, help="peak learning rate (default 5e-4)")
@@ -96,11 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", help="data split (default train: with the Multi30k default, "
                                                     "the first --sentences pairs of Multi30k val)")
     p.add_argument("--sentences", type=int, default=1000, help="sentence pairs in the loss (default 1000)")
-    p.add_argument("--lanczos-steps", type=int, default=20, help="Lanczos steps per probe (default 20)")
+    p.add_argument("--lanczos-steps", type=positive_int, default=20, help="Lanczos steps per probe (default 20)")
     p.add_argument("--probes", type=int, default=1, help="random probe vectors for the density (default 1)")
     p.add_argument("--top-k", type=int, default=5, help="eigenvalues to report (default 5)")
-    p.add_argument("--shared", default=os.environ.get("TFIXUP_SHARED_DATA", str(REPO.parent / "shared" / "data")),
-                   help="shared data folder, for the default Multi30k data (default $TFIXUP_SHARED_DATA)")
+    p.add_argument("--shared", default=os.environ.get("TFIXUP_SHARED_DATA"),
+                   help="shared data folder holding multi30k/ and iwslt14-de-en/, for the default Multi30k data "
+                        "(default $TFIXUP_SHARED_DATA)")
     p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "tfixup-diagnose"),
                    help="where the Multi30k data-bin is built when --data is not given")
     return parser
@@ -131,6 +138,8 @@ def run(a) -> None:
 
         data_bin = a.data
         if data_bin is None:
+            if not a.shared:
+                raise ValueError("hessian without --data needs --shared DIR (or TFIXUP_SHARED_DATA) for Multi30k")
             data_bin = prepare_multi30k(pathlib.Path(a.shared), pathlib.Path(a.cache) / f"multi30k-val-{a.sentences}",
                                         lines=a.sentences)
             log(f"[hessian] data: Multi30k val De->En, first {a.sentences} pairs -> {data_bin}")
@@ -157,7 +166,8 @@ def run(a) -> None:
 
 def main(argv=None) -> int:
     a = build_parser().parse_args(argv)
-    warnings.simplefilter("ignore", UserWarning)  # hydra/torch deprecation notes would bury the progress lines
+    # hydra's and fairseq's deprecation notes would bury the progress lines; other warnings stay
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"(hydra|omegaconf|fairseq)(\.|$)")
     for name in ("fairseq", "fairseq_tfixup", "hydra", "matplotlib", "PIL"):  # the progress lines are ours
         logging.getLogger(name).setLevel(logging.WARNING)
     try:

@@ -14,7 +14,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from fairseq_tfixup.diagnostics import output, plots
+from fairseq_tfixup import atomic
+from fairseq_tfixup.diagnostics import plots
 from fairseq_tfixup.diagnostics.models import ModelSpec
 from fairseq_tfixup.diagnostics.train import Recorder, train
 
@@ -99,8 +100,8 @@ def run_grad_hist(data_bin, out, models=("postln", "tfixup"), schedules=("warmup
             "warmup_updates": warmup_updates, "spec": dataclasses.asdict(spec), "runs": summary}
     title = (f"encoder input-embedding gradients and Adam updates, first {steps} steps "
              f"({spec.encoder_layers}+{spec.decoder_layers} layers, d={spec.dim})")
-    output.save_npz(out / "grad_hist.npz", arrays)
-    output.save_json(out / "grad_hist.json", meta)
-    output.save_figure(out / "grad_hist.png", plots.grad_hist(runs, edges, title))
+    atomic.save_npz(out / "grad_hist.npz", arrays)
+    atomic.write_json(out / "grad_hist.json", meta)
+    atomic.save_figure(out / "grad_hist.png", plots.grad_hist(runs, edges, title))
     log(f"[grad-hist] wrote {out}/grad_hist.{{png,npz,json}}")
     return meta

@@ -18,7 +18,8 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from fairseq_tfixup.diagnostics import data, output, plots
+from fairseq_tfixup import atomic
+from fairseq_tfixup.diagnostics import data, plots
 from fairseq_tfixup.diagnostics.models import ModelSpec, build
 
 
@@ -113,9 +114,9 @@ def run_grad_norms(data_bin, out, models=("postln", "preln", "tfixup"), spec=Non
             "depths": list(depths), "spec": dataclasses.asdict(spec), "models": summary}
     title = (f"gradients at initialisation (d={spec.dim}, {n_sentences} sentence pairs of {split}, "
              f"mean over {inits} inits)")
-    output.save_npz(out / "grad_norms.npz", arrays)
-    output.save_json(out / "grad_norms.json", meta)
+    atomic.save_npz(out / "grad_norms.npz", arrays)
+    atomic.write_json(out / "grad_norms.json", meta)
     table = {m: [v.get(g, np.nan) for g in names] for m, v in per_layer.items()}
-    output.save_figure(out / "grad_norms.png", plots.grad_norms(table, names, list(depths), last_fc2, title))
+    atomic.save_figure(out / "grad_norms.png", plots.grad_norms(table, names, list(depths), last_fc2, title))
     log(f"[grad-norms] wrote {out}/grad_norms.{{png,npz,json}}")
     return meta

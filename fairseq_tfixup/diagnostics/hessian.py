@@ -114,7 +114,8 @@ def run_hessian(data_bin, out, models=("postln", "preln", "tfixup"), spec=None, 
     import dataclasses
     import pathlib
 
-    from fairseq_tfixup.diagnostics import data, output, plots
+    from fairseq_tfixup import atomic
+    from fairseq_tfixup.diagnostics import data, plots
     from fairseq_tfixup.diagnostics.models import ModelSpec, build
 
     spec = spec or ModelSpec()
@@ -145,10 +146,10 @@ def run_hessian(data_bin, out, models=("postln", "preln", "tfixup"), spec=None, 
             "spec": dataclasses.asdict(spec), "models": results}
     title = (f"Hessian spectrum at init: {spec.encoder_layers}+{spec.decoder_layers} layers, d={spec.dim}, "
              f"{results[models[0]]['sentence_pairs']} sentence pairs")
-    output.save_npz(out / "hessian.npz", arrays)
-    output.save_json(out / "hessian.json", meta)
-    output.save_text(out / "hessian.md", eigen_table(results, top_k))
-    output.save_figure(out / "hessian.png", plots.hessian_density(curves, {m: results[m]["top_eigenvalues"]
+    atomic.save_npz(out / "hessian.npz", arrays)
+    atomic.write_json(out / "hessian.json", meta)
+    atomic.write_text(out / "hessian.md", eigen_table(results, top_k))
+    atomic.save_figure(out / "hessian.png", plots.hessian_density(curves, {m: results[m]["top_eigenvalues"]
                                                                          for m in models}, title))
     log(f"[hessian] wrote {out}/hessian.{{png,npz,json,md}}")
     return meta

@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from fairseq_tfixup.diagnostics import output, plots
+from fairseq_tfixup import atomic
+from fairseq_tfixup.diagnostics import plots
 from fairseq_tfixup.diagnostics.models import ModelSpec
 from fairseq_tfixup.diagnostics.train import Recorder, train
 
@@ -85,8 +86,8 @@ def run_ln_norms(data_bin, out, models=("postln", "tfixup"), schedules=("warmup"
             "spec": dataclasses.asdict(spec), "sqrt_d": float(np.sqrt(spec.dim)), "runs": summary}
     title = (f"mean L2 norm of the decoder's LN input after self-attention "
              f"({spec.decoder_layers} decoder layers, d={spec.dim})")
-    output.save_npz(out / "ln_norms.npz", arrays)
-    output.save_json(out / "ln_norms.json", meta)
-    output.save_figure(out / "ln_norms.png", plots.ln_norms(runs, spec.dim, title))
+    atomic.save_npz(out / "ln_norms.npz", arrays)
+    atomic.write_json(out / "ln_norms.json", meta)
+    atomic.save_figure(out / "ln_norms.png", plots.ln_norms(runs, spec.dim, title))
     log(f"[ln-norms] wrote {out}/ln_norms.{{png,npz,json}}")
     return meta

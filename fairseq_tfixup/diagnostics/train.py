@@ -15,7 +15,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from fairseq_tfixup.diagnostics import data
-from fairseq_tfixup.diagnostics.models import SCHEDULE_FLAGS, ModelSpec, build
+from fairseq_tfixup import presets
+from fairseq_tfixup.diagnostics.models import ModelSpec, build
 
 
 class Recorder:
@@ -49,11 +50,9 @@ def train(data_bin, spec: ModelSpec, schedule: str, steps: int, recorders: Seque
           warmup_updates: int = 4000, split: str = "train", seed: int = 1, device: str = "cpu",
           log: Callable[[str], None] = print) -> dict:
     """Train ``steps`` updates from a fresh seeded model; returns per-step loss and lr."""
-    if schedule not in SCHEDULE_FLAGS:
-        raise ValueError(f"unknown schedule {schedule!r}; choose from {', '.join(SCHEDULE_FLAGS)}")
     spec = dataclasses.replace(spec, extra=list(spec.extra))
     args, task, model, criterion = build(data_bin, spec, seed=seed, device=device,
-                                         extra_flags=SCHEDULE_FLAGS[schedule](warmup_updates))
+                                         extra_flags=presets.schedule_flags(schedule, warmup_updates))
     cfg, optimizer, scheduler = build_optimizer(args, model)
     batches: Iterable = data.training_batches(task, args, split=split, seed=seed, device=device)
     for r in recorders:

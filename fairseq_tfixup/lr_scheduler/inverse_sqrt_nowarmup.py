@@ -53,6 +53,8 @@ class InverseSqrtNoWarmupSchedule(FairseqLRScheduler):
         if cfg.decay_period <= 0:
             raise ValueError(f"--decay-period must be > 0, got {cfg.decay_period}")
         self.peak_lr = cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr
+        if self.peak_lr <= 0:
+            raise ValueError(f"inverse_sqrt_nowarmup needs --lr > 0, got {self.peak_lr}")
         self.decay_period = cfg.decay_period
         self.lr = self.peak_lr
         self.optimizer.set_lr(self.lr)

@@ -22,6 +22,9 @@ from fairseq.models.transformer import (
     TransformerEncoderBase,
     TransformerModel,
     base_architecture,
+    transformer_iwslt_de_en,
+    transformer_vaswani_wmt_en_de_big,
+    transformer_wmt_en_de,
 )
 
 from fairseq_tfixup import tfixup_init
@@ -147,14 +150,8 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
 
 
 
-# Architectures. Each sets only its defaults; explicit flags win (getattr).
-
-
-def _default_dims(args, embed_dim, ffn_dim, heads):
-    """Encoder and decoder sizes, unless given on the command line."""
-    for side in ("encoder", "decoder"):
-        for key, value in (("embed_dim", embed_dim), ("ffn_embed_dim", ffn_dim), ("attention_heads", heads)):
-            setattr(args, f"{side}_{key}", getattr(args, f"{side}_{key}", value))
+# Architectures: fairseq's own presets, under this model's name. Explicit flags win
+# (fairseq's presets only fill what is unset, getattr-default style).
 
 
 @register_model_architecture("transformer_tfixup", "transformer_tfixup")
@@ -166,27 +163,26 @@ def tfixup_base_architecture(args):
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_iwslt_de_en")
 def tfixup_iwslt_de_en(args):
     """small: 512-1024-4, 6+6 layers (IWSLT'14, paper Table 1)."""
-    _default_dims(args, 512, 1024, 4)
-    base_architecture(args)
+    transformer_iwslt_de_en(args)
 
 
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_wmt_en_de")
 def tfixup_wmt_en_de(args):
     """base: 512-2048-8 (WMT, paper Tables 1-3)."""
-    base_architecture(args)
+    transformer_wmt_en_de(args)
 
 
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_vaswani_wmt_en_de_big")
 def tfixup_vaswani_wmt_en_de_big(args):
     """big: 1024-4096-16, dropout 0.3 (WMT'17 En-De, paper Table 1)."""
-    _default_dims(args, 1024, 4096, 16)
-    args.dropout = getattr(args, "dropout", 0.3)
-    base_architecture(args)
+    transformer_vaswani_wmt_en_de_big(args)
 
 
 @register_model_architecture("transformer_tfixup", "transformer_tfixup_deep_narrow")
 def tfixup_deep_narrow(args):
-    """64-128-2 for the depth study (paper Fig. 4b, up to 200+200 layers);
-    set the depth with --encoder-layers/--decoder-layers."""
-    _default_dims(args, 64, 128, 2)
+    """64-128-2 for the depth study (paper Fig. 4b, up to 200+200 layers); fairseq has no
+    such preset. Set the depth with --encoder-layers/--decoder-layers."""
+    for side in ("encoder", "decoder"):
+        for key, value in (("embed_dim", 64), ("ffn_embed_dim", 128), ("attention_heads", 2)):
+            setattr(args, f"{side}_{key}", getattr(args, f"{side}_{key}", value))
     base_architecture(args)

@@ -1,0 +1,91 @@
+"""The models the papers compare, as fairseq flags, and one way to build them.
+
+``METHODS`` maps a method name to its fairseq ``--arch`` and flags; everything
+that names a method (``scripts/train.sh`` configs, ``bench/``,
+``tfixup-diagnose --model``, the tests) reads this table, so adding a method is
+one row. Models are built through fairseq's own parser
+(``options.get_training_parser`` + ``parse_args_and_arch``), so every
+fairseq-train flag works and the model is the one fairseq-train would train.
+"""
+
+import pathlib
+from typing import List, NamedTuple, Sequence
+
+USER_DIR = pathlib.Path(__file__).resolve().parent
+
+
+class Method(NamedTuple):
+    arch: str  # fairseq --arch; sizes come from dims_flags
+    flags: tuple  # further fairseq flags that make the method
+    label: str  # for tables and plots
+    warmup: bool  # trained with warmup in the papers' comparison (the baselines) or without (T-Fixup)
+
+
+METHODS = {
+    "tfixup": Method("transformer_tfixup", (), "T-Fixup", warmup=False),
+    "postln": Method("transformer", (), "Post-LN", warmup=True),
+    "preln": Method("transformer", ("--encoder-normalize-before", "--decoder-normalize-before"), "Pre-LN",
+                    warmup=True),
+}
+
+
+def method(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (fairseq_tfixup/presets.py)")
+    return METHODS[name]
+
+
+def dims_flags(embed: int, ffn: int, heads: int, encoder_layers: int, decoder_layers: int) -> List[str]:
+    """Encoder and decoder sizes as fairseq flags."""
+    return [
+        "--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
+        "--encoder-ffn-embed-dim", str(ffn), "--decoder-ffn-embed-dim", str(ffn),
+        "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
+        "--encoder-layers", str(encoder_layers), "--decoder-layers", str(decoder_layers),
+    ]
+
+
+def model_flags(name: str, arch: str = "") -> List[str]:
+    """``--arch`` (the method's, or ``arch``) and the method's flags."""
+    m = method(name)
+    return ["--arch", arch or m.arch, *m.flags]
+
+
+def schedule_flags(kind: str, period: int, warmup_init_lr: float = 1e-7) -> List[str]:
+    """``warmup``: fairseq's inverse_sqrt, linear warmup over ``period`` updates from
+    ``warmup_init_lr``, then lr * sqrt(period / t). ``nowarmup``: this plugin's
+    inverse_sqrt_nowarmup, lr * sqrt(P / (P + t)) from update 0, P = ``period``."""
+    if kind == "warmup":
+        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(period),
+                "--warmup-init-lr", str(warmup_init_lr)]
+    if kind == "nowarmup":
+        return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(period)]
+    raise ValueError(f"unknown schedule {kind!r}; choose warmup or nowarmup")
+
+
+SCHEDULES = ("warmup", "nowarmup")
+
+
+def parse_train_args(data_bin, flags: Sequence[str]):
+    """fairseq-train's argument namespace for ``fairseq-train DATA_BIN --user-dir <this plugin> FLAGS``."""
+    from fairseq import options
+
+    data_bin = pathlib.Path(data_bin)
+    if not any(data_bin.glob("dict.*.txt")):
+        raise FileNotFoundError(f"not a fairseq data-bin (no dict.*.txt): {data_bin}")
+    argv = [str(data_bin), "--task", "translation", "--user-dir", str(USER_DIR), *map(str, flags)]
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv)
+
+
+def build(data_bin, flags: Sequence[str], seed: int = 1, device: str = "cpu"):
+    """(args, task, model, criterion) as fairseq-train builds them, the model seeded
+    with ``seed`` and moved to ``device``."""
+    import torch
+    from fairseq import tasks
+
+    args = parse_train_args(data_bin, [*flags, "--seed", str(seed)])
+    torch.manual_seed(seed)
+    task = tasks.setup_task(args)
+    model = task.build_model(args).to(device)
+    criterion = task.build_criterion(args).to(device)
+    return args, task, model, criterion

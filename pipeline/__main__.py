@@ -1,0 +1,134 @@
+"""``python -m pipeline {average,results,report,updates}``: the Python steps of scripts/*.sh."""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pathlib
+import pickle
+import sys
+
+from pipeline import config as config_mod
+
+
+def cmd_average(args, validate_args):
+    from fairseq_tfixup import atomic
+    from pipeline import average
+
+    candidates = [int(k) for k in args.candidates.split()]
+    choice = average.choose_and_average(args.ckpt_dir, candidates, args.data, args.out, validate_args)
+    atomic.write_json(args.json, choice)
+    print(f"averaged last {choice['chosen']['k']} checkpoints (valid loss {choice['chosen']['valid_loss']:.3f})",
+          file=sys.stderr)
+
+
+def cmd_results(args, _):
+    """results.json: the scores, and the config the run trained with (plus evaluation overrides)."""
+    from fairseq_tfixup import atomic, checkpoints
+    from pipeline import report, score
+
+    cfg = config_mod.resolve_run(args.run, config_mod.parse_sets(args.set))
+    v = cfg.values
+    text = pathlib.Path(args.generate).read_text(encoding="utf-8")
+    raw_refs = None
+    if args.raw_refs and os.path.exists(args.raw_refs):
+        raw_refs = pathlib.Path(args.raw_refs).read_text(encoding="utf-8").splitlines()
+    scores = score.score_generate_output(text, v["TGT"], split_compounds=v["COMPOUND_SPLIT"] == "1",
+                                         lowercase=v["LOWERCASE"] == "1", raw_refs=raw_refs)
+    for key in ("bleu_tok", "bleu_detok"):
+        if not math.isfinite(scores[key]):
+            raise ValueError(f"{key} is not a finite number")
+    record = config_mod.read_record(args.run)
+    result = {
+        "experiment": cfg.name, "table": v["TABLE"], "row": v["ROW"],
+        "paper_bleu": float(v["PAPER_BLEU"]) if v["PAPER_BLEU"] else None,
+        "paper_metric": v["PAPER_METRIC"], "beam": int(v["BEAM"]), "lenpen": float(v["LENPEN"]),
+        "checkpoint": os.path.abspath(args.checkpoint),
+        "num_updates": checkpoints.num_updates(args.checkpoint),
+        "generate_output": os.path.abspath(args.generate),
+        "subset": args.subset,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **scores,
+        **report.read_train_runs(os.path.join(args.run, "train_runs.tsv")),
+        "config": v, "config_file": cfg.path, "train_commands": record["train_commands"],
+    }
+    result["bleu"] = report.paper_comparable_bleu(result)
+    if args.average_json and os.path.exists(args.average_json):
+        result["averaging"] = json.loads(pathlib.Path(args.average_json).read_text())
+    atomic.write_json(args.out, result, sort_keys=True)
+    print(f"{cfg.name}: BLEU {result['bleu']:.2f} ({result['paper_metric']}), "
+          f"tok {result['bleu_tok']:.2f}, detok {result['bleu_detok']:.2f} -> {args.out}", file=sys.stderr)
+
+
+def cmd_report(args, _):
+    from pipeline import report
+
+    text = report.build_report(args.experiments, args.results, args.title)
+    if args.out:
+        from fairseq_tfixup import atomic
+
+        if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+            raise FileNotFoundError(f"--out {args.out}: no folder {os.path.dirname(os.path.abspath(args.out))}")
+        atomic.write_text(args.out, text)
+    print(text, end="")
+
+
+def cmd_updates(args, _):
+    from fairseq_tfixup import checkpoints
+
+    try:
+        print(checkpoints.num_updates(args.checkpoint))
+    except (OSError, RuntimeError, KeyError, pickle.UnpicklingError) as e:
+        raise ValueError(f"cannot resume from {args.checkpoint}: {str(e).splitlines()[0]}; "
+                         "move it away to resume from an older checkpoint") from None
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = []
+    if "--" in argv:  # after "--": arguments for fairseq-validate
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(prog="python -m pipeline")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("average", help="average the last K checkpoints, K chosen on valid loss")
+    p.add_argument("--ckpt-dir", required=True)
+    p.add_argument("--candidates", default="1 5 10", help="values of K to try (space separated)")
+    p.add_argument("--data", required=True, help="fairseq data-bin (its valid subset is used)")
+    p.add_argument("--out", required=True, help="averaged checkpoint")
+    p.add_argument("--json", required=True, help="where to record the choice")
+    p.set_defaults(func=cmd_average)
+
+    p = sub.add_parser("results", help="score a fairseq-generate output and write the results JSON")
+    p.add_argument("--run", required=True, help="the training OUT_DIR (its config.resolved.json)")
+    p.add_argument("--set", action="append", default=[], help="evaluation overrides KEY=VALUE")
+    p.add_argument("--generate", required=True)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--raw-refs", default="")
+    p.add_argument("--average-json", default="")
+    p.add_argument("--subset", default="test")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser("report", help="Markdown table: paper BLEU next to ours")
+    p.add_argument("--experiments", nargs="+", required=True)
+    p.add_argument("--results", nargs="*", default=[], help="results JSON files (missing ones: 'not run')")
+    p.add_argument("--title", default="")
+    p.add_argument("--out", default="")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("updates", help="the update count of a checkpoint (read safely and cheaply)")
+    p.add_argument("checkpoint")
+    p.set_defaults(func=cmd_updates)
+
+    args = parser.parse_args(argv)
+    try:
+        args.func(args, extra)
+    except (FileNotFoundError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
+        raise SystemExit(f"error: {str(e).splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""Average the parameters of the last K checkpoints, K chosen on the valid set.
+
+fairseq's ``scripts/average_checkpoints.py`` is not in the pip package; this is
+the same computation (element-wise mean of every model tensor, the rest of the
+state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
+"""
+
+import collections
+import os
+import re
+import subprocess
+from typing import Dict, List, Sequence
+
+import torch
+
+from fairseq import checkpoint_utils
+
+from fairseq_tfixup import checkpoints
+
+EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
+UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
+
+
+def _updates(path: str) -> int:
+    m = re.fullmatch(UPDATE_PATTERN, os.path.basename(path))
+    return int(m.group(1)) if m else num_updates(path)
+
+
+def last_checkpoints(ckpt_dir: str, k: int) -> List[str]:
+    """The newest k checkpoints, newest first: numbered by update (checkpoint_E_U.pt)
+    when training saved them, else by epoch (checkpointE.pt). checkpoint_last.pt
+    counts as the newest when training stopped between two numbered saves (e.g. at
+    a --max-update that is no multiple of --save-interval-updates)."""
+    last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+    for pattern in (UPDATE_PATTERN, EPOCH_PATTERN):
+        paths = checkpoint_utils.checkpoint_paths(ckpt_dir, pattern=pattern)
+        if paths:
+            if os.path.exists(last) and num_updates(last) > _updates(paths[0]):
+                paths = [last] + paths
+            return paths[:k]
+    # training that stopped before the first epoch end / save interval has only checkpoint_last.pt
+    if os.path.exists(last):
+        return [last]
+    raise FileNotFoundError(f"no checkpoints in {ckpt_dir}")
+
+
+def average_checkpoints(paths: Sequence[str]) -> Dict:
+    """fairseq state of the newest checkpoint with its model replaced by the mean over ``paths``."""
+    if not paths:
+        raise ValueError("nothing to average")
+    summed: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
+    newest = None
+    for path in paths:
+        # as saved (weights_only): fairseq's loader would turn the config into omegaconf
+        # objects, which averaged.pt would then need torch to unpickle
+        state = checkpoints.load(path)
+        newest = newest or state
+        model = state["model"]
+        if summed and set(model) != set(summed):
+            raise ValueError(f"{path} has other parameters than {paths[0]}")
+        for name, tensor in model.items():
+            # sum in float32/64 (fp16 checkpoints would lose precision)
+            value = tensor.double() if tensor.is_floating_point() else tensor.clone()
+            summed[name] = summed[name] + value if name in summed else value
+    averaged = collections.OrderedDict()
+    for name, total in summed.items():
+        ref = newest["model"][name]
+        averaged[name] = (total / len(paths)).to(ref.dtype) if ref.is_floating_point() else ref
+    newest["model"] = averaged
+    return newest
+
+
+def save_average(paths: Sequence[str], out: str) -> None:
+    # torch_persistent_save writes out.tmp then renames: never a half-written file
+    checkpoint_utils.torch_persistent_save(average_checkpoints(paths), out)
+
+
+_VALID_LOSS = re.compile(r"\|\s*valid on '[^']*' subset\s*\|\s*loss ([0-9.]+)|\|\s*loss ([0-9.]+)\s*\|\s*nll_loss")
+
+
+def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> float:
+    """Label-smoothed loss of ``checkpoint`` on the valid subset, from fairseq-validate."""
+    cmd = ["fairseq-validate", data, "--path", checkpoint, "--valid-subset", "valid", *validate_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fairseq-validate failed on {checkpoint}: {proc.stderr.strip().splitlines()[-1:]}")
+    for line in reversed((proc.stdout + proc.stderr).splitlines()):
+        m = _VALID_LOSS.search(line)
+        if m:
+            return float(m.group(1) or m.group(2))
+    raise RuntimeError(f"no valid loss in fairseq-validate output for {checkpoint}")
+
+
+def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out: str,
+                       validate_args: Sequence[str]) -> Dict:
+    """Average the last K checkpoints for each K in ``candidates`` and keep the
+    one with the lowest VALID loss (the test set is never looked at)."""
+    tried = []
+    best = None
+    tmp = out + ".candidate.pt"
+    available = len(last_checkpoints(ckpt_dir, 10 ** 9))
+    for k in sorted({min(int(c), available) for c in candidates}):
+        paths = last_checkpoints(ckpt_dir, k)
+        save_average(paths, tmp)
+        loss = valid_loss(tmp, data, validate_args)
+        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
+        if best is None or loss < best["valid_loss"]:
+            best = tried[-1]
+            os.replace(tmp, out)
+    if os.path.exists(tmp):
+        os.remove(tmp)
+    return {"chosen": best, "tried": tried}
+
+
+num_updates = checkpoints.num_updates

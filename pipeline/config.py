@@ -1,0 +1,337 @@
+"""Experiment configs: the one reader of ``configs/``.
+
+Format: ``KEY=value``, one per line; the value is the rest of the line as
+written (no quotes, no expansion, no inline comments); ``#`` starts a comment
+line. ``configs/defaults.conf`` names every key with its default. An experiment
+file (``configs/NAME.conf``) or a shared base (``configs/base/NAME.conf``) may
+start with ``BASE=NAME`` to build on ``configs/base/NAME.conf`` and then states
+only what differs. Later wins: defaults < base chain < the file < environment
+variable of the same name < ``--set KEY=VALUE``.
+
+Bash never reads configs: ``scripts/*.sh`` ask this module for values and for
+the fairseq-train argument list (NUL-separated, for ``mapfile -d ''``), and
+``train.sh`` records the resolved config and the exact command in
+``OUT/config.resolved.json``, which evaluation reads instead of looking the
+experiment up again.
+
+    python -m pipeline.config get EXPERIMENT [--set K=V]... KEY...
+    python -m pipeline.config get --run OUT_DIR [--set K=V]... KEY...
+    python -m pipeline.config train-args EXPERIMENT DATA OUT --world N [--cpu|--bf16] [--per-process-batch]
+    python -m pipeline.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json
+    python -m pipeline.config list
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shlex
+import sys
+from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIG_DIR = pathlib.Path(os.environ.get("TFIXUP_CONFIGS", REPO / "configs"))
+RECORD = "config.resolved.json"
+_LINE = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
+# what the evaluation may change on a trained run; every other key is the run's
+EVAL_KEYS = ("AVG_CANDIDATES", "BEAM", "LENPEN", "COMPOUND_SPLIT", "LOWERCASE", "PAPER_METRIC", "PAPER_BLEU",
+             "TABLE", "ROW")
+INT_KEYS = ("ENCODER_LAYERS", "DECODER_LAYERS", "EMBED_DIM", "FFN_DIM", "HEADS", "MAX_TOKENS", "BATCH_SHARDS",
+            "MAX_EPOCH", "MAX_UPDATE", "SAVE_INTERVAL_UPDATES", "KEEP_LAST", "SEED", "BEAM", "DECAY_PERIOD",
+            "WARMUP_UPDATES", "LOG_INTERVAL")
+FLOAT_KEYS = ("LR", "DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "WEIGHT_DECAY", "LABEL_SMOOTHING",
+              "CLIP_NORM", "LENPEN", "WARMUP_INIT_LR")
+CHOICES = {"SHARE_EMBED": ("decoder", "all", "none"), "SCHEDULE": ("auto", "warmup", "nowarmup"),
+           "FP16": ("0", "1"), "COMPOUND_SPLIT": ("0", "1"), "LOWERCASE": ("0", "1"),
+           "PAPER_METRIC": ("tok", "detok")}
+
+
+class ConfigError(ValueError):
+    """A bad config or override, in one line naming the file and the fix."""
+
+
+class Config(NamedTuple):
+    name: str  # the experiment's name (file name without .conf)
+    path: str  # the experiment file
+    values: Dict[str, str]  # every key of defaults.conf, resolved
+
+
+def parse(text: str, where: str) -> Dict[str, str]:
+    values = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = _LINE.match(stripped)
+        if not m:
+            raise ConfigError(f"{where}:{n}: expected KEY=value, got {stripped!r}")
+        values[m.group(1)] = m.group(2).strip()
+    return values
+
+
+def _read(path: pathlib.Path) -> Dict[str, str]:
+    try:
+        return parse(path.read_text(encoding="utf-8"), str(path))
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+
+
+def experiment_path(name: str) -> pathlib.Path:
+    """``configs/NAME.conf`` for a name, or the file itself for a path."""
+    if "/" in name or name.endswith(".conf"):
+        path = pathlib.Path(name)
+    else:
+        path = CONFIG_DIR / f"{name}.conf"
+    if not path.is_file():
+        raise ConfigError(f"unknown experiment '{name}' (no {path}; see python -m pipeline.config list)")
+    return path
+
+
+def experiment_names() -> List[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.conf") if p.name != "defaults.conf")
+
+
+def _chain(path: pathlib.Path, seen=()) -> Dict[str, str]:
+    """The file's values on top of its BASE chain."""
+    own = _read(path)
+    base = own.pop("BASE", "")
+    if not base:
+        return own
+    base_path = CONFIG_DIR / "base" / f"{base}.conf"
+    if base_path in seen:
+        raise ConfigError(f"{path}: BASE={base} loops back")
+    if not base_path.is_file():
+        raise ConfigError(f"{path}: BASE={base}, but there is no {base_path}")
+    return {**_chain(base_path, (*seen, path)), **own}
+
+
+def parse_sets(sets: Sequence[str]) -> Dict[str, str]:
+    out = {}
+    for s in sets:
+        key, eq, value = s.partition("=")
+        if not eq or not _LINE.match(s):
+            raise ConfigError(f"--set expects KEY=VALUE with an upper-case KEY, got {s!r}")
+        out[key] = value
+    return out
+
+
+def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
+    """The experiment's values: defaults < base chain < file < environment < sets."""
+    environ = os.environ if environ is None else environ
+    defaults = _read(CONFIG_DIR / "defaults.conf")
+    path = experiment_path(experiment)
+    values = {**defaults, **_chain(path)}
+    for key in values:
+        if key in environ:
+            values[key] = environ[key]
+    values.update(sets or {})
+    unknown = sorted(set(values) - set(defaults))
+    if unknown:
+        raise ConfigError(f"{path}: unknown key {unknown[0]} (the keys are those of {CONFIG_DIR / 'defaults.conf'})")
+    check(values, str(path))
+    return Config(path.stem, str(path.resolve()), values)
+
+
+def check(values: Mapping[str, str], where: str) -> None:
+    for key in INT_KEYS:
+        if not re.fullmatch(r"\d+", values[key]):
+            raise ConfigError(f"{where}: {key} must be a whole number >= 0, got {values[key]!r}")
+    for key in FLOAT_KEYS:
+        try:
+            float(values[key])
+        except ValueError:
+            raise ConfigError(f"{where}: {key} must be a number, got {values[key]!r}") from None
+    for key, choices in CHOICES.items():
+        if values[key] not in choices:
+            raise ConfigError(f"{where}: {key} must be one of {', '.join(choices)}, got {values[key]!r}")
+    if float(values["LR"]) <= 0:
+        raise ConfigError(f"{where}: LR must be > 0, got {values['LR']}")
+    try:
+        shlex.split(values["EXTRA_TRAIN_ARGS"])
+    except ValueError as e:
+        raise ConfigError(f"{where}: EXTRA_TRAIN_ARGS: {e}") from None
+
+
+# ---------------------------------------------------------------- a trained run's record
+
+
+def read_record(run_dir) -> Dict:
+    path = pathlib.Path(run_dir) / RECORD
+    if not path.is_file():
+        raise ConfigError(f"no {path}: train this run with scripts/train.sh, which records its config there")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e})") from None
+
+
+def resolve_run(run_dir, sets: Mapping[str, str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
+    """The config a run trained with, plus evaluation overrides (EVAL_KEYS) from the
+    environment or ``sets``. Overriding anything else is refused: it would describe
+    another run than the one that happened."""
+    environ = os.environ if environ is None else environ
+    record = read_record(run_dir)
+    values = dict(record["values"])
+    env = {k: environ[k] for k in values if k in environ}
+    for source, overrides in (("environment", env), ("--set", dict(sets or {}))):
+        for key, value in overrides.items():
+            if key not in values:
+                raise ConfigError(f"{source}: unknown key {key}")
+            if key in EVAL_KEYS:
+                values[key] = value
+            elif value != values[key]:
+                raise ConfigError(f"{source} {key}={value}, but {run_dir} trained with {key}={values[key]} "
+                                  f"(only {', '.join(EVAL_KEYS)} can change after training)")
+    check(values, str(pathlib.Path(run_dir) / RECORD))
+    return Config(record["experiment"], record["config_file"], values)
+
+
+# ---------------------------------------------------------------- fairseq-train arguments
+
+
+def batch(values: Mapping[str, str], world: int, per_process_batch: bool):
+    """(max_tokens, update_freq) that keep MAX_TOKENS x BATCH_SHARDS tokens per update on ``world``
+    processes (or, per process batch, MAX_TOKENS per process and no accumulation)."""
+    tokens, shards = int(values["MAX_TOKENS"]), int(values["BATCH_SHARDS"])
+    if per_process_batch:
+        return tokens, 1
+    update_freq = -(-shards // world)
+    return tokens * shards // (world * update_freq), update_freq
+
+
+def presets():
+    """fairseq_tfixup/presets.py, the one method table. It is plain Python, loaded from its file:
+    importing it as ``fairseq_tfixup.presets`` would import the plugin and fairseq (seconds to
+    tens of seconds) for a table lookup, on every dry run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tfixup_presets", REPO / "fairseq_tfixup" / "presets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def schedule(values: Mapping[str, str]) -> str:
+    kind = values["SCHEDULE"]
+    if kind == "auto":
+        kind = "warmup" if presets().method(values["METHOD"]).warmup else "nowarmup"
+    return kind
+
+
+def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "cpu",
+               per_process_batch: bool = False) -> List[str]:
+    """fairseq-train's arguments for this config (after the program name; no distributed flags).
+    ``device``: cpu, cuda (fp16 when FP16=1) or cuda-bf16."""
+    p = presets()
+    v = cfg.values
+    if not (v["SRC"] and v["TGT"]):
+        raise ConfigError(f"{cfg.path}: set SRC and TGT")
+    if v["MAX_EPOCH"] == "0" and v["MAX_UPDATE"] == "0":
+        raise ConfigError(f"{cfg.path}: set MAX_EPOCH or MAX_UPDATE")
+    tokens, update_freq = batch(v, world, per_process_batch)
+    kind = schedule(v)
+    period = v["WARMUP_UPDATES"] if kind == "warmup" else v["DECAY_PERIOD"]
+    args = [data, "--user-dir", str(p.USER_DIR), "--task", "translation",
+            "--source-lang", v["SRC"], "--target-lang", v["TGT"],
+            *p.model_flags(v["METHOD"], v["ARCH"]),
+            *p.dims_flags(v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"]),
+            *{"decoder": ["--share-decoder-input-output-embed"], "all": ["--share-all-embeddings"],
+              "none": []}[v["SHARE_EMBED"]],
+            "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
+            "--activation-dropout", v["ACTIVATION_DROPOUT"], "--weight-decay", v["WEIGHT_DECAY"],
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", v["LABEL_SMOOTHING"],
+            "--optimizer", v["OPTIMIZER"], "--adam-betas", v["ADAM_BETAS"], "--clip-norm", v["CLIP_NORM"],
+            "--lr", v["LR"], *p.schedule_flags(kind, period, v["WARMUP_INIT_LR"]),
+            "--max-tokens", str(tokens), "--update-freq", str(update_freq), "--seed", v["SEED"],
+            "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"],
+            "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"],
+            # fairseq's default multiple of 8 drops the last sentences of the valid set (fairseq
+            # issue #5036): checkpoint_best would be chosen on fewer sentences than K is
+            "--required-batch-size-multiple", "1"]
+    if v["MAX_EPOCH"] != "0":
+        args += ["--max-epoch", v["MAX_EPOCH"]]
+    if v["MAX_UPDATE"] != "0":
+        args += ["--max-update", v["MAX_UPDATE"]]
+    if v["SAVE_INTERVAL_UPDATES"] != "0":
+        args += ["--save-interval-updates", v["SAVE_INTERVAL_UPDATES"], "--keep-interval-updates", v["KEEP_LAST"]]
+    args += {"cpu": ["--cpu"], "cuda-bf16": ["--bf16"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
+    return args + shlex.split(v["EXTRA_TRAIN_ARGS"])
+
+
+def record(cfg: Config, commands: Sequence[str], path) -> None:
+    """Write OUT/config.resolved.json: the resolved config and the exact command(s). A rerun
+    (resume) may change only how long it trains; any other change is refused."""
+    from fairseq_tfixup import atomic
+
+    path = pathlib.Path(path)
+    if path.is_file():
+        old = read_record(path.parent)["values"]
+        may_change = {"MAX_UPDATE", "MAX_EPOCH", "LOG_INTERVAL", "KEEP_LAST", *EVAL_KEYS}
+        changed = sorted(k for k in cfg.values if k not in may_change and old.get(k) != cfg.values[k])
+        if changed:
+            k = changed[0]
+            raise ConfigError(f"{path.parent} was trained with {k}={old.get(k)}, now {k}={cfg.values[k]}: "
+                              "use a new OUT_DIR (a resumed run must keep its config)")
+    atomic.write_json(path, {"experiment": cfg.name, "config_file": cfg.path, "values": cfg.values,
+                             "train_commands": list(commands)}, sort_keys=False)
+
+
+# ---------------------------------------------------------------- command line (for scripts/*.sh)
+
+
+def _nul(items: Sequence[str]) -> None:
+    sys.stdout.write("".join(f"{x}\0" for x in items))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pipeline.config", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("get", help="values of KEYs, NUL-separated")
+    g.add_argument("experiment", nargs="?")
+    g.add_argument("--run", help="a trained run's OUT_DIR: its recorded config instead of the experiment's")
+    g.add_argument("--keys", nargs="+", required=True)
+    t = sub.add_parser("train-args", help="fairseq-train's arguments, NUL-separated")
+    t.add_argument("experiment")
+    t.add_argument("data")
+    t.add_argument("out")
+    t.add_argument("--world", type=int, default=1)
+    t.add_argument("--device", choices=["cpu", "cuda", "cuda-bf16"], default="cpu")
+    t.add_argument("--per-process-batch", action="store_true")
+    r = sub.add_parser("record", help="write OUT_DIR/config.resolved.json")
+    r.add_argument("experiment")
+    r.add_argument("--commands", required=True, help="file with the command line(s), one per process")
+    r.add_argument("--out", required=True)
+    sub.add_parser("list", help="experiment names")
+    for q in (g, t, r):
+        q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    a = p.parse_args(argv)
+    try:
+        if a.cmd == "list":
+            print("\n".join(experiment_names()))
+            return 0
+        sets = parse_sets(a.set)
+        if a.cmd == "get":
+            if a.experiment:
+                experiment_path(a.experiment)  # unknown names first
+            cfg = resolve_run(a.run, sets) if a.run else resolve(a.experiment, sets)
+            extra = {"EXPERIMENT": cfg.name}
+            missing = [k for k in a.keys if k not in cfg.values and k not in extra]
+            if missing:
+                raise ConfigError(f"unknown key {missing[0]}")
+            if a.run and a.experiment and experiment_path(a.experiment).stem != cfg.name:
+                raise ConfigError(f"{a.run} was trained as {cfg.name}, not {a.experiment}")
+            _nul([{**cfg.values, **extra}[k] for k in a.keys])
+        elif a.cmd == "train-args":
+            _nul(train_args(resolve(a.experiment, sets), a.data, a.out, a.world, a.device, a.per_process_batch))
+        elif a.cmd == "record":
+            commands = pathlib.Path(a.commands).read_text().splitlines()
+            record(resolve(a.experiment, sets), commands, a.out)
+    except (ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Results JSON -> Markdown table next to the paper's numbers."""
+
+import json
+import math
+import os
+import pathlib
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from pipeline import config
+
+METRIC_NAMES = {"tok": "tok BLEU", "tok_cs": "tok BLEU (compound split)", "detok": "sacreBLEU"}
+
+
+def read_train_runs(path: str) -> Dict:
+    """Sum the training segments train.sh logged (start end world_size device rc per line)."""
+    wall = dev_hours = 0.0
+    devices = set()
+    segments = 0
+    if os.path.exists(path):
+        for line in pathlib.Path(path).read_text().splitlines():
+            parts = line.split("\t")
+            if len(parts) < 4 or not parts[0].isdigit():
+                continue
+            seconds = max(0, int(parts[1]) - int(parts[0]))
+            wall += seconds / 3600
+            dev_hours += seconds * int(parts[2]) / 3600
+            devices.add(parts[3])
+            segments += 1
+    return {"train_wall_hours": wall, "device_hours": dev_hours,
+            "device": ", ".join(sorted(devices)) or "unknown", "train_segments": segments}
+
+
+def paper_comparable_bleu(result: Dict) -> Optional[float]:
+    metric = result.get("paper_metric", "tok")
+    return result.get("bleu_detok") if metric == "detok" else result.get("bleu_tok")
+
+
+def _fmt(x, digits=2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def report_row(name: str, result: Optional[Dict]) -> Dict:
+    """A table row: the paper's side from the config the run recorded (or, not run, the experiment's)."""
+    cfg = result["config"] if result else config.resolve(name, environ={}).values
+    paper = float(cfg["PAPER_BLEU"]) if cfg["PAPER_BLEU"] else None
+    row = {"experiment": name, "row": f'{cfg["TABLE"]}: {cfg["ROW"]}', "paper_bleu": paper,
+           "metric": METRIC_NAMES[cfg["PAPER_METRIC"]]}
+    if result is None:
+        row.update(ours=None, delta=None, updates=None, hours=None, signature="not run")
+        return row
+    ours = paper_comparable_bleu(result)
+    row.update(
+        ours=ours,
+        delta=None if (ours is None or paper is None) else ours - paper,
+        updates=result.get("num_updates"),
+        hours=result.get("device_hours"),
+        device=result.get("device"),
+        signature=result.get("sacrebleu_signature", ""),
+        test_sentences=result.get("sentences"),
+    )
+    return row
+
+
+def md_cell(text: str) -> str:
+    """A table cell: GitHub Markdown splits cells on '|' even inside backticks."""
+    return str(text).replace("|", "\\|")
+
+
+def render_markdown(rows: Sequence[Dict], title: str = "") -> str:
+    lines = []
+    if title:
+        lines += [f"### {title}", ""]
+    lines += ["| Row | Paper BLEU | Our BLEU | Δ | Metric | Updates | Device-hours (device) | Test sents | sacreBLEU signature |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        hours = "—" if r.get("hours") is None else f'{r["hours"]:.3f} ({r.get("device", "?")})'
+        delta = "—" if r["delta"] is None else f'{r["delta"]:+.2f}'
+        lines.append(
+            f'| {r["row"]} | {_fmt(r["paper_bleu"], 1)} | {_fmt(r["ours"])} | {delta} | {r["metric"]} '
+            f'| {_fmt(r["updates"])} | {hours} | {_fmt(r.get("test_sentences"))} | `{md_cell(r["signature"])}` |'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def load_results(paths: Sequence[str]) -> Dict[str, Dict]:
+    """Each readable results JSON by experiment; a bad one is named on stderr and skipped."""
+    results = {}
+    for p in paths:
+        try:
+            r = json.loads(pathlib.Path(p).read_text(encoding="utf-8"))
+            name, cfg = r["experiment"], r["config"]
+            [cfg[k] for k in ("TABLE", "ROW", "PAPER_BLEU", "PAPER_METRIC")]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            why = str(e).splitlines()[0] if str(e) else ""
+            print(f"warning: skipping {p}: not a results.json of scripts/evaluate.sh ({type(e).__name__} {why})",
+                  file=sys.stderr)
+            continue
+        results[name] = r
+    return results
+
+
+def build_report(experiments: List[str], result_paths: Sequence[str], title: str = "") -> str:
+    results = load_results([p for p in result_paths if os.path.exists(p)])
+    return render_markdown([report_row(name, results.get(name)) for name in experiments], title)

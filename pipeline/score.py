@@ -1,0 +1,94 @@
+"""BLEU of a ``fairseq-generate`` output.
+
+Two numbers, because papers use both:
+
+* tokenized BLEU: hypotheses and references as fairseq prints them (Moses
+  tokens, BPE removed), whitespace-split, like ``fairseq-score``/multi-bleu.
+  For En-De, hyphenated compounds are split first exactly as fairseq's
+  ``examples/translation/compound_split_bleu.sh`` does;
+* detokenized sacreBLEU: hypotheses detokenized with sacremoses, scored
+  against the raw reference text when the data dir has it (``test.raw.TGT``,
+  written by the prepare scripts), else against the detokenized references,
+  with sacreBLEU's signature so the number can be compared.
+"""
+
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import sacrebleu
+from sacremoses import MosesDetokenizer
+
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def read_generate_output(text: str, expected: Optional[int] = None) -> Tuple[List[str], List[str], List[int]]:
+    """Hypotheses (H-*), references (T-*) and sentence ids, in sentence-id order. An output
+    that lost sentences (a hypothesis without reference, or fewer than ``expected``) is refused:
+    a BLEU on part of the test set is not comparable."""
+    hyps, refs = {}, {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            head, _score, hyp = (line.split("\t") + ["", ""])[:3]
+            hyps[int(head[2:])] = hyp
+        elif line.startswith("T-"):
+            head, ref = (line.split("\t", 1) + [""])[:2]
+            refs[int(head[2:])] = ref
+    if not hyps:
+        raise ValueError("no hypotheses (H-* lines) in the fairseq-generate output")
+    if set(hyps) != set(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references in the generate output")
+    if expected is not None and len(hyps) != expected:
+        raise ValueError(f"the generate output has {len(hyps)} of the {expected} test sentences")
+    ids = sorted(hyps)
+    return [hyps[i] for i in ids], [refs[i] for i in ids], ids
+
+
+def compound_split(line: str) -> str:
+    """fairseq's compound_split_bleu.sh: perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'.
+
+    The perl substitution does not re-scan the character it consumed, so one
+    pass over non-overlapping matches (like ``re.sub``) reproduces it.
+    """
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], split_compounds: bool) -> float:
+    if split_compounds:
+        hyps = [compound_split(h) for h in hyps]
+        refs = [compound_split(r) for r in refs]
+    bleu = sacrebleu.BLEU(tokenize="none", force=True)
+    return bleu.corpus_score(list(hyps), [list(refs)]).score
+
+
+def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    md = MosesDetokenizer(lang=lang)
+    # "@-@" is Moses' aggressive hyphen split (tokenizer -a); sacremoses undoes it
+    return [md.detokenize(line.split()) for line in lines]
+
+
+def detok_bleu(hyps: Sequence[str], raw_refs: Sequence[str], lowercase: bool) -> Tuple[float, str]:
+    bleu = sacrebleu.BLEU(lowercase=lowercase)
+    score = bleu.corpus_score(list(hyps), [list(raw_refs)])
+    return score.score, str(bleu.get_signature())
+
+
+def score_generate_output(text: str, tgt_lang: str, split_compounds: bool, lowercase: bool,
+                          raw_refs: Optional[Sequence[str]] = None) -> Dict:
+    hyps, refs, ids = read_generate_output(text)
+    result = {
+        "sentences": len(hyps),
+        "bleu_tok": tokenized_bleu(hyps, refs, split_compounds),
+        "bleu_tok_compound_split": bool(split_compounds),
+    }
+    detok_hyps = detokenize(hyps, tgt_lang)
+    if raw_refs is not None:
+        if len(ids) != len(raw_refs):
+            # a BLEU on part of the test set is not comparable: refuse it
+            raise ValueError(f"the generate output has {len(ids)} of the {len(raw_refs)} test sentences")
+        detok_refs = [raw_refs[i] for i in ids]
+        result["detok_reference"] = "raw test set text"
+    else:
+        detok_refs = detokenize(refs, tgt_lang)
+        result["detok_reference"] = "detokenized fairseq references (no raw text in the data dir)"
+    result["bleu_detok"], result["sacrebleu_signature"] = detok_bleu(detok_hyps, detok_refs, lowercase)
+    return result

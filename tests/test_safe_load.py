@@ -1,0 +1,94 @@
+"""Checkpoints load with torch's weights_only=True everywhere: a crafted checkpoint whose
+unpickling would run a command is refused by every entry point, and the command never runs.
+(Real checkpoints loading under fairseq-generate, resume and averaging: test_cli.py and
+test_pipeline_chain.py.)"""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR, write_dicts
+
+
+class RunsACommand:
+    """Unpickling this runs ``touch MARKER``: what a malicious checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.fixture
+def crafted(tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "crafted.pt"
+    torch.save({"model": {}, "optimizer_history": [{"num_updates": 1}], "payload": RunsACommand(marker)}, path)
+    return path, marker
+
+
+def test_the_crafted_checkpoint_really_runs_its_command_when_trusted(crafted):
+    """The fixture is live: weights_only=False would run it (so the refusals below mean something)."""
+    path, marker = crafted
+    torch.load(path, weights_only=False)
+    assert marker.exists()
+
+
+def test_refused_after_importing_the_plugin(crafted):
+    path, marker = crafted
+    code = ("import sys, os, torch, fairseq_tfixup\n"
+            "from fairseq import checkpoint_utils\n"
+            "from fairseq_tfixup import checkpoints\n"
+            "assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD' not in os.environ\n"
+            "for load in (torch.load, checkpoints.load, checkpoint_utils.load_checkpoint_to_cpu):\n"
+            "    try:\n"
+            "        load(sys.argv[1])\n"
+            "    except Exception as e:\n"
+            "        print(type(e).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["UnpicklingError"] * 3
+    assert not marker.exists()
+
+
+def test_refused_by_fairseq_generate_with_the_plugin(crafted, dict_dir):
+    path, marker = crafted
+    proc = subprocess.run(["fairseq-generate", str(dict_dir), "--user-dir", str(USER_DIR), "--path", str(path),
+                           "--task", "translation", "-s", "de", "-t", "en", "--cpu"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "Weights only load failed" in proc.stderr
+    assert not marker.exists()
+
+
+def test_refused_by_train_sh_resume(crafted, tmp_path):
+    path, marker = crafted
+    data = write_dicts(tmp_path / "data")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    os.replace(path, tmp_path / "run" / "checkpoints" / "checkpoint_last.pt")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "train.sh"), "--cpu", "iwslt14_de_en_tfixup",
+                           str(data), str(tmp_path / "run")], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "cannot resume" in proc.stderr and "checkpoint_last.pt" in proc.stderr.strip().splitlines()[-1]
+    assert not marker.exists()
+
+
+def test_refused_by_evaluate_sh_averaging(crafted, tmp_path):
+    """A foreign checkpoint dropped into a real run's folder (its config recorded by train.sh)."""
+    from pipeline import config
+
+    path, marker = crafted
+    data = write_dicts(tmp_path / "data")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    config.record(config.resolve("iwslt14_de_en_tfixup", environ={}), ["fairseq-train ..."],
+                  tmp_path / "run" / config.RECORD)
+    os.replace(path, tmp_path / "run" / "checkpoints" / "checkpoint_last.pt")
+    proc = subprocess.run(["bash", str(REPO / "scripts" / "evaluate.sh"), "--cpu", "iwslt14_de_en_tfixup",
+                           str(data), str(tmp_path / "run")], capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "checkpoint_last.pt" in last and "weights_only" in last, proc.stderr[-2000:]
+    assert not marker.exists()
