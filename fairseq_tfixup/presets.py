@@ -19,13 +19,24 @@ class Method(NamedTuple):
     flags: tuple  # further fairseq flags that make the method
     label: str  # for tables and plots
     warmup: bool  # trained with warmup in the papers' comparison (the baselines) or without (T-Fixup)
+    optimizer: str = "adam"  # fairseq --optimizer (RAdam's row differs only here)
 
 
+PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
+
+# The methods of the T-Fixup paper's Tables 1-3 (and two later ones, DeepNorm and Admin), each with
+# the warmup its own paper trains with. The baselines are fairseq_tfixup/baselines/ (docs/baselines.md).
 METHODS = {
     "tfixup": Method("transformer_tfixup", (), "T-Fixup", warmup=False),
     "postln": Method("transformer", (), "Post-LN", warmup=True),
-    "preln": Method("transformer", ("--encoder-normalize-before", "--decoder-normalize-before"), "Pre-LN",
-                    warmup=True),
+    "preln": Method("transformer", PRE_LN, "Pre-LN", warmup=True),
+    "radam": Method("transformer", (), "RAdam (Post-LN)", warmup=False, optimizer="radam"),
+    "dsinit": Method("transformer_dsinit", (), "DS-Init", warmup=True),
+    "rfixup": Method("transformer_rfixup", (), "R-Fixup", warmup=True),
+    "dlcl": Method("transformer_dlcl", (), "DLCL", warmup=True),
+    "dlcl_preln": Method("transformer_dlcl", PRE_LN, "DLCL-Pre-LN", warmup=True),
+    "deepnorm": Method("transformer_deepnorm", (), "DeepNorm", warmup=True),
+    "admin": Method("transformer_admin", (), "Admin", warmup=True),
 }
 
 

@@ -219,6 +219,11 @@ def schedule(values: Mapping[str, str]) -> str:
     return kind
 
 
+def optimizer(values: Mapping[str, str]) -> str:
+    """OPTIMIZER, or with ``auto`` the method's own (adam; radam for RAdam)."""
+    return presets().method(values["METHOD"]).optimizer if values["OPTIMIZER"] == "auto" else values["OPTIMIZER"]
+
+
 def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "cpu",
                per_process_batch: bool = False) -> List[str]:
     """fairseq-train's arguments for this config (after the program name; no distributed flags).
@@ -241,7 +246,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
             "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
             "--activation-dropout", v["ACTIVATION_DROPOUT"], "--weight-decay", v["WEIGHT_DECAY"],
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", v["LABEL_SMOOTHING"],
-            "--optimizer", v["OPTIMIZER"], "--adam-betas", v["ADAM_BETAS"], "--clip-norm", v["CLIP_NORM"],
+            "--optimizer", optimizer(v), "--adam-betas", v["ADAM_BETAS"], "--clip-norm", v["CLIP_NORM"],
             "--lr", v["LR"], *p.schedule_flags(kind, period, v["WARMUP_INIT_LR"]),
             "--max-tokens", str(tokens), "--update-freq", str(update_freq), "--seed", v["SEED"],
             "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"],
