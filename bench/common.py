@@ -95,7 +95,8 @@ def data_description(path: pathlib.Path) -> str:
 
 
 # Model families compared: fairseq_tfixup/presets.py METHODS (T-Fixup, stock Post-LN, Pre-LN, ...).
-FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags)} for name, m in presets.METHODS.items()}
+FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags), "optimizer": m.optimizer}
+            for name, m in presets.METHODS.items()}
 dims_flags = presets.dims_flags
 
 
@@ -105,11 +106,12 @@ def schedule_flags(warmup: int, decay_period: int) -> list:
     return presets.schedule_flags("warmup", warmup) if warmup > 0 else presets.schedule_flags("nowarmup", decay_period)
 
 
-def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, dropout: float) -> list:
+def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, dropout: float,
+                       optimizer: str = "adam") -> list:
     return [
         "--cpu", "--user-dir", str(USER_DIR), "--task", "translation",
         "--share-decoder-input-output-embed",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+        "--optimizer", optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
         "--lr", str(lr), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--dropout", str(dropout), "--weight-decay", "0.0001",
         "--max-tokens", str(max_tokens), "--max-update", str(max_update), "--seed", str(seed),

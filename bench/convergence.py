@@ -36,12 +36,22 @@ import sys
 from bench import common, runs as runlib
 from bench.unigram import unigram_level
 
-METHODS = {  # name: (model family in common.FAMILIES, warmup?, label)
+METHODS = {  # name: (method in fairseq_tfixup/presets.py, warmup?, label)
     "tfixup": ("tfixup", False, "T-Fixup, no warmup"),
     "postln_warmup": ("postln", True, "Post-LN + warmup (baseline)"),
     "postln": ("postln", False, "Post-LN, no warmup"),
     "preln": ("preln", False, "Pre-LN, no warmup"),
+    # the other methods of the paper's tables, and two later ones, each with its own paper's warmup
+    "radam": ("radam", False, "RAdam (Post-LN), no warmup"),
+    "dsinit_warmup": ("dsinit", True, "DS-Init + warmup"),
+    "rfixup_warmup": ("rfixup", True, "R-Fixup + warmup"),
+    "dlcl_warmup": ("dlcl", True, "DLCL + warmup"),
+    "dlcl_preln_warmup": ("dlcl_preln", True, "DLCL-Pre-LN + warmup"),
+    "deepnorm_warmup": ("deepnorm", True, "DeepNorm + warmup"),
+    "admin_warmup": ("admin", True, "Admin + warmup"),
 }
+BASELINES = ["radam", "dsinit_warmup", "rfixup_warmup", "dlcl_warmup", "dlcl_preln_warmup", "deepnorm_warmup",
+             "admin_warmup"]
 BASELINE = "postln_warmup"
 
 MODES = {
@@ -52,13 +62,14 @@ MODES = {
     # baseline to leave the unigram stage (the report's "stuck" column says whether it did);
     # the long runs show what happens after
     "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
-                    lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln"], one_seed_methods=["preln"],
+                    lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln"], one_seed_methods=["preln"] + BASELINES,
                     warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),
 }
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """The study's runs, the most informative first (lr 1e-3 before 5e-4, seed 1 first)."""
+    """The study's runs, the most informative first: per lr (1e-3 before 5e-4), the headline's
+    methods with every seed, then the other methods with the first seed; the long runs last."""
     out = []
 
     def add(method, lr, seed, updates, tag):
@@ -67,7 +78,7 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
         args = (["--arch", fam["arch"]] + fam["flags"]
                 + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
                 + common.schedule_flags(cfg["warmup"] if warm else 0, cfg["decay_period"])
-                + common.common_train_flags(lr, cfg["max_tokens"], updates, seed, cfg["dropout"])
+                + common.common_train_flags(lr, cfg["max_tokens"], updates, seed, cfg["dropout"], fam["optimizer"])
                 + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
                    "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
         out.append(runlib.Run(f"{tag}-{method}-lr{lr:g}-s{seed}", dict(
@@ -75,8 +86,10 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
 
     for lr in cfg["lrs"]:
         for seed in cfg["seeds"]:
-            for m in cfg["methods"] + (cfg["one_seed_methods"] if seed == cfg["seeds"][0] else []):
+            for m in cfg["methods"]:
                 add(m, lr, seed, cfg["updates"], "main")
+        for m in cfg["one_seed_methods"]:
+            add(m, lr, cfg["seeds"][0], cfg["updates"], "main")
     if cfg["long_updates"]:
         for m in cfg["methods"]:
             add(m, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
@@ -171,7 +184,9 @@ def report(res: dict) -> str:
     return text
 
 
-COLORS = {"tfixup": "C3", "postln_warmup": "C0", "postln": "C2", "preln": "C1"}
+COLORS = {"tfixup": "C3", "postln_warmup": "C0", "postln": "C2", "preln": "C1", "radam": "C4", "dsinit_warmup": "C5",
+          "rfixup_warmup": "C6", "dlcl_warmup": "C7", "dlcl_preln_warmup": "C8", "deepnorm_warmup": "C9",
+          "admin_warmup": "k"}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:

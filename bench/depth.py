@@ -27,11 +27,19 @@ import sys
 from bench import common, runs as runlib
 from bench.unigram import unigram_level
 
-METHODS = {  # name: (model family in common.FAMILIES, label)
+METHODS = {  # name: (method in fairseq_tfixup/presets.py, label); every run without warmup
     "tfixup": ("tfixup", "T-Fixup"),
     "postln": ("postln", "Post-LN"),
     "preln": ("preln", "Pre-LN"),
+    "radam": ("radam", "RAdam (Post-LN)"),
+    "dsinit": ("dsinit", "DS-Init"),
+    "rfixup": ("rfixup", "R-Fixup"),
+    "dlcl": ("dlcl", "DLCL"),
+    "dlcl_preln": ("dlcl_preln", "DLCL-Pre-LN"),
+    "deepnorm": ("deepnorm", "DeepNorm"),
+    "admin": ("admin", "Admin"),
 }
+CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at every depth
 
 MODES = {
     "smoke": dict(depths=[2, 6], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
@@ -45,19 +53,23 @@ def budget(cfg: dict, depth: int) -> int:
     return cfg["deep_updates"] if depth >= cfg["deep_from"] else cfg["updates"]
 
 
+def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
+    fam = common.FAMILIES[METHODS[m][0]]
+    updates = budget(cfg, depth)
+    args = (["--arch", fam["arch"]] + fam["flags"] + common.dims_flags(64, 128, 2, depth, depth)
+            + common.schedule_flags(0, cfg["decay_period"])
+            + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1, fam["optimizer"])
+            + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+               "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
+    return runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data))
+
+
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    out = []
-    for depth in cfg["depths"]:
-        for m in cfg["methods"]:
-            fam = common.FAMILIES[METHODS[m][0]]
-            updates = budget(cfg, depth)
-            args = (["--arch", fam["arch"]] + fam["flags"] + common.dims_flags(64, 128, 2, depth, depth)
-                    + common.schedule_flags(0, cfg["decay_period"])
-                    + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1)
-                    + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-                       "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
-            out.append(runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data)))
-    return out
+    """The paper's three methods at every depth first, then the other methods at every depth."""
+    core = [m for m in cfg["methods"] if m in CORE]
+    rest = [m for m in cfg["methods"] if m not in CORE]
+    return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in core]
+            + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest])
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -111,7 +123,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"tfixup": "C3", "postln": "C0", "preln": "C1"}
+    colors = dict(zip(METHODS, ["C3", "C0", "C1", "C4", "C5", "C6", "C7", "C8", "C9", "k"]))
     methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
     fig, axes = plt.subplots(1, len(methods) + 1, figsize=(4.5 * (len(methods) + 1), 4), squeeze=False)
     axes = axes[0]

@@ -35,10 +35,17 @@ import time
 
 from bench import common, runs as runlib
 
-METHODS = {  # name: (config in configs/, label)
-    "tfixup": ("iwslt14_de_en_tfixup", "T-Fixup, no warmup"),
-    "postln": ("iwslt14_de_en_postln", "Post-LN + warmup"),
-    "preln": ("iwslt14_de_en_preln", "Pre-LN + warmup"),
+METHODS = {  # name: (config in configs/, its METHOD if the config's is not it, label)
+    "tfixup": ("iwslt14_de_en_tfixup", None, "T-Fixup, no warmup"),
+    "postln": ("iwslt14_de_en_postln", None, "Post-LN + warmup"),
+    "preln": ("iwslt14_de_en_preln", None, "Pre-LN + warmup"),
+    # the other methods (fairseq_tfixup/presets.py), each with its own paper's warmup
+    "radam": ("iwslt14_de_en_postln", "radam", "RAdam (Post-LN), no warmup"),
+    "dsinit": ("iwslt14_de_en_postln", "dsinit", "DS-Init + warmup"),
+    "rfixup": ("iwslt14_de_en_postln", "rfixup", "R-Fixup + warmup"),
+    "dlcl": ("iwslt14_de_en_postln", "dlcl", "DLCL + warmup"),
+    "deepnorm": ("iwslt14_de_en_postln", "deepnorm", "DeepNorm + warmup"),
+    "admin": ("iwslt14_de_en_postln", "admin", "Admin + warmup"),
 }
 BASELINE = "postln"
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
@@ -50,7 +57,8 @@ MODES = {
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=40, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     runs=[("multi30k", "tfixup"), ("multi30k", "postln"), ("multi30k", "preln"),
-                          ("iwslt", "tfixup"), ("iwslt", "postln")]),
+                          ("iwslt", "tfixup"), ("iwslt", "postln")]
+                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "deepnorm", "admin")]),
 }
 
 
@@ -66,6 +74,8 @@ def overrides(cfg: dict, method: str) -> dict:
          "CLIP_NORM": 0, "LR": "5e-4"}
     if method != "tfixup":
         o["WARMUP_UPDATES"] = cfg["warmup"]  # the configs' 4000 would not end within a CPU run
+    if METHODS[method][1]:
+        o["METHOD"] = METHODS[method][1]
     return o
 
 
@@ -104,7 +114,9 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     extra = [a for a in run.args if a not in sets]
     set_flags = [x for s in sets for x in ("--set", s)]
     train_cmd = _sh("train.sh", "--cpu", *set_flags, exp, run.data, out, "--", *extra)
-    eval_cmd = _sh("evaluate.sh", "--cpu", *set_flags, exp, run.data, out)
+    # evaluation reads the run's recorded config; only evaluation keys may be set there
+    eval_flags = [x for s in sets if s.split("=")[0] in ("AVG_CANDIDATES", "BEAM") for x in ("--set", s)]
+    eval_cmd = _sh("evaluate.sh", "--cpu", *eval_flags, exp, run.data, out)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
     record = {"id": run.id, **run.meta, "key": run.key(), "config": exp, "overrides": sets, "extra_train_args": extra,
               "train_command": " ".join(map(shlex.quote, train_cmd)),
@@ -209,7 +221,7 @@ def report(res: dict) -> str:
     text += common.md_table(
         ["corpus", "method", "status", "test BLEU (tok)", "test sacreBLEU", "best valid BLEU", "best valid loss",
          "updates", "epochs", "stopped by", "train min", "updates to baseline's best valid BLEU", "min to it", "K"],
-        [[r["corpus"], METHODS[r["method"]][1], r["status"], r["test_bleu_tok"], r["test_bleu_detok"],
+        [[r["corpus"], METHODS[r["method"]][2], r["status"], r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
           r["train_wall_min"], r["updates_to_baseline_best_valid_bleu"], r["wall_min_to_baseline_best_valid_bleu"],
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
@@ -217,7 +229,7 @@ def report(res: dict) -> str:
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
     for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(METHODS).index(r["method"]))):
         for s in rec.get("samples", []):
-            text += (f"- **{rec['corpus']}, {METHODS[rec['method']][1]}**, sentence {s['id']}\n"
+            text += (f"- **{rec['corpus']}, {METHODS[rec['method']][2]}**, sentence {s['id']}\n"
                      f"  - source: {s['source']}\n  - reference: {s['reference']}\n  - hypothesis: {s['hypothesis']}\n")
     return text
 
@@ -235,7 +247,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         for rec in res["records"].values():
             if rec["corpus"] != corpus:
                 continue
-            label, color = METHODS[rec["method"]][1], colors[rec["method"]]
+            label, color = METHODS[rec["method"]][2], colors.get(rec["method"])
             if rec.get("valid_curve"):
                 axes[0][j].plot(*zip(*rec["valid_curve"]), color=color, label=label, marker=".")
             pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]

@@ -7,17 +7,33 @@ crafted checkpoint cannot run code. fairseq 0.12's checkpoints hold one other
 type: the training arguments, an ``argparse.Namespace`` (``state["args"]``, and
 ``state["cfg"]["model"]`` for models configured from the command line). The
 rest of ``state["cfg"]`` is stored as plain containers
-(``OmegaConf.to_container``). We register ``argparse.Namespace`` and nothing
-else; never set ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` or pass
-``weights_only=False``, which would unpickle arbitrary code.
+(``OmegaConf.to_container``). A run with ``--eval-bleu`` also keeps its BLEU
+meters' counts in ``extra_state["metrics"]`` as numpy arrays, which need numpy's
+array reconstructor, ``ndarray`` and ``dtype`` (the types
+``torch.serialization.get_unsafe_globals_in_checkpoint`` lists for such a
+checkpoint). We register those and nothing else; never set
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` or pass ``weights_only=False``, which would
+unpickle arbitrary code.
 """
 
 import argparse
 import pickle
 
+import numpy as np
 import torch
 
-SAFE_GLOBALS = (argparse.Namespace,)
+
+def _numpy_array_types() -> tuple:
+    try:  # numpy >= 2
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import _reconstruct
+    # numpy >= 1.25 pickles a dtype through its class (numpy.dtypes.Int64DType, ...)
+    dtype_classes = {type(np.dtype(t)) for t in (np.float64, np.float32, np.int64, np.int32, np.bool_)}
+    return (_reconstruct, np.ndarray, np.dtype, *sorted(dtype_classes, key=str))
+
+
+SAFE_GLOBALS = (argparse.Namespace, *_numpy_array_types())
 
 
 def register_safe_globals() -> None:

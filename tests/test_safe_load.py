@@ -102,3 +102,23 @@ def test_refused_by_evaluate_sh_averaging(crafted, tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "checkpoint_last.pt" in last and "weights_only" in last, proc.stderr[-2000:]
     assert not marker.exists()
+
+
+def test_a_checkpoint_with_numpy_metrics_loads_and_code_is_still_refused(tmp_path):
+    """fairseq-train --eval-bleu keeps its BLEU meters' counts as numpy arrays in the checkpoint."""
+    import numpy as np
+
+    from fairseq_tfixup import checkpoints
+
+    path = tmp_path / "metrics.pt"
+    counts = np.array([10, 7, 5, 3], dtype=np.int64)
+    torch.save({"model": {"w": torch.ones(2)}, "optimizer_history": [{"num_updates": 3}],
+                "extra_state": {"metrics": {"valid": {"_bleu_counts": counts, "lp": np.float64(0.5).dtype}}}}, path)
+    state = checkpoints.load(path)
+    assert (state["extra_state"]["metrics"]["valid"]["_bleu_counts"] == counts).all()
+    assert checkpoints.num_updates(path) == 3
+    bad = tmp_path / "bad.pt"
+    torch.save({"model": {}, "payload": RunsACommand(tmp_path / "ran")}, bad)
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        checkpoints.load(bad)
+    assert not (tmp_path / "ran").exists()
