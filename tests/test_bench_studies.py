@@ -277,9 +277,14 @@ def test_quality_smoke_through_train_and_evaluate(shared_data, tmp_path):
     assert rec["test"]["sentences"] == 20 and 0 <= rec["test"]["bleu_tok"] <= 100
     assert rec["test"]["sacrebleu_signature"].startswith("nrefs:1|case:lc")
     assert len(rec["samples"]) == 3 and all(s["source"] and s["reference"] for s in rec["samples"])
-    # the hypothesis length cap (1.2 x source + 10 BPE tokens) holds even for an untrained model,
-    # which writes 200 tokens without it; words here, and a source word is rarely over 2 BPE pieces
-    for s in rec["samples"]:
-        assert len(s["hypothesis"].split()) <= 2.4 * len(s["source"].split()) + 10
+    # generation is capped at 1.2 x source + 10 tokens (fairseq applies it to the batch's longest
+    # source); without the cap an untrained model writes 200 tokens per sentence
+    evaldir = tmp_path / "bench-work" / "quality" / "iwslt-tfixup" / "eval"
+    cmd = (evaldir / "generate-test.cmd").read_text().split()
+    assert cmd[cmd.index("--max-len-a") + 1] == "1.2" and cmd[cmd.index("--max-len-b") + 1] == "10"
+    lines = (evaldir / "generate-test.txt").read_text().splitlines()
+    longest_source = max(len(l.split("\t")[1].split()) for l in lines if l.startswith("S-"))
+    longest_hyp = max(len(l.split("\t")[2].split()) for l in lines if l.startswith("H-"))
+    assert longest_hyp <= 2.4 * longest_source + 10  # a source word is rarely over 2 BPE pieces
     assert "--eval-bleu" in rec["train_command"] and "CLIP_NORM=0" in rec["train_command"]
     assert not (tmp_path / "bench-work" / "quality" / "iwslt-tfixup" / "checkpoints").exists()
