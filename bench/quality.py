@@ -29,6 +29,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -104,11 +105,12 @@ def _sh(script: str, *args) -> list:
 def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     """train.sh then evaluate.sh for one (corpus, method); the record holds curves, results and samples."""
     out = work / run.id
-    if out.exists():
-        import shutil
-
-        shutil.rmtree(out)  # a run cut short: start it again, cleanly
-    out.mkdir(parents=True)
+    resumable = (out / "checkpoints" / "checkpoint_last.pt").is_file() and (out / "config.resolved.json").is_file()
+    if out.exists() and not resumable:
+        shutil.rmtree(out)  # cut short before its first checkpoint: start again, cleanly
+    if resumable:  # cut short (a session's end): train.sh resumes from checkpoint_last.pt
+        common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
+    out.mkdir(parents=True, exist_ok=True)
     exp = METHODS[run.meta["method"]][0]
     sets = [a for a in run.args if re.match(r"^[A-Z_]+=", a)]
     extra = [a for a in run.args if a not in sets]
@@ -127,12 +129,14 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
     parsed = common.parse_train_log(text)
     record["status"] = runlib.run_status(text, parsed, rc)
-    record["valid_curve"] = [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]]
-    record["bleu_curve"] = [(int(r["valid_num_updates"]), r.get("valid_bleu")) for r in parsed["valid"]]
+    # a resumed run logs again from its last checkpoint: one point per update, the latest
+    valid = {int(r["valid_num_updates"]): r for r in parsed["valid"]}
+    record["valid_curve"] = [(u, valid[u]["valid_loss"]) for u in sorted(valid)]
+    record["bleu_curve"] = [(u, valid[u].get("valid_bleu")) for u in sorted(valid)]
     # wall clock at each validation: the end-of-epoch train record just before it
-    record["wall_curve"] = [(int(r["train_num_updates"]), r["train_wall"]) for r in parsed["epoch"]
-                            if "train_num_updates" in r]
-    record["epochs"] = len(parsed["epoch"])
+    walls = {int(r["train_num_updates"]): r["train_wall"] for r in parsed["epoch"] if "train_num_updates" in r}
+    record["wall_curve"] = sorted(walls.items())
+    record["epochs"] = len(walls)
     record["stopped_by"] = "patience" if "early stop" in text else "max epoch/update"
     cmd_file = out / "train_command.sh"
     record["fairseq_train_command"] = cmd_file.read_text().strip() if cmd_file.exists() else None
@@ -152,8 +156,6 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
                                               "num_updates", "beam", "lenpen")}
     record["test"]["averaging"] = res.get("averaging", {}).get("chosen")
     record["samples"] = samples(out / "eval" / "generate-test.txt", 3)
-    import shutil
-
     shutil.rmtree(out / "checkpoints", ignore_errors=True)  # GBs; the record keeps what was measured
     (out / "eval" / "averaged.pt").unlink(missing_ok=True)
     return record
