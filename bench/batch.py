@@ -148,17 +148,8 @@ def main(argv=None):
     level = unigram_level(data, "de", "en")
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
-    out, stem = pathlib.Path(args.out), "batch" + args.tag
-    work = runlib.work_dir(stem)
-
-    def write(records):
-        res = summarise(cfg, records, level, data)
-        common.write_outputs(out, stem, res, plot, report(res), "large-batch study")
-        return res
-
-    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
-                             work=work, jobs=args.jobs, on_record=write)
-    print(report(write(records)))
+    runlib.run_study("batch" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data),
+                     plot, report, "large-batch study", args.jobs, args.threads)
     return 0
 
 

@@ -244,21 +244,11 @@ def main(argv=None):
     data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
     level = unigram_level(data, "de", "en")
     common.log(f"unigram level of valid: {level['train_fit']} bits (fit on train), {level['oracle']} (fit on valid)")
-    out = pathlib.Path(args.out)
-    stem = "convergence" + args.tag
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
-
-    def write(records):
-        res = summarise(cfg, records, level, data, args.margin)
-        common.write_outputs(out, stem, res, plot, report(res), "valid loss curves")
-        return res
-
-    work = runlib.work_dir(stem)
-    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
-                             work=work, jobs=args.jobs, on_record=write)
-    res = write(records)
-    print(report(res))
+    runlib.run_study("convergence" + args.tag, args.out, all_runs,
+                     lambda recs: summarise(cfg, recs, level, data, args.margin),
+                     plot, report, "valid loss curves", args.jobs, args.threads)
     return 0
 
 

@@ -174,17 +174,8 @@ def main(argv=None):
     level = unigram_level(data, "de", "en")
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
-    out, stem = pathlib.Path(args.out), "depth" + args.tag
-    work = runlib.work_dir(stem)
-
-    def write(records):
-        res = summarise(cfg, records, level, data, args.margin)
-        common.write_outputs(out, stem, res, plot, report(res), "depth study")
-        return res
-
-    records = runlib.run_all(all_runs, out / stem / "runs", lambda r: runlib.train(r, work, args.threads),
-                             work=work, jobs=args.jobs, on_record=write)
-    print(report(write(records)))
+    runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
+                     plot, report, "depth study", args.jobs, args.threads)
     return 0
 
 

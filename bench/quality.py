@@ -30,7 +30,6 @@ import pathlib
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 
@@ -288,21 +287,11 @@ def main(argv=None):
         if not (path / "dict.de.txt").is_file():
             p.error(f"--{corpus} {path}: not a fairseq data-bin for de-en (no dict.de.txt)")
     all_runs = make_runs(cfg, data)
-    todo = [r for r in all_runs if not args.only or r.id in args.only]
-    out = pathlib.Path(args.out)
-    stem = "quality" + args.tag
-    work = runlib.work_dir(stem)
-
-    def write(records):
-        records = {k: v for k, v in records.items() if k in {r.id for r in all_runs}}
-        res = summarise(cfg, records, {c: str(p) for c, p in data.items()}, len(all_runs))
-        common.write_outputs(out, stem, res, plot, report(res), "valid loss and valid BLEU vs updates")
-        return res
-
-    runlib.run_all(todo, out / stem / "runs", lambda r: execute(r, work, args.threads), work=work,
-                   jobs=args.jobs, on_record=lambda _: write(runlib.load_records(out / stem / "runs")))
-    res = write(runlib.load_records(out / stem / "runs"))
-    print(report(res))
+    paths = {c: str(p) for c, p in data.items()}
+    runlib.run_study("quality" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, paths, len(all_runs)),
+                     plot, report, "valid loss and valid BLEU vs updates", args.jobs,
+                     execute=lambda r, work: execute(r, work, args.threads),
+                     todo=[r for r in all_runs if not args.only or r.id in args.only])
     return 0
 
 

@@ -218,3 +218,27 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
         pool.shutdown(wait=True, cancel_futures=True)
         signal.signal(signal.SIGTERM, old_term)
     return records
+
+
+def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
+              threads: int = 1, execute=None, todo: list = None) -> dict:
+    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run), ``jobs`` at a time,
+    rewriting OUT/STEM.{json,md,png} from ``summarise(records)`` after each finished run; print
+    the report at the end and return the result. ``execute(run, work)`` runs one (default:
+    ``train``)."""
+    out = pathlib.Path(out)
+    work = work_dir(stem)
+    store = out / stem / "runs"
+    ids = {r.id for r in runs}
+
+    def write(records):
+        res = summarise({k: v for k, v in records.items() if k in ids})
+        common.write_outputs(out, stem, res, plot, report(res), caption)
+        return res
+
+    one = execute or (lambda r, w: train(r, w, threads))
+    run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
+            on_record=lambda _: write(load_records(store)))
+    res = write(load_records(store))
+    print(report(res))
+    return res
