@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-from bench import batch, convergence, depth, quality, runs as runlib  # noqa: E402
+from bench import batch, convergence, depth, quality  # noqa: E402
 from bench.unigram import unigram_level  # noqa: E402
 
 LEVEL = {"oracle": 9.5, "train_fit": 9.8, "label_smoothing": 0.1, "vocab": 100, "valid_tokens": 1000}
