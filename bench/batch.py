@@ -85,9 +85,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
 
 def report(res: dict) -> str:
     cfg = res["config"]
-    text = common.header_md("Large batch without warmup (paper Fig. 4c), T-Fixup", res)
-    if not res["complete"]:
-        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    text = runlib.report_head("Large batch without warmup (paper Fig. 4c), T-Fixup", res, cfg["n_runs"])
     text += (
         f"T-Fixup {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, lr {cfg['lr']}, "
         f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}, no warmup; batch = update-freq k x {cfg['max_tokens']} tokens. "

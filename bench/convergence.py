@@ -154,9 +154,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
 
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
-    text = common.header_md(f"Convergence without warmup (paper Fig. 3c), {cfg['layers']}+{cfg['layers']} layers", res)
-    if not res["complete"]:
-        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    title = f"Convergence without warmup (paper Fig. 3c), {cfg['layers']}+{cfg['layers']} layers"
+    text = runlib.report_head(title, res, cfg["n_runs"])
     text += (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, label "

@@ -97,9 +97,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
 
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
-    text = common.header_md("Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)", res)
-    if not res["complete"]:
-        text += f"**PARTIAL: {res['runs_recorded']} of {cfg['n_runs']} runs recorded so far.**\n\n"
+    text = runlib.report_head("Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)", res, cfg["n_runs"])
     text += (
         f"lr {cfg['lr']}, lr*sqrt(P/(P+t)) with P = {cfg['decay_period']} for every method (no warmup), "
         f"{cfg['max_tokens']} tokens per update, dropout 0.1, seed {cfg['seed']}; {cfg['updates']} updates, "

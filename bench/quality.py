@@ -208,9 +208,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
 
 def report(res: dict) -> str:
     cfg = res["config"]
-    text = common.header_md("Translation quality, trained to the plateau (CPU)", res)
-    if not res["complete"]:
-        text += f"**PARTIAL: {res['runs_recorded']} of {res['n_runs']} runs recorded so far.**\n\n"
+    text = runlib.report_head("Translation quality, trained to the plateau (CPU)", res, res["n_runs"])
     text += (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, lr 5e-4, Adam (0.9, 0.98); "

@@ -220,6 +220,14 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
     return records
 
 
+def report_head(title: str, res: dict, n_runs: int) -> str:
+    """A study report's header (command, machine, date, data) and, until every run is in, PARTIAL."""
+    text = common.header_md(title, res)
+    if res["runs_recorded"] < n_runs:
+        text += f"**PARTIAL: {res['runs_recorded']} of {n_runs} runs recorded so far.**\n\n"
+    return text
+
+
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
               threads: int = 1, execute=None, todo: list = None) -> dict:
     """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run), ``jobs`` at a time,
