@@ -1,7 +1,7 @@
 """A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence
 counts, <unk> rates), written by scripts/prepare-*.sh only after every check passed.
 
-    python -m pipeline.manifest params KEY VALUE ...          -> the parameters as JSON (one line)
+    python -m pipeline.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
     python -m pipeline.manifest status DIR PARAMS_JSON        -> current | differs | missing | foreign
     python -m pipeline.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
                                       [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
@@ -108,6 +108,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m pipeline.manifest")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("params")
+    s.add_argument("--base", default="{}", help="parameters (JSON) to extend")
     s.add_argument("pairs", nargs="*")
     s = sub.add_parser("status")
     s.add_argument("dir")
@@ -126,7 +127,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         if args.cmd == "params":
-            print(json.dumps(dict(zip(args.pairs[::2], args.pairs[1::2])), sort_keys=True))
+            params = {**json.loads(args.base), **dict(zip(args.pairs[::2], args.pairs[1::2]))}
+            print(json.dumps(params, sort_keys=True))
         elif args.cmd == "status":
             print(status(args.dir, json.loads(args.params)))
         elif args.cmd == "write":

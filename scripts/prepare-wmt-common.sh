@@ -77,9 +77,9 @@ for f in $TRAIN_SRC $TRAIN_TGT; do [ -f "$f" ] || die "training text not found: 
 # Everything that decides each step's output: other values redo the step and those after
 RAW_PARAMS=$(manifest_params name "$NAME" src "$SRC" tgt "$TGT" train_lines "$TRAIN_LINES" \
   train_src "${TRAIN_SRC:+$(realpath "$TRAIN_SRC")}" train_tgt "${TRAIN_TGT:+$(realpath "$TRAIN_TGT")}")
-TOK_PARAMS=$(manifest_params raw "$RAW_PARAMS" pretokenized "$PRETOK" test_set "$TEST_SET" valid_set "$VALID_SET" \
+TOK_PARAMS=$(manifest_params --base "$RAW_PARAMS" pretokenized "$PRETOK" test_set "$TEST_SET" valid_set "$VALID_SET" \
   test_lines "$TEST_LINES" testsets "${TESTSETS:+$(realpath "$TESTSETS")}")
-PARAMS=$(manifest_params tok "$TOK_PARAMS" bpe_tokens "$BPE_TOKENS")
+PARAMS=$(manifest_params --base "$TOK_PARAMS" bpe_tokens "$BPE_TOKENS")
 skip_if_current "$OUT" "$PARAMS"
 use_venv
 

@@ -157,23 +157,30 @@ def test_sigterm_stops_training_tree_and_books_interrupted(data, tmp_path):
     """Case 4: SIGTERM did not stop training (the trap waited for fairseq-train | tee),
     then booked rc 143 for a run that completed."""
     out = tmp_path / "run"
+    err = open(tmp_path / "stderr", "w")
     proc = subprocess.Popen(["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL, stderr=err, text=True,
                             env={**os.environ, **TINY, "MAX_UPDATE": "100000"}, start_new_session=True)
     log = out / "train.log"
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and re.search(r"num_updates=\d+", log.read_text()):
-            break
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if log.exists() and re.search(r"num_updates=\d+", log.read_text()):
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+        stopped = time.time() - t0
         time.sleep(0.5)
-    assert proc.poll() is None, proc.stderr.read()[-3000:]
-    t0 = time.time()
-    proc.send_signal(signal.SIGTERM)
-    rc = proc.wait(timeout=30)
-    stopped = time.time() - t0
-    time.sleep(0.5)
-    with pytest.raises(ProcessLookupError):  # the whole tree (fairseq-train, tee) is gone
-        os.killpg(proc.pid, 0)
+        with pytest.raises(ProcessLookupError):  # the whole tree (fairseq-train, tee) is gone
+            os.killpg(proc.pid, 0)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever a failure left running
+        except ProcessLookupError:
+            pass
     assert rc == 143 and stopped < 15, (rc, stopped)
     assert (out / "train_runs.tsv").read_text().splitlines()[-1].split("\t")[-1] == "interrupted"
     assert not (out / "train_run.open").exists() and leftovers(out) == []
