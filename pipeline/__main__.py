@@ -3,7 +3,6 @@
 import argparse
 import datetime
 import json
-import logging
 import math
 import os
 import pathlib
@@ -11,9 +10,6 @@ import pickle
 import sys
 
 from pipeline import config as config_mod
-
-# fairseq logs this on import of its tasks (every command, --help included): not ours to act on
-logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
 
 def cmd_average(args, validate_args):

@@ -34,9 +34,13 @@ gpu_count() {
 quiet() {  # [MAX_UPDATE]
   if [ "${QUIET:-1}" = 0 ]; then cat; return; fi
   awk -v max="${1:-0}" '/\| \{.?_name.?: / || /Please install tensorboardX/ { next }
-       /(Deprecation|User|Future)Warning: / { skip = 1; next }
-       skip && /^  / { next }
-       { skip = 0; line = $0
+       # a dependency'"'"'s warning: "/.../site-packages/M.py:N: Category: text", more text lines,
+       # then its source line (indented); "sys:1: ..." ones have none and end at a log line
+       /^(\/[^ ]*site-packages\/[^ ]*|sys):[0-9]+: [A-Za-z]*Warning: / { skip = 1; next }
+       skip && /^  / { skip = 0; next }
+       skip && (/^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] / || /^Traceback/ || /^\[/) { skip = 0 }
+       skip { next }
+       { line = $0
          # num_updates=N / ups=R (--log-format simple) or "num_updates": "N" (json)
          if (max > 0 && match($0, /[ ,{"]num_updates"?[=:] ?"?[0-9]+/)) {
            n = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", n); n += 0

@@ -151,6 +151,13 @@ def test_train_refuses_incomplete_manifest_and_warns_without_one(data, tmp_path)
     proc = train(bad, tmp_path / "run", env={"MAX_UPDATE": "1", "SAVE_INTERVAL_UPDATES": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no manifest.json (made before manifests)" in proc.stderr
+    # issue 11 item 8: what is shown has fairseq's useful lines, not the config dump, hydra's
+    # deprecation warnings or the tensorboardX notice; the log keeps everything
+    shown = proc.stdout + proc.stderr
+    assert "dictionary: " in shown and "done training" in shown
+    assert "'_name'" not in shown and "Warning" not in shown and "tensorboardX" not in shown, shown[:3000]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "'_name'" in log and "UserWarning" in log
 
 
 def test_sigterm_stops_training_tree_and_books_interrupted(data, tmp_path):
