@@ -11,3 +11,9 @@
 
 Run as ``python -m pipeline <command> --help`` (``python -m pipeline.config``, ``python -m pipeline.corpus``).
 """
+
+import logging
+
+# fairseq logs "Please install tensorboardX" on import of its tasks (every command, --help
+# included): nothing our users need to act on
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)

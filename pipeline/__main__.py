@@ -76,12 +76,19 @@ def cmd_report(args, _):
 
 def cmd_updates(args, _):
     from fairseq_tfixup import checkpoints
+    from pipeline import recover
 
     try:
         print(checkpoints.num_updates(args.checkpoint))
-    except (OSError, RuntimeError, KeyError, pickle.UnpicklingError) as e:
-        raise ValueError(f"cannot resume from {args.checkpoint}: {str(e).splitlines()[0]}; "
-                         "move it away to resume from an older checkpoint") from None
+    except recover.LOAD_ERRORS as e:
+        raise ValueError(recover.corrupt_last_advice(args.checkpoint, recover.first_line(e), args.advise)) from None
+
+
+def cmd_train_failure(args, _):
+    from pipeline import recover
+
+    text = pathlib.Path(args.log).read_text(encoding="utf-8", errors="replace") if os.path.exists(args.log) else ""
+    print(recover.train_failure(text, args.exit, args.ckpt_dir, args.command))
 
 
 def main(argv=None):
@@ -121,7 +128,16 @@ def main(argv=None):
 
     p = sub.add_parser("updates", help="the update count of a checkpoint (read safely and cheaply)")
     p.add_argument("checkpoint")
+    p.add_argument("--advise", default="the same command",
+                   help="the training command, for the advice when the checkpoint is corrupt")
     p.set_defaults(func=cmd_updates)
+
+    p = sub.add_parser("train-failure", help="one line: why fairseq-train failed and what to run next")
+    p.add_argument("--log", required=True)
+    p.add_argument("--exit", type=int, required=True)
+    p.add_argument("--ckpt-dir", required=True)
+    p.add_argument("--command", required=True)
+    p.set_defaults(func=cmd_train_failure)
 
     args = parser.parse_args(argv)
     try:

@@ -47,3 +47,69 @@ test_raw() {  # TESTSET PAIR LANG SRC TGT TESTSETS_DIR
   local t="wmt${test#newstest20}"; [ "$t" = wmt14 ] && t=wmt14/full  # full 3003 lines, as fairseq
   sacrebleu -t "$t" -l "$src-$tgt" --echo "$side"
 }
+
+# FILE(.gz|.xz|plain) -> stdout
+read_text() {
+  case $1 in *.gz) zcat -- "$1";; *.xz) xzcat -- "$1";; *) cat -- "$1";; esac
+}
+
+# Every FILE has N lines: a tool killed mid-way (the OOM killer) or a truncated
+# input leaves fewer lines, sometimes without any error code on the way.
+expect_lines() {  # N WHAT FILE...
+  local n=$1 what=$2 f got; shift 2
+  for f in "$@"; do
+    got=$(wc -l < "$f")
+    [ "$got" = "$n" ] || die "$what: $(basename "$f") has $got lines, expected $n (a truncated input or a step killed mid-way); nothing published"
+  done
+}
+
+# Lines of FILE's text (decompressed), at most MAX (0 = all): what a step reading
+# it must produce. Fails (set -e) when the file cannot be read to its end.
+count_lines() {  # FILE [MAX]
+  local n; n=$(read_text "$1" | wc -l)
+  if [ "${2:-0}" != 0 ] && [ "$n" -gt "$2" ]; then n=$2; fi
+  echo "$n"
+}
+
+# BPE codes complete: N merges after the "#version" header.
+expect_merges() {  # CODE N WHERE
+  local got; got=$(grep -vc '^#' "$1" || true)
+  [ "$got" = "$2" ] || die "BPE codes incomplete: $3 has $got merges, expected $2 (a truncated or wrong code file); nothing published"
+}
+
+# Parameters (KEY VALUE ...) as JSON, and what to do with OUT: exits 0 when OUT's
+# manifest says it was made with the same parameters; says when it rebuilds; refuses
+# a folder without a complete manifest (half-made, or made by other means).
+manifest_params() { python3 -m pipeline.manifest params "$@"; }
+skip_if_current() {  # OUT PARAMS_JSON
+  case $(python3 -m pipeline.manifest status "$1" "$2") in
+    current) log "up to date, skipping: $1 (manifest.json matches)"; exit 0;;
+    differs) log "parameters differ from $1/manifest.json: rebuilding $1";;
+    foreign) die "$1 exists but has no complete manifest.json (half-made, or made before manifests): remove it, then rerun";;
+  esac
+}
+
+PREPROCESS_ARGS=()
+# fairseq-preprocess TMP/text/{train,valid,test}.{SRC,TGT} into TMP/bin (extra arguments
+# in PREPROCESS_ARGS), check its counts and <unk> rates, write the manifest, publish
+# TMP/bin as OUT. TMP/text/test.raw.* and TMP/text/code go along.
+binarize_and_publish() {  # TMP SRC TGT MAX_UNK PARAMS SPLIT=N... -- INPUT...
+  local tmp=$1 src=$2 tgt=$3 max_unk=$4 params=$5 counts=() merges=(); shift 5
+  while [ "$1" != -- ]; do counts+=("$1"); shift; done; shift
+  step "fairseq-preprocess ($src -> $tgt), log $OUT/preprocess.log"
+  fairseq-preprocess --source-lang "$src" --target-lang "$tgt" "${PREPROCESS_ARGS[@]}" \
+    --trainpref "$tmp/text/train" --validpref "$tmp/text/valid" --testpref "$tmp/text/test" \
+    --destdir "$tmp/bin" --workers "$WORKERS" > "$tmp/bin.log" 2>&1 \
+    || { tail -n 3 "$tmp/bin.log" >&2; die "fairseq-preprocess failed on $tmp/text (see above); nothing published"; }
+  STEP=""
+  mv "$tmp/bin.log" "$tmp/bin/preprocess.log"
+  cp "$tmp/text/test.raw.$src" "$tmp/text/test.raw.$tgt" "$tmp/bin/"
+  if [ -f "$tmp/text/code" ]; then
+    cp "$tmp/text/code" "$tmp/bin/code"
+    merges=(--bpe-merges "$(grep -vc '^#' "$tmp/text/code" || true)")
+  fi
+  python3 -m pipeline.manifest write "$tmp/bin/manifest.json" --made-by "scripts/$(basename "$0")" \
+    --params "$params" --counts "${counts[@]}" --inputs "$@" --preprocess-log "$tmp/bin/preprocess.log" \
+    --max-unk "$max_unk" "${merges[@]}"
+  publish_dir "$tmp/bin" "$OUT"
+}

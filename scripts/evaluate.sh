@@ -5,6 +5,7 @@
 # comes from the config the run trained with (OUT_DIR/config.resolved.json).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"
 . "$(dirname "$0")/pipeline-lib.sh"
 
 usage() {
@@ -27,6 +28,8 @@ COMPOUND_SPLIT, LOWERCASE, ...) can be overridden by --set or the environment.
 Hypotheses are capped at MAX_LEN_A x source length + MAX_LEN_B tokens (environment;
 default 1.2 and 10, as fairseq's translation example): an undertrained model would
 otherwise write 200 tokens per sentence and generation would take many times longer.
+While translating, a progress line (sentences so far / total) every PROGRESS_SECONDS
+(environment; default 30).
 USAGE
 }
 
@@ -53,6 +56,7 @@ build_commands() {
   local v=()
   config_get v "${POS[0]}" --run "$OUT" "${SETS[@]}" -- SRC TGT FP16 AVG_CANDIDATES BEAM LENPEN
   local src=${v[0]} tgt=${v[1]} fp16=${v[2]} candidates=${v[3]}
+  SRC_LANG=$src; TGT_LANG=$tgt
   BEAM=${v[4]}; LENPEN=${v[5]}
   # --required-batch-size-multiple 1: with fairseq's default of 8, batch_by_size (fairseq
   # 0.12.x, data_utils_fast) silently drops the last sentences of a subset (measured: 4 of
@@ -84,7 +88,7 @@ average() {
   fi
   log "averaging, K chosen on $DATA valid"
   rm -f "$EVAL/averaged.cmd"
-  "${AVERAGE_CMD[@]}"
+  "${AVERAGE_CMD[@]}" 2>&1 | quiet >&2
   stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
 }
 
@@ -96,11 +100,27 @@ translate() {
   fi
   log "fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN"
   rm -f "$EVAL/generate-$SUBSET.cmd"
+  TMP_PATHS+=("$out.tmp")
+  progress "$out.tmp" &
+  local progress_pid=$!
   if ! "${GENERATE_CMD[@]}" > "$out.tmp" 2> "$EVAL/generate-$SUBSET.log"; then
-    rm -f "$out.tmp"; die "fairseq-generate failed; see $EVAL/generate-$SUBSET.log"
+    kill "$progress_pid" 2>/dev/null || true
+    die "fairseq-generate failed: $(grep -E '^\w*(Error|Exception)' "$EVAL/generate-$SUBSET.log" | tail -n 1); see $EVAL/generate-$SUBSET.log"
   fi
+  kill "$progress_pid" 2>/dev/null || true
   mv "$out.tmp" "$out"
   stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
+}
+
+# Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences.
+progress() {  # OUTPUT_FILE
+  local total="?" idx="$DATA/$SUBSET.$SRC_LANG-$TGT_LANG.$SRC_LANG.idx" n
+  # fairseq's mmap .idx: magic (9 bytes), version (8), dtype (1), then the sentence count (uint64)
+  [ ! -f "$idx" ] || total=$(od -An -t u8 -j 18 -N 8 "$idx" | tr -d ' ')
+  while sleep "${PROGRESS_SECONDS:-30}"; do
+    n=$(grep -c '^H-' "$1" 2>/dev/null || true)
+    log "translated ${n:-0} / $total sentences"
+  done
 }
 
 main() {

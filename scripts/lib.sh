@@ -8,7 +8,10 @@ TFIXUP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # and its experiment code (python -m pipeline ...), whatever is installed.
 export PYTHONPATH=$TFIXUP_ROOT${PYTHONPATH:+:$PYTHONPATH}
 
-die() { echo "error: $*" >&2; exit 1; }
+# a failure inside $(...) fails the command that uses it (bash >= 4.4)
+shopt -s inherit_errexit
+
+die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
 # Activate the project's virtual environment if there is one and no fairseq is on PATH.
@@ -20,19 +23,98 @@ use_venv() {
   command -v fairseq-train >/dev/null 2>&1 || die "fairseq is not installed: run 'bash scripts/install.sh' first"
 }
 
-# Run "$@" to produce directory $1's content in a temp sibling, then move it into place.
-# A step whose output exists is skipped; a failed step leaves nothing behind.
-# usage: build_dir DEST CMD...   (CMD gets the temp dir as its last argument)
-build_dir() {
-  local dest=$1; shift
-  if [ -e "$dest" ]; then log "exists, skipping: $dest"; return 0; fi
-  local tmp="$dest.tmp.$$"
-  rm -rf "$tmp"; mkdir -p "$tmp"
-  if "$@" "$tmp"; then
-    mv "$tmp" "$dest"
-  else
-    local rc=$?; rm -rf "$tmp"; die "step failed ($rc): $* -> $dest"
+# Signals. bash runs a trap only after the foreground command ends, so a script
+# busy in `fairseq-train | tee` or `xzcat | subword-nmt` would ignore SIGTERM for
+# minutes. `supervise "$@"` (first line of a script) reruns the script as a child
+# and waits for it; a SIGTERM/SIGINT to the script goes at once to the child's whole
+# process tree (same process group: a kill of the group by a caller still reaches
+# everything). The child's own traps clean up; whatever is left after
+# TFIXUP_STOP_SECONDS (default 10) is killed.
+supervise() {
+  [ "${TFIXUP_SUPERVISOR:-}" = "$PPID" ] && return 0  # we are the child: do the work
+  TFIXUP_SUPERVISOR=$$ bash "$0" "$@" <&0 &
+  local child=$! rc
+  # shellcheck disable=SC2064
+  trap "stop_tree $child TERM" TERM
+  # shellcheck disable=SC2064
+  trap "stop_tree $child INT" INT
+  while :; do
+    rc=0; wait "$child" || rc=$?
+    kill -0 "$child" 2>/dev/null || break  # wait returned for a trapped signal: wait again
+  done
+  exit "$rc"
+}
+
+# PID and all its descendants, parents first.
+tree_pids() {
+  ps -e -o pid=,ppid= | awk -v root="$1" '
+    { parent[$1] = $2; pids[NR] = $1 }
+    END { keep[root] = 1; print root; changed = 1
+          while (changed) { changed = 0
+            for (i in pids) { p = pids[i]; if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; print p; changed = 1 } } } }'
+}
+
+stop_tree() {  # PID SIGNAL
+  local pids t
+  mapfile -t pids < <(tree_pids "$1")
+  kill -"$2" "${pids[@]}" 2>/dev/null || true
+  for ((t = 0; t < ${TFIXUP_STOP_SECONDS:-10} * 5; t++)); do
+    kill -0 "${pids[@]}" 2>/dev/null || return 0
+    sleep 0.2
+  done
+  kill -KILL "${pids[@]}" 2>/dev/null || true
+}
+
+# Temp paths removed on any exit; STEP names what is running, so that a step that
+# fails under set -e (a pipeline included, by pipefail) ends with one line naming it.
+TMP_PATHS=(); STEP=""
+on_exit() {
+  local rc=$?
+  [ ${#TMP_PATHS[@]} -eq 0 ] || rm -rf "${TMP_PATHS[@]}"
+  if [ "$rc" != 0 ] && [ -n "$STEP" ]; then
+    echo "error: $STEP failed (exit $rc); nothing published" >&2
   fi
+}
+trap on_exit EXIT
+trap 'STEP=""; log "interrupted: nothing published"; exit 143' TERM
+trap 'STEP=""; log "interrupted: nothing published"; exit 130' INT
+step() { STEP=$*; log "$*"; }
+
+# DIR becomes an empty temp folder, removed on exit unless published.
+tmp_dir() {  # DIR
+  rm -rf "$1"; mkdir -p "$1"
+  TMP_PATHS+=("$1")
+}
+
+# Move a finished temp dir into place; an older DEST is replaced only at this point.
+publish_dir() {  # TMP DEST
+  mkdir -p "$(dirname "$2")"
+  if [ -e "$2" ]; then rm -rf "$2.old.$$"; mv "$2" "$2.old.$$"; TMP_PATHS+=("$2.old.$$"); fi
+  mv "$1" "$2"
+}
+
+# Run CMD to produce directory DEST's content in a temp sibling, then move it into place.
+# A step whose output exists and was made with the same PARAMS (DEST/.params) is skipped;
+# other PARAMS redo it. The step runs under set -e (never inside an `if`, which would
+# switch set -e off): its first failing command ends the script with STEP named, and
+# the temp dir is removed on exit.
+# usage: build_dir DEST PARAMS CMD...   (CMD gets the temp dir as its last argument)
+build_dir() {
+  local dest=$1 params=$2; shift 2
+  if [ -e "$dest" ]; then
+    if [ -f "$dest/.params" ] && [ "$(cat "$dest/.params")" = "$params" ]; then
+      log "exists, skipping: $dest"; return 0
+    fi
+    log "made with other parameters, redoing: $dest"
+    rm -rf "$dest"
+  fi
+  local tmp="$dest.tmp.$$"
+  tmp_dir "$tmp"
+  STEP="$1 -> $dest"
+  "$@" "$tmp"
+  STEP=""
+  printf '%s\n' "$params" > "$tmp/.params"
+  mv "$tmp" "$dest"
 }
 
 # First N lines of stdin (all when N is 0). Reads to the end, so that the

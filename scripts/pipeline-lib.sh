@@ -25,3 +25,31 @@ gpu_count() {
   fi
   nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
 }
+
+# What the terminal shows of fairseq's output; the log file keeps everything. Dropped:
+# the one-line config dump (~15 KB), "Please install tensorboardX", Python warnings
+# of fairseq's dependencies (hydra/omegaconf deprecations) and their source lines.
+# QUIET=0 shows everything.
+# A training line also gets the ETA at its rate (ups) when MAX_UPDATE is set.
+quiet() {  # [MAX_UPDATE]
+  if [ "${QUIET:-1}" = 0 ]; then cat; return; fi
+  awk -v max="${1:-0}" '/\| \{.?_name.?: / || /Please install tensorboardX/ { next }
+       # a dependency'"'"'s warning: "/.../site-packages/M.py:N: Category: text", more text lines,
+       # then its source line (indented); "sys:1: ..." ones have none and end at a log line
+       /^(\/[^ ]*site-packages\/[^ ]*|sys):[0-9]+: [A-Za-z]*Warning: / { skip = 1; next }
+       skip && /^  / { skip = 0; next }
+       skip && (/^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] / || /^Traceback/ || /^\[/) { skip = 0 }
+       skip { next }
+       { line = $0
+         # num_updates=N / ups=R (--log-format simple) or "num_updates": "N" (json)
+         if (max > 0 && match($0, /[ ,{"]num_updates"?[=:] ?"?[0-9]+/)) {
+           n = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", n); n += 0
+           if (match($0, /[ ,{"]ups"?[=:] ?"?[0-9.]+/)) {
+             ups = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", ups); ups += 0
+             if (ups > 0 && n < max) line = line sprintf(" | update %d of %d, ETA %.0f min", n, max, (max - n) / ups / 60)
+           }
+         }
+         print line; fflush() }'
+}
+# Python warnings of dependencies off in what the scripts run (the plugin's own errors stay)
+export PYTHONWARNINGS=${PYTHONWARNINGS:-ignore::DeprecationWarning,ignore::FutureWarning}

@@ -5,6 +5,8 @@
 # data-bin is published, with a manifest of what made it.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"
+. "$(dirname "$0")/corpus-lib.sh"
 
 usage() {
   cat <<USAGE
@@ -80,10 +82,6 @@ input_file() {  # PREFIX L
   done
   die "no input file $1.$2 (.gz/.xz): check --${3:-train} and --src/--tgt"
 }
-read_text() {  # FILE -> stdout
-  case $1 in *.gz) zcat -- "$1";; *.xz) xzcat -- "$1";; *) cat -- "$1";; esac
-}
-
 declare -A FILES=()
 for split in train valid test; do
   prefix=${split^^}; prefix=${!prefix}
@@ -91,33 +89,16 @@ for split in train valid test; do
 done
 
 # Everything that decides the output; a data-bin made with other values is rebuilt.
-params_json() {
-  python - "$@" <<'PY'
-import json, sys
-keys = sys.argv[1::2]; vals = sys.argv[2::2]
-print(json.dumps(dict(zip(keys, vals)), sort_keys=True))
-PY
-}
-PARAMS=$(params_json src "$SRC" tgt "$TGT" tokenizer "$TOKENIZER" lowercase "$LOWERCASE" \
+PARAMS=$(manifest_params src "$SRC" tgt "$TGT" tokenizer "$TOKENIZER" lowercase "$LOWERCASE" \
   bpe_merges "$BPE_MERGES" joined_dictionary "$JOINED" train_lines "$TRAIN_LINES" \
   valid_lines "$VALID_LINES" test_lines "$TEST_LINES" \
   train "$(realpath "${FILES[train.$SRC]}")" valid "$(realpath "${FILES[valid.$SRC]}")" \
   test "$(realpath "${FILES[test.$SRC]}")")
-
-if [ -f "$OUT/manifest.json" ]; then
-  old=$(python -c 'import json,sys; m=json.load(open(sys.argv[1])); print(json.dumps(m.get("params"), sort_keys=True) if m.get("complete") else "")' "$OUT/manifest.json" 2>/dev/null || true)
-  if [ "$old" = "$PARAMS" ]; then log "up to date, skipping: $OUT (manifest.json matches)"; exit 0; fi
-  log "parameters differ from $OUT/manifest.json: rebuilding $OUT"
-elif [ -e "$OUT" ]; then
-  die "$OUT exists but has no complete manifest.json (half-made or not ours): remove it, then rerun"
-fi
+skip_if_current "$OUT" "$PARAMS"
 use_venv
 
 TMP="$OUT.tmp.$$"
-cleanup() { rm -rf "$TMP"; }
-trap cleanup EXIT
-# SIGINT/SIGTERM: stop the children (sacremoses, subword-nmt, fairseq-preprocess) too
-trap 'trap - INT TERM; log "interrupted: nothing published"; kill 0 2>/dev/null; exit 130' INT TERM
+tmp_dir "$TMP"
 mkdir -p "$TMP/text"
 
 lower() { python -c 'import sys
@@ -131,7 +112,7 @@ maybe_lower() { if [ "$LOWERCASE" = 1 ]; then lower; else cat; fi; }
 for split in train valid test; do
   n=${split^^}_LINES
   for l in "$SRC" "$TGT"; do
-    log "tokenize $split.$l (${FILES[$split.$l]})"
+    step "tokenize $split.$l (${FILES[$split.$l]})"
     read_text "${FILES[$split.$l]}" | head_n "${!n}" > "$TMP/text/$split.raw.$l"
     tokenize "$l" < "$TMP/text/$split.raw.$l" | maybe_lower > "$TMP/text/$split.tok.$l"
   done
@@ -139,11 +120,12 @@ done
 
 # 2. joint BPE, learnt on train only
 if [ "$BPE_MERGES" -gt 0 ]; then
-  log "learn $BPE_MERGES joint BPE merges on train"
-  cat "$TMP/text/train.tok.$SRC" "$TMP/text/train.tok.$TGT" | subword-nmt learn-bpe -s "$BPE_MERGES" > "$TMP/code"
+  step "learn $BPE_MERGES joint BPE merges on train"
+  cat "$TMP/text/train.tok.$SRC" "$TMP/text/train.tok.$TGT" | subword-nmt learn-bpe -s "$BPE_MERGES" > "$TMP/text/code"
   for split in train valid test; do
     for l in "$SRC" "$TGT"; do
-      subword-nmt apply-bpe -c "$TMP/code" < "$TMP/text/$split.tok.$l" > "$TMP/text/$split.$l"
+      step "apply BPE to $split.$l"
+      subword-nmt apply-bpe -c "$TMP/text/code" < "$TMP/text/$split.tok.$l" > "$TMP/text/$split.$l"
     done
   done
 else
@@ -154,78 +136,31 @@ fi
 
 # 3. check what steps 1-2 made: every file of a split has the input's line count
 #    (a tokenizer or BPE killed mid-way leaves fewer lines, never an error code alone)
+STEP=""
 declare -A COUNT=()
 for split in train valid test; do
   n=${split^^}_LINES
-  want=$(read_text "${FILES[$split.$SRC]}" | head_n "${!n}" | wc -l)
-  want_tgt=$(read_text "${FILES[$split.$TGT]}" | head_n "${!n}" | wc -l)
+  STEP="read ${FILES[$split.$SRC]}"; want=$(count_lines "${FILES[$split.$SRC]}" "${!n}")
+  STEP="read ${FILES[$split.$TGT]}"; want_tgt=$(count_lines "${FILES[$split.$TGT]}" "${!n}")
+  STEP=""
   [ "$want" = "$want_tgt" ] || die "$split: ${FILES[$split.$SRC]} has $want lines but ${FILES[$split.$TGT]} has $want_tgt: not a parallel corpus"
   [ "$want" -gt 0 ] || die "$split: no lines in ${FILES[$split.$SRC]}"
   for l in "$SRC" "$TGT"; do
-    for stage in raw tok ""; do
-      f=$TMP/text/$split${stage:+.$stage}.$l
-      got=$(wc -l < "$f")
-      [ "$got" = "$want" ] || die "$split.$l: $(basename "$f") has $got lines, expected $want (a step failed or was killed); nothing published"
-    done
+    expect_lines "$want" "$split.$l" "$TMP/text/$split".{raw.,tok.,}"$l"
   done
   COUNT[$split]=$want
 done
 if [ "$BPE_MERGES" -gt 0 ]; then
-  merges=$(grep -vc '^#' "$TMP/code" || true)
+  merges=$(grep -vc '^#' "$TMP/text/code" || true)
   # subword-nmt stops early only when no pair occurs twice: fine, but say it
   [ "$merges" -gt 0 ] || die "BPE learnt no merges from train: is the training text empty?"
   [ "$merges" = "$BPE_MERGES" ] || log "note: subword-nmt learnt $merges of $BPE_MERGES merges (no more frequent pairs)"
 fi
 
-# 4. binarize
-dict_args=(); [ "$JOINED" = 1 ] && dict_args+=(--joined-dictionary)
-log "fairseq-preprocess ($SRC -> $TGT)"
-fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" "${dict_args[@]}" \
-  --trainpref "$TMP/text/train" --validpref "$TMP/text/valid" --testpref "$TMP/text/test" \
-  --destdir "$TMP/bin" --workers "$WORKERS" > "$TMP/preprocess.log" 2>&1
-cp "$TMP/text/test.raw.$SRC" "$TMP/bin/test.raw.$SRC"
-cp "$TMP/text/test.raw.$TGT" "$TMP/bin/test.raw.$TGT"
-[ "$BPE_MERGES" = 0 ] || cp "$TMP/code" "$TMP/bin/code"
-
-# 5. manifest (and the <unk> check), then publish
-python - "$TMP/bin/manifest.json" "$TMP/preprocess.log" "$MAX_UNK" "$PARAMS" \
-  "${COUNT[train]}" "${COUNT[valid]}" "${COUNT[test]}" "$SRC" "$TGT" \
+# 4. binarize, check <unk> rates, write the manifest, publish
+PREPROCESS_ARGS=(); [ "$JOINED" = 1 ] && PREPROCESS_ARGS+=(--joined-dictionary)
+binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK" "$PARAMS" \
+  "train=${COUNT[train]}" "valid=${COUNT[valid]}" "test=${COUNT[test]}" -- \
   "${FILES[train.$SRC]}" "${FILES[train.$TGT]}" "${FILES[valid.$SRC]}" "${FILES[valid.$TGT]}" \
-  "${FILES[test.$SRC]}" "${FILES[test.$TGT]}" <<'PY'
-import datetime, hashlib, json, os, re, sys
-out, plog, max_unk, params = sys.argv[1], sys.argv[2], float(sys.argv[3]), json.loads(sys.argv[4])
-counts = dict(zip(("train", "valid", "test"), map(int, sys.argv[5:8])))
-src, tgt, inputs = sys.argv[8], sys.argv[9], sys.argv[10:]
-# fairseq-preprocess: "[de] .../valid.de: 1014 sents, 17000 tokens, 0.35% replaced (by <unk>)"
-unk = {}
-for m in re.finditer(r"\[(\w+)\] \S*/(train|valid|test)\.\w+: (\d+) sents, (\d+) tokens, ([\d.]+)% replaced", open(plog).read()):
-    lang, split, sents, _tok, rate = m.groups()
-    if int(sents) != counts[split]:
-        sys.exit(f"error: fairseq-preprocess binarized {sents} {split}.{lang} sentences, expected {counts[split]}")
-    unk[f"{split}.{lang}"] = float(rate)
-if len(unk) != 6:
-    sys.exit(f"error: fairseq-preprocess reported {len(unk)} of 6 files (see its log): nothing published")
-bad = {k: v for k, v in unk.items() if k.split(".")[0] != "train" and v > max_unk}
-if bad:
-    sys.exit(f"error: <unk> rate above {max_unk}% in {bad}: check the languages, tokenizer and BPE (or --max-unk-rate)")
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-manifest = {
-    "complete": True, "made_by": "scripts/prepare-corpus.sh", "params": params,
-    "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs],
-    "sentences": counts, "unk_rate_percent": unk,
-}
-with open(out, "w") as f:
-    json.dump(manifest, f, indent=1)
-    f.write("\n")
-PY
-mkdir -p "$(dirname "$OUT")"
-if [ -e "$OUT" ]; then rm -rf "$OUT.old.$$"; mv "$OUT" "$OUT.old.$$"; fi
-mv "$TMP/bin" "$OUT"
-rm -rf "$OUT.old.$$"
+  "${FILES[test.$SRC]}" "${FILES[test.$TGT]}"
 log "ready: $OUT ($SRC -> $TGT: ${COUNT[train]} train, ${COUNT[valid]} valid, ${COUNT[test]} test pairs)"

@@ -6,6 +6,7 @@
 #   tokens) -> fairseq-preprocess --joined-dictionary; raw test text kept for sacreBLEU.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+supervise "$@"
 . "$(dirname "${BASH_SOURCE[0]}")/corpus-lib.sh"
 
 usage() {
@@ -34,13 +35,17 @@ Test/dev sets: --testsets DIR with newstestYYYY.$PAIR.LANG(.gz) files, else sacr
 
 Archives (name, sha256, url):
 $(for a in "${ARCHIVES_LIST[@]}"; do IFS='|' read -r n u s <<< "$a"; echo "  $n $s"; echo "      $u"; done)
-Every step writes to a temp dir and moves it into place: a rerun skips finished
-steps and never trusts a half-written one.
+Every step writes to a temp dir, is checked (parallel line counts, all BPE merges)
+and moved into place: a rerun skips finished steps and never trusts a half-written
+one; steps made with other parameters (e.g. --train-lines) are redone, and OUT
+holds manifest.json (inputs with sha256, parameters, counts, <unk> rates).
+  --max-unk-rate P     refuse the data when more than P % of valid/test tokens are <unk>
+                       (default \$MAX_UNK_RATE or 5)
 USAGE
 }
 
 OUT=""; WORK=""; ARCHIVES=""; TRAIN_SRC=""; TRAIN_TGT=""; TESTSETS=""; PRETOK=0
-TRAIN_LINES=${TRAIN_LINES:-0}; TEST_LINES=${TEST_LINES:-0}; WORKERS=${WORKERS:-4}
+TRAIN_LINES=${TRAIN_LINES:-0}; TEST_LINES=${TEST_LINES:-0}; WORKERS=${WORKERS:-4}; MAX_UNK_RATE=${MAX_UNK_RATE:-5}
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUT=$2; shift 2;;
@@ -56,6 +61,7 @@ while [ $# -gt 0 ]; do
     --train-lines) TRAIN_LINES=$2; shift 2;;
     --test-lines) TEST_LINES=$2; shift 2;;
     --workers) WORKERS=$2; shift 2;;
+    --max-unk-rate) MAX_UNK_RATE=$2; shift 2;;
     -h|--help) usage; exit 0;;
     *) usage >&2; die "unknown option: $1";;
   esac
@@ -68,7 +74,13 @@ if [ -n "$TRAIN_SRC$TRAIN_TGT" ] && { [ -z "$TRAIN_SRC" ] || [ -z "$TRAIN_TGT" ]
   die "--train-src and --train-tgt go together"
 fi
 for f in $TRAIN_SRC $TRAIN_TGT; do [ -f "$f" ] || die "training text not found: $f"; done
-if [ -e "$OUT" ]; then log "exists, nothing to do: $OUT"; exit 0; fi
+# Everything that decides each step's output: other values redo the step and those after
+RAW_PARAMS=$(manifest_params name "$NAME" src "$SRC" tgt "$TGT" train_lines "$TRAIN_LINES" \
+  train_src "${TRAIN_SRC:+$(realpath "$TRAIN_SRC")}" train_tgt "${TRAIN_TGT:+$(realpath "$TRAIN_TGT")}")
+TOK_PARAMS=$(manifest_params --base "$RAW_PARAMS" pretokenized "$PRETOK" test_set "$TEST_SET" valid_set "$VALID_SET" \
+  test_lines "$TEST_LINES" testsets "${TESTSETS:+$(realpath "$TESTSETS")}")
+PARAMS=$(manifest_params --base "$TOK_PARAMS" bpe_tokens "$BPE_TOKENS")
+skip_if_current "$OUT" "$PARAMS"
 use_venv
 
 # 0. archives: all checked before anything is written (a local archive folder),
@@ -92,16 +104,13 @@ if [ -z "$TRAIN_SRC" ] && [ ! -d "$WORK/raw" ]; then
   done
 fi
 
-read_text() {  # FILE(.gz|.xz) -> stdout
-  case $1 in *.gz) zcat "$1";; *.xz) xzcat "$1";; *) cat "$1";; esac
-}
-
 # 1. raw parallel training text: train.SRC / train.TGT
 raw_train() {  # $1 = temp dir
   local tmp=$1 a n u s l c
   if [ -n "$TRAIN_SRC" ]; then
     read_text "$TRAIN_SRC" | head_n "$TRAIN_LINES" > "$tmp/train.$SRC"
     read_text "$TRAIN_TGT" | head_n "$TRAIN_LINES" > "$tmp/train.$TGT"
+    same_lines train "$tmp/train.$SRC" "$tmp/train.$TGT"
     return
   fi
   for a in "${ARCHIVES_LIST[@]}"; do
@@ -115,6 +124,7 @@ raw_train() {  # $1 = temp dir
       cat "$tmp/$c.$l"
     done | head_n "$TRAIN_LINES" > "$tmp/train.$l"
   done
+  same_lines train "$tmp/train.$SRC" "$tmp/train.$TGT"
 }
 
 # 2. tokenized train/valid/test and raw test
@@ -134,6 +144,12 @@ tokenize() {  # $1 = temp dir
     fi
     rm -f "$tmp/all.$l"
   done
+  # tokenizing keeps one line per line
+  local raw; raw=$(wc -l < "$WORK/raw/train.$SRC")
+  [ "$VALID_SET" != split ] || raw=$((raw - raw / 100))
+  expect_lines "$raw" "tokenized train" "$tmp/train.$SRC" "$tmp/train.$TGT"
+  same_lines valid "$tmp/valid.$SRC" "$tmp/valid.$TGT"
+  same_lines test "$tmp/test.$SRC" "$tmp/test.$TGT" "$tmp/test.raw.$SRC" "$tmp/test.raw.$TGT"
 }
 
 # 3. joint BPE learnt on train, applied to all; clean train/valid after BPE (fairseq's order)
@@ -141,27 +157,41 @@ bpe() {  # $1 = temp dir
   local tmp=$1 l f
   log "learn $BPE_TOKENS joint BPE merges"
   cat "$WORK/tok/train.$SRC" "$WORK/tok/train.$TGT" | subword-nmt learn-bpe -s "$BPE_TOKENS" > "$tmp/code"
+  # learn-bpe stops early only when no pair occurs twice (a small --train-lines)
+  [ "$TRAIN_LINES" != 0 ] || expect_merges "$tmp/code" "$BPE_TOKENS" "the learnt code"
   for f in train valid test; do
     for l in "$SRC" "$TGT"; do subword-nmt apply-bpe -c "$tmp/code" < "$WORK/tok/$f.$l" > "$tmp/bpe.$f.$l"; done
+    expect_lines "$(wc -l < "$WORK/tok/$f.$SRC")" "BPE $f" "$tmp/bpe.$f.$SRC" "$tmp/bpe.$f.$TGT"
   done
   for f in train valid; do
     corpus_py clean "$tmp/bpe.$f.$SRC" "$tmp/bpe.$f.$TGT" "$tmp/$f.$SRC" "$tmp/$f.$TGT" --min 1 --max 250 --ratio 1.5
   done
   for l in "$SRC" "$TGT"; do mv "$tmp/bpe.test.$l" "$tmp/test.$l"; cp "$WORK/tok/test.raw.$l" "$tmp/test.raw.$l"; done
   rm -f "$tmp"/bpe.*
+  same_lines "cleaned train" "$tmp/train.$SRC" "$tmp/train.$TGT"
+  same_lines "cleaned valid" "$tmp/valid.$SRC" "$tmp/valid.$TGT"
 }
 
-# 4. binarize; the raw test text goes along for detokenized sacreBLEU
-binarize() {  # $1 = temp dir
-  fairseq-preprocess --source-lang "$SRC" --target-lang "$TGT" --joined-dictionary \
-    --trainpref "$WORK/bpe/train" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
-    --destdir "$1" --workers "$WORKERS" >&2 || return 1
-  cp "$WORK/bpe/test.raw.$SRC" "$WORK/bpe/test.raw.$TGT" "$WORK/bpe/code" "$1/"
+# Both sides of a split have the same number of lines (and at least one).
+same_lines() {  # WHAT FILE...
+  local n; n=$(wc -l < "$2")
+  [ "$n" -gt 0 ] || die "$1: $(basename "$2") is empty; nothing published"
+  expect_lines "$n" "$1" "${@:2}"
 }
 
 mkdir -p "$(dirname "$OUT")"
-build_dir "$WORK/raw" raw_train
-build_dir "$WORK/tok" tokenize
-build_dir "$WORK/bpe" bpe
-build_dir "$OUT" binarize
+build_dir "$WORK/raw" "$RAW_PARAMS" raw_train
+build_dir "$WORK/tok" "$TOK_PARAMS" tokenize
+build_dir "$WORK/bpe" "$PARAMS" bpe
+# 4. binarize (joined dictionary); the raw test text goes along for detokenized sacreBLEU
+TMP=$OUT.tmp.$$
+tmp_dir "$TMP"
+ln -s "$(cd "$WORK/bpe" && pwd)" "$TMP/text"
+INPUTS=()
+if [ -n "$TRAIN_SRC" ]; then INPUTS=("$TRAIN_SRC" "$TRAIN_TGT"); else
+  for a in "${ARCHIVES_LIST[@]}"; do IFS='|' read -r n u s <<< "$a"; INPUTS+=("$WORK/archives/$n"); done
+fi
+PREPROCESS_ARGS=(--joined-dictionary)
+binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK_RATE" "$PARAMS" "train=$(wc -l < "$WORK/bpe/train.$SRC")" \
+  "valid=$(wc -l < "$WORK/bpe/valid.$SRC")" "test=$(wc -l < "$WORK/bpe/test.$SRC")" -- "${INPUTS[@]}"
 log "ready: $OUT ($SRC -> $TGT, test $TEST_SET)"

@@ -2,6 +2,7 @@
 # Render the Markdown table: paper BLEU next to ours, for experiments evaluated by scripts/evaluate.sh.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"
 . "$(dirname "$0")/pipeline-lib.sh"
 
 usage() {

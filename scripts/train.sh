@@ -3,6 +3,7 @@
 # Rerunning the same command resumes from OUT_DIR/checkpoints/checkpoint_last.pt.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"
 . "$(dirname "$0")/pipeline-lib.sh"
 
 usage() {
@@ -27,11 +28,15 @@ Devices (default: every visible GPU on this machine, fp16 when the config says F
                         with the number of processes); default keeps the paper's effective
                         batch MAX_TOKENS x BATCH_SHARDS by setting --update-freq/--max-tokens
 Other:
-  --set KEY=VALUE       override a config value (repeatable)
+  --set KEY=VALUE       override a config value (repeatable); with --cpu, LOG_INTERVAL defaults
+                        to \$CPU_LOG_INTERVAL or 10 updates (the configs log every 100, GPU rates);
+                        each training line shown gets an ETA when MAX_UPDATE is set
   --dry-run             print the exact command(s) (one line per process) and exit
   -h, --help            this text
 Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and the exact
-command), train.log, train_command.sh, train_runs.tsv (wall time per run).
+command), train.log, train_command.sh, train_runs.tsv (wall time and outcome per run: 0, the
+exit code of a failed run, "interrupted" for SIGTERM/SIGINT, "killed" for a run that could not
+book itself). On a failure the last line names the cause and the next command to run.
 USAGE
 }
 
@@ -145,7 +150,8 @@ record_config() {
 check_resume() {
   local last=$OUT/checkpoints/checkpoint_last.pt done_updates
   [ -f "$last" ] || return 0
-  done_updates=$(python3 -m pipeline updates "$last") || exit 1
+  # a corrupt checkpoint_last.pt: name the newest intact checkpoint and the commands
+  done_updates=$(python3 -m pipeline updates "$last" --advise "$(quote bash "$0" "${ARGS[@]}")") || exit 1
   if [ "$MAX_UPDATE" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
     log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $last"
     exit 0
@@ -179,31 +185,41 @@ run_training() {
     printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv"
     rm -f "$OUT/train_run.open"
   }
-  trap 'record_run 143; exit 143' TERM
-  trap 'record_run 130; exit 130' INT
+  # SIGTERM/SIGINT (scripts/lib.sh's supervise sends them to fairseq-train too): book the
+  # run as interrupted, whatever fairseq-train's exit code was
+  trap 'record_run interrupted; exit 143' TERM
+  trap 'record_run interrupted; exit 130' INT
   if [ ${#CMDS[@]} -gt 1 ]; then
     local pids=() r pid
-    trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+    trap 'kill "${pids[@]}" 2>/dev/null || true; on_exit' EXIT
     for ((r = 0; r < ${#CMDS[@]}; r++)); do
       if [ "$r" = 0 ]; then
-        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log") 2>&1 & pids+=($!)
+        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE") 2>&1 & pids+=($!)
       else
         bash -c "${CMDS[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
       fi
     done
     for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-    trap - EXIT
+    trap on_exit EXIT
   else
-    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" || rc=$?
+    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" || rc=$?
   fi
   trap - TERM INT
   record_run "$rc"
-  [ "$rc" = 0 ] || die "fairseq-train failed (exit $rc); see $OUT/train.log; rerun the same command to resume"
+  # the cause and the next command, in one line (NaN, bad data, a corrupt checkpoint, ...)
+  [ "$rc" = 0 ] || die "$(python3 -m pipeline train-failure --log "$OUT/train.log" --exit "$rc" \
+    --ckpt-dir "$OUT/checkpoints" --command "$(quote bash "$0" "${ARGS[@]}")")"
   log "done: $OUT/checkpoints"
 }
 
 main() {
+  ARGS=("$@")
   parse_options "$@"
+  # configs log every 100 updates (GPU rates); on CPU that is minutes of silence: log every
+  # CPU_LOG_INTERVAL (default 10) updates unless LOG_INTERVAL is given (environment or --set)
+  if [ "$CPU" = 1 ] && [ -z "${LOG_INTERVAL:-}" ] && [[ " ${SETS[*]} " != *" LOG_INTERVAL="* ]]; then
+    SETS+=(--set "LOG_INTERVAL=${CPU_LOG_INTERVAL:-10}")
+  fi
   DATA=${POS[1]}; OUT=${POS[2]}
   local values=()
   config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE
@@ -211,6 +227,14 @@ main() {
   if [ "$DRY_RUN" = 0 ]; then  # a dry run may show the command before the data exists
     [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$prepare)"
     [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"
+    # the data-bin's manifest (scripts/prepare-*.sh): refuse incomplete data; one made
+    # before manifests is used, with a warning
+    local rc=0; python3 -m pipeline.manifest check "$DATA" || rc=$?
+    case $rc in
+      0) ;;
+      2) log "warning: $DATA has no manifest.json (made before manifests): its completeness is not checked";;
+      *) exit 1;;
+    esac
     use_venv
   fi
   choose_devices

@@ -1,0 +1,155 @@
+"""A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence
+counts, <unk> rates), written by scripts/prepare-*.sh only after every check passed.
+
+    python -m pipeline.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
+    python -m pipeline.manifest status DIR PARAMS_JSON        -> current | differs | missing | foreign
+    python -m pipeline.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
+                                      [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
+    python -m pipeline.manifest check DIR                     -> exit 0 complete, 2 none (made before
+                                                                 manifests), 1 incomplete (one line)
+"""
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import sys
+
+NAME = "manifest.json"
+# fairseq-preprocess: "[de] .../valid.de: 1014 sents, 17000 tokens, 0.35% replaced (by <unk>)"
+_PREPROCESS = re.compile(r"\[(\w+)\] \S*/(train|valid|test)\.(\w+): (\d+) sents, (\d+) tokens, ([\d.]+)% replaced")
+
+
+class DataError(ValueError):
+    """Data that must not be published, in one line naming the file and the fix."""
+
+
+def read(path_dir):
+    path = os.path.join(path_dir, NAME)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def status(path_dir, params) -> str:
+    """current: complete and made with PARAMS; differs: complete, other parameters;
+    missing: no such folder; foreign: a folder without a complete manifest (half-made or not ours)."""
+    if not os.path.exists(path_dir):
+        return "missing"
+    m = read(path_dir)
+    if not m or m.get("complete") is not True:
+        return "foreign"
+    return "current" if m.get("params") == params else "differs"
+
+
+def unk_rates(log_text, counts):
+    """<unk> rate per split.lang from fairseq-preprocess's log, checking its sentence counts."""
+    rates = {}
+    for lang, split, _l2, sents, _tokens, rate in _PREPROCESS.findall(log_text):
+        if int(sents) != counts[split]:
+            raise DataError(f"fairseq-preprocess binarized {sents} {split}.{lang} sentences, expected {counts[split]}")
+        rates[f"{split}.{lang}"] = float(rate)
+    return rates
+
+
+def sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None):
+    manifest = {
+        "complete": True, "made_by": made_by, "params": params,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs],
+        "sentences": counts,
+    }
+    if bpe_merges is not None:
+        manifest["bpe_merges"] = bpe_merges
+    if log_text is not None:
+        unk = unk_rates(log_text, counts)
+        want = 2 * len(counts)
+        if len(unk) != want:
+            raise DataError(f"fairseq-preprocess reported {len(unk)} of {want} files (see its log)")
+        bad = {k: v for k, v in unk.items() if not k.startswith("train.") and v > max_unk}
+        if bad:
+            raise DataError(f"<unk> rate above {max_unk}% in {bad}: the BPE codes or the data do not match "
+                            "(check the inputs, languages and tokenizer, or --max-unk-rate)")
+        manifest["unk_rate_percent"] = unk
+    return manifest
+
+
+def check(path_dir):
+    """For train.sh: None when complete, else the reason (one line)."""
+    m = read(path_dir)
+    if m is None:
+        return None
+    if m.get("complete") is not True:
+        return f"{path_dir}/{NAME} says the data is incomplete"
+    counts = m.get("sentences", {})
+    src, tgt = m.get("params", {}).get("src"), m.get("params", {}).get("tgt")
+    for split in counts:
+        for lang in (src, tgt):
+            if src and tgt and not os.path.exists(os.path.join(path_dir, f"{split}.{src}-{tgt}.{lang}.bin")):
+                return f"{path_dir} lacks {split}.{src}-{tgt}.{lang}.bin that {NAME} lists"
+    return None
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m pipeline.manifest")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("params")
+    s.add_argument("--base", default="{}", help="parameters (JSON) to extend")
+    s.add_argument("pairs", nargs="*")
+    s = sub.add_parser("status")
+    s.add_argument("dir")
+    s.add_argument("params")
+    s = sub.add_parser("write")
+    s.add_argument("out")
+    s.add_argument("--params", required=True)
+    s.add_argument("--counts", nargs="+", required=True, help="SPLIT=N")
+    s.add_argument("--inputs", nargs="+", required=True)
+    s.add_argument("--made-by", required=True)
+    s.add_argument("--preprocess-log")
+    s.add_argument("--max-unk", type=float, default=2.0)
+    s.add_argument("--bpe-merges", type=int)
+    s = sub.add_parser("check")
+    s.add_argument("dir")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "params":
+            params = {**json.loads(args.base), **dict(zip(args.pairs[::2], args.pairs[1::2]))}
+            print(json.dumps(params, sort_keys=True))
+        elif args.cmd == "status":
+            print(status(args.dir, json.loads(args.params)))
+        elif args.cmd == "write":
+            counts = {k: int(v) for k, v in (c.split("=", 1) for c in args.counts)}
+            log_text = open(args.preprocess_log, encoding="utf-8").read() if args.preprocess_log else None
+            m = build(json.loads(args.params), counts, args.inputs, args.made_by, log_text, args.max_unk,
+                      bpe_merges=args.bpe_merges)
+            # written into the temp folder that is published whole (no atomic rename needed here,
+            # and fairseq_tfixup's import would load fairseq)
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump(m, f, indent=1, sort_keys=True)
+                f.write("\n")
+        elif args.cmd == "check":
+            if read(args.dir) is None:
+                sys.exit(2)
+            reason = check(args.dir)
+            if reason:
+                raise DataError(reason)
+    except DataError as e:
+        sys.exit(f"error: {e}; nothing published" if args.cmd == "write" else f"error: {e}: rebuild it with scripts/prepare-*.sh")
+
+
+if __name__ == "__main__":
+    main()
