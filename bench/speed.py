@@ -1,39 +1,49 @@
 """Training speed and peak memory: ``transformer_tfixup`` vs stock ``transformer``, same dims.
 
-A training step is what fairseq-train does per update, without its bookkeeping:
-label-smoothed cross-entropy forward, backward, Adam step, on real IWSLT'14
-batches (the same batches, in the same order, for both models). Both models
-live in one process and are timed in alternating blocks (A B, B A, A B, ...),
-so that drifts of a shared machine hit both alike; the ratio is T-Fixup / stock.
+The timed step is fairseq-train's own: ``Trainer.train_step([sample])`` of a
+``fairseq.trainer.Trainer`` built as fairseq_cli/train.py builds it, from the
+same flags (fairseq's parser, fairseq_tfixup/presets.py): label-smoothed
+cross-entropy forward and backward, gradient norm, fairseq's Adam step and the
+method's LR schedule (T-Fixup without warmup, stock with inverse_sqrt warmup).
+On CUDA ``--dtypes fp16`` passes ``--fp16`` (fairseq's FP16Optimizer: fp16
+weights, fp32 master copy, dynamic loss scale) and ``amp`` passes ``--amp``;
+CPU runs fp32 (``--cpu``). Both trainers live in one process, take the same
+real IWSLT'14 batches (fairseq-train's own train iterator) in the same order,
+and are timed in alternating blocks (A B, B A, A B, ...), so that drifts of a
+shared machine hit both alike; the ratio is T-Fixup / stock.
 
-Peak memory:
-  CPU  each (size, model) runs in a fresh subprocess; peak = the rise of the
-       process's peak RSS (VmHWM, reset just before training) over the training steps, i.e.
-       activations + gradients + Adam state + allocator slack on top of the
-       built model and the loaded data.
-  CUDA torch.cuda.max_memory_allocated during a block minus what was allocated
-       before it (gradients + activations + optimizer transients), plus the
-       static allocation of weights and Adam state.
+Peak memory: each model trains again in a fresh process (multiprocessing,
+spawn context: ``train_peak`` below), so that the other model and the timing
+run leave nothing behind.
+  CPU  the rise of the process's peak RSS (VmHWM, reset just before training) over
+       the training steps: activations + gradients + optimizer state + allocator slack
+       on top of the built model and the loaded data.
+  CUDA the largest per-step peak that fairseq-train itself logs (its ``gb_free`` =
+       device memory - torch.cuda.max_memory_allocated over the step): weights, fp32
+       master copy, optimizer state, gradients and activations.
 
-FLOPs per step are counted by torch.utils.flop_counter on the real batches;
-model FLOP utilisation (MFU) = achieved FLOP/s / peak FLOP/s of the device,
-given by --peak-tflops or a small table of known GPUs (none for CPUs).
+FLOPs per step are counted by torch.utils.flop_counter over one train_step per
+batch (matmuls of forward and backward; the optimizer's elementwise work is not
+counted); model FLOP utilisation (MFU) = achieved FLOP/s / peak FLOP/s of the
+device, given by --peak-tflops or a small table of known GPUs (none for CPUs).
 
     python -m bench.speed --quick --out /tmp/speed
     python -m bench.speed --out results/bench                               # CPU, small + base
-    python -m bench.speed --device cuda --sizes small base big --dtypes fp32 fp16 bf16 --out DIR
+    python -m bench.speed --device cuda --sizes small base big --dtypes fp32 fp16 amp --out DIR
 """
 
-import argparse
-import json
+import concurrent.futures
+import multiprocessing
 import pathlib
 import resource
+import shlex
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
 from bench import common
+from fairseq_tfixup import presets
 
 # name -> (embed, ffn, heads, layers per side); dropout 0.1 for all (stock big would use 0.3)
 SIZES = {
@@ -44,12 +54,15 @@ SIZES = {
 }
 # name -> method of fairseq_tfixup/presets.py
 MODELS = {"tfixup": "tfixup", "stock": "postln"}
+# --dtypes -> fairseq-train's precision flags on CUDA. No bf16: fairseq 0.12's --bf16 implies --tpu
+# (fairseq/options.py), so fairseq-train cannot train in bf16 on a GPU.
+PRECISION = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}
 
 # dense peak TFLOP/s (no sparsity) of GPUs we may be lent; matched by substring of the device name
 PEAK_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
-    "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4},
-    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
+    "H200": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "amp": 989.4},
+    "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "amp": 989.4},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "amp": 312.0},
 }
 
 MODES = {
@@ -59,75 +72,53 @@ MODES = {
 }
 
 
-def build(model: str, size: str, data: pathlib.Path, max_tokens: int, device: str):
-    """(task, model, criterion) through fairseq's own parser, as fairseq-train builds them."""
-    from fairseq_tfixup import presets
-
+def train_flags(model: str, size: str, max_tokens: int, device: str, dtype: str, save_dir: str) -> list:
+    """fairseq-train's flags for this model: the authors' IWSLT optimizer (Adam(0.9, 0.98), lr 5e-4,
+    wd 1e-4) with the method's own schedule, label smoothing 0.1, dropout 0.1."""
+    method = presets.method(MODELS[model])
     embed, ffn, heads, layers = SIZES[size]
-    flags = [*presets.model_flags(MODELS[model]), *presets.dims_flags(embed, ffn, heads, layers, layers),
-             "--share-decoder-input-output-embed", "--dropout", "0.1",
-             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-             "--max-tokens", str(max_tokens), *(["--cpu"] if device == "cpu" else [])]
-    _, task, net, criterion = presets.build(data, flags, seed=1, device=device)
-    return task, net, criterion
+    return [*presets.model_flags(MODELS[model]), *presets.dims_flags(embed, ffn, heads, layers, layers),
+            "--share-decoder-input-output-embed", "--dropout", "0.1",
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--optimizer", method.optimizer, "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--weight-decay", "0.0001",
+            *presets.schedule_flags("warmup" if method.warmup else "nowarmup", 4000),
+            "--max-tokens", str(max_tokens), "--seed", "1", "--num-workers", "0",
+            # fairseq writes crash.pt here if a step fails; a temporary folder leaves nothing behind
+            "--save-dir", save_dir, *(["--cpu"] if device == "cpu" else PRECISION[dtype])]
 
 
-def real_batches(task, net, n: int, max_tokens: int, device: str) -> list:
-    from fairseq import utils
+def build_trainer(model: str, size: str, data: pathlib.Path, cfg: dict, device: str, dtype: str, save_dir: str):
+    """A fairseq Trainer built as fairseq_cli/train.py's main() builds it, at the start of epoch 1."""
+    import numpy as np
+    from fairseq import tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.trainer import Trainer
 
-    task.load_dataset("train")
-    itr = task.get_batch_iterator(
-        dataset=task.dataset("train"), max_tokens=max_tokens,
-        max_positions=utils.resolve_max_positions(task.max_positions(), net.max_positions()), seed=1,
-    ).next_epoch_itr(shuffle=True)
-    batches = []
-    for sample in itr:
-        batches.append(utils.move_to_cuda(sample) if device == "cuda" else sample)
-        if len(batches) == n:
-            break
-    return batches
+    args = presets.parse_train_args(data, train_flags(model, size, cfg["max_tokens"], device, dtype, save_dir))
+    fcfg = convert_namespace_to_omegaconf(args)
+    np.random.seed(fcfg.common.seed)
+    utils.set_torch_seed(fcfg.common.seed)
+    task = tasks.setup_task(fcfg.task)
+    trainer = Trainer(fcfg, task, task.build_model(fcfg.model), task.build_criterion(fcfg.criterion))
+    trainer.begin_epoch(1)
+    return trainer
 
 
-class Trainer:
-    """One model's training step: forward + label-smoothed loss, backward, Adam."""
+def real_batches(trainer, n: int) -> list:
+    """The first ``n`` batches of fairseq-train's epoch-1 train iterator (on the CPU: train_step moves
+    each to the device and casts it, as in fairseq-train)."""
+    itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=True)
+    return [sample for sample, _ in zip(itr, range(n))]
 
-    def __init__(self, net, criterion, device: str, dtype: str, lr: float = 5e-4):
-        import torch
 
-        self.net, self.criterion, self.device = net, criterion, device
-        self.opt = torch.optim.Adam(net.parameters(), lr=lr, betas=(0.9, 0.98))
-        self.amp = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(dtype)
-        self.scaler = torch.amp.GradScaler("cuda") if dtype == "fp16" else None
+def step_flops(trainer, sample) -> int:
+    """FLOPs of one train_step on this batch (forward and backward matmuls)."""
+    from torch.utils.flop_counter import FlopCounterMode
 
-    def step(self, sample) -> None:
-        import torch
-
-        self.net.train()
-        with torch.autocast(self.device, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-            loss, _, _ = self.criterion(self.net, sample)
-        if self.scaler:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            loss.backward()
-            self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-
-    def flops(self, sample) -> int:
-        """FLOPs of one step's forward and backward on this batch (Adam's elementwise work not counted)."""
-        from torch.utils.flop_counter import FlopCounterMode
-
-        counter = FlopCounterMode(display=False)
-        self.net.train()
-        import torch
-
-        with counter, torch.autocast(self.device, dtype=self.amp or torch.float32, enabled=self.amp is not None):
-            loss, _, _ = self.criterion(self.net, sample)
-        with counter:
-            loss.backward()
-        self.opt.zero_grad(set_to_none=True)
-        return counter.get_total_flops()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        trainer.train_step([sample])
+    return counter.get_total_flops()
 
 
 def sync(device: str) -> None:
@@ -138,63 +129,51 @@ def sync(device: str) -> None:
 
 
 def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, peak_tflops: float) -> dict:
-    """Alternating A/B timing of both models on the same batches; tokens/s, FLOP/s, CUDA memory."""
-    import torch
-
-    torch.manual_seed(1)
-    built = {m: build(m, size, data, cfg["max_tokens"], device) for m in MODELS}
-    task, net0, _ = built["tfixup"]
-    batches = real_batches(task, net0, cfg["batches"], cfg["max_tokens"], device)
-    trainers = {m: Trainer(net, crit, device, dtype) for m, (_, net, crit) in built.items()}
-    params = {m: sum(p.numel() for p in net.parameters()) for m, (_, net, _) in built.items()}
-    flops = {m: [trainers[m].flops(b) for b in batches] for m in MODELS}
-    times = {m: [] for m in MODELS}
-    toks = {m: [] for m in MODELS}
-    mem = {m: [] for m in MODELS}
-    cursor = 0
-    # warm-up blocks are not timed (allocator, first-call kernels)
-    for m in MODELS:
-        for i in range(cfg["warmup"]):
-            trainers[m].step(batches[i % len(batches)])
-    sync(device)
-    for r in range(cfg["rounds"]):
-        order = list(MODELS) if r % 2 == 0 else list(MODELS)[::-1]
-        block = [batches[(cursor + i) % len(batches)] for i in range(cfg["steps"])]
-        idx = [(cursor + i) % len(batches) for i in range(cfg["steps"])]
-        cursor += cfg["steps"]
-        for m in order:
-            if device == "cuda":
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-            t0 = time.perf_counter()
-            for b in block:
-                trainers[m].step(b)
-            sync(device)
-            times[m].append(time.perf_counter() - t0)
-            toks[m].append(sum(int(b["ntokens"]) for b in block))
-            flops[m + "_timed"] = flops.get(m + "_timed", 0) + sum(flops[m][i] for i in idx)
-            if device == "cuda":
-                mem[m].append(torch.cuda.max_memory_allocated() - before)
-        common.log(f"  {size} {dtype} round {r + 1}/{cfg['rounds']}: "
-                   + ", ".join(f"{m} {toks[m][-1] / times[m][-1]:.0f} tok/s" for m in MODELS))
+    """Alternating A/B timing of both trainers on the same batches; tokens/s, FLOP/s."""
+    with tempfile.TemporaryDirectory(prefix="speed-") as save_dir:
+        trainers = {m: build_trainer(m, size, data, cfg, device, dtype, save_dir) for m in MODELS}
+        batches = real_batches(trainers["tfixup"], cfg["batches"])
+        params = {m: sum(p.numel() for p in t.model.parameters()) for m, t in trainers.items()}
+        # one counted step per batch; these also warm up (allocator, first-call kernels, optimizer state)
+        flops = {m: [step_flops(trainers[m], b) for b in batches] for m in MODELS}
+        for m in MODELS:
+            for i in range(cfg["warmup"]):
+                trainers[m].train_step([batches[i % len(batches)]])
+        sync(device)
+        times = {m: [] for m in MODELS}
+        toks = {m: [] for m in MODELS}
+        timed_flops = {m: 0 for m in MODELS}
+        for r in range(cfg["rounds"]):
+            order = list(MODELS) if r % 2 == 0 else list(MODELS)[::-1]
+            idx = [(r * cfg["steps"] + i) % len(batches) for i in range(cfg["steps"])]
+            for m in order:
+                t0 = time.perf_counter()
+                for i in idx:
+                    trainers[m].train_step([batches[i]])
+                sync(device)
+                times[m].append(time.perf_counter() - t0)
+                toks[m].append(sum(int(batches[i]["ntokens"]) for i in idx))
+                timed_flops[m] += sum(flops[m][i] for i in idx)
+            common.log(f"  {size} {dtype} round {r + 1}/{cfg['rounds']}: "
+                       + ", ".join(f"{m} {toks[m][-1] / times[m][-1]:.0f} tok/s" for m in MODELS))
+        del trainers
     out = {"size": size, "dims": "%d-%d-%d, %d+%d layers" % (SIZES[size][:3] + SIZES[size][3:] * 2),
            "dtype": dtype, "device": device}
     for m in MODELS:
-        tps = sum(toks[m]) / sum(times[m])
-        achieved = flops[m + "_timed"] / sum(times[m])
+        achieved = timed_flops[m] / sum(times[m])
         out[m] = {
-            "params": params[m], "tokens_per_s": tps, "s_per_step": sum(times[m]) / (cfg["rounds"] * cfg["steps"]),
+            "params": params[m], "tokens_per_s": sum(toks[m]) / sum(times[m]),
+            "s_per_step": sum(times[m]) / (cfg["rounds"] * cfg["steps"]),
             "gflop_per_step": statistics.mean(flops[m]) / 1e9, "achieved_tflops": achieved / 1e12,
             "mfu": achieved / (peak_tflops * 1e12) if peak_tflops else None,
-            "cuda_step_peak_mib": max(mem[m]) / 2**20 if mem[m] else None,
+            # the trainer is fairseq-train's for DATA-BIN --task translation --user-dir <plugin> and these flags
+            "fairseq_train_flags": " ".join(map(shlex.quote, train_flags(m, size, cfg["max_tokens"], device, dtype,
+                                                                         "<temporary>"))),
         }
     per_round = [(toks["tfixup"][i] / times["tfixup"][i]) / (toks["stock"][i] / times["stock"][i])
                  for i in range(cfg["rounds"])]
     out["ratio_tokens_per_s"] = out["tfixup"]["tokens_per_s"] / out["stock"]["tokens_per_s"]
     out["ratio_per_round"] = {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)}
-    if device == "cuda":
-        out["ratio_cuda_step_peak"] = out["tfixup"]["cuda_step_peak_mib"] / out["stock"]["cuda_step_peak_mib"]
-    del trainers, built
     return out
 
 
@@ -205,50 +184,54 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def memory_worker(args) -> None:
-    """Run in a fresh process: build, load batches, then train; print the peak-RSS rise as JSON.
+def train_peak(model: str, size: str, data: str, cfg: dict, device: str, dtype: str, threads: int) -> dict:
+    """Build one model's trainer, load its batches, train on each once; the training peak memory.
 
-    Linux: writing 5 to /proc/self/clear_refs resets the peak RSS (VmHWM) to the current RSS, so
-    transient peaks of building and data loading do not hide the training peak. Elsewhere fall
-    back to getrusage's max RSS, which cannot be reset."""
+    Meant for a fresh process (``memory``). CPU, Linux: writing 5 to /proc/self/clear_refs resets the
+    peak RSS (VmHWM) to the current RSS, so transient peaks of building and data loading do not hide
+    the training peak; elsewhere getrusage's max RSS, which cannot be reset. CUDA: the largest
+    per-step peak fairseq's train_step logs (gb_free = total - max_memory_allocated of the step)."""
     import gc
 
     import torch
+    from fairseq.logging import metrics
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(1)
-    task, net, crit = build(args.model, args.size, pathlib.Path(args.data), args.max_tokens, "cpu")
-    batches = real_batches(task, net, args.steps, args.max_tokens, "cpu")
-    trainer = Trainer(net, crit, "cpu", "fp32")
-    gc.collect()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before, how = _status_kib("VmRSS"), "VmHWM after clear_refs"
-    except OSError:
-        before, how = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "ru_maxrss"
-    for b in batches:
-        trainer.step(b)
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="speed-mem-") as save_dir:
+        trainer = build_trainer(model, size, pathlib.Path(data), cfg, device, dtype, save_dir)
+        batches = real_batches(trainer, cfg["batches"])
+        rec = {"steps": len(batches), "params": sum(p.numel() for p in trainer.model.parameters())}
+        if device == "cuda":
+            peak = 0.0
+            for b in batches:
+                with metrics.aggregate(new_root=True) as agg:
+                    trainer.train_step([b])
+                peak = max(peak, trainer.cuda_env.total_memory_in_GB - agg["gb_free"].val)
+            return {**rec, "train_peak_mib": peak * 1024, "method": "fairseq train_step's gb_free (whole step)"}
+        gc.collect()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            before, how = _status_kib("VmRSS"), "VmHWM after clear_refs"
+        except OSError:
+            before, how = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "ru_maxrss"
+        for b in batches:
+            trainer.train_step([b])
     after = _status_kib("VmHWM") if how.startswith("VmHWM") else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"rss_before_kib": before, "rss_peak_kib": after, "steps": len(batches), "method": how,
-                      "params": sum(p.numel() for p in net.parameters())}))
+    return {**rec, "rss_before_kib": before, "rss_peak_kib": after, "method": how,
+            "train_peak_mib": (after - before) / 1024}
 
 
-def cpu_memory(size: str, data: pathlib.Path, cfg: dict, threads: int) -> dict:
+def memory(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, threads: int) -> dict:
+    """train_peak of each model, each in a fresh process (spawn: no memory inherited from this one)."""
     out = {}
     for m in MODELS:
-        cmd = [sys.executable, "-m", "bench.speed", "--memory-worker", "--model", m, "--size", size,
-               "--data", str(data), "--max-tokens", str(cfg["max_tokens"]), "--steps", str(cfg["batches"]),
-               "--threads", str(threads), "--out", "-"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=common.REPO,
-                              env={**__import__("os").environ, "OMP_NUM_THREADS": str(threads),
-                                   "PYTHONWARNINGS": "ignore"})
-        if proc.returncode != 0:
-            common.die(f"memory worker failed for {m} {size}: {proc.stderr.strip().splitlines()[-1:]}")
-        rec = json.loads(proc.stdout.strip().splitlines()[-1])
-        rec["train_peak_mib"] = (rec["rss_peak_kib"] - rec["rss_before_kib"]) / 1024
-        out[m] = rec
-        common.log(f"  memory {size} {m}: +{rec['train_peak_mib']:.0f} MiB over {rec['rss_before_kib'] / 1024:.0f} MiB")
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            try:
+                out[m] = pool.submit(train_peak, m, size, str(data), cfg, device, dtype, threads).result()
+            except Exception as e:  # one line naming the run, not the worker's traceback
+                common.die(f"memory run failed for {m} {size} {dtype}: {type(e).__name__}: {e}")
+        common.log(f"  memory {size} {dtype} {m}: +{out[m]['train_peak_mib']:.0f} MiB")
     out["ratio_train_peak"] = out["tfixup"]["train_peak_mib"] / out["stock"]["train_peak_mib"]
     return out
 
@@ -277,17 +260,17 @@ def run(args, cfg) -> dict:
     results = []
     for size in cfg["sizes"]:
         for dtype in cfg["dtypes"]:
-            if args.device == "cpu" and dtype != "fp32":
-                common.die(f"--dtypes {dtype} needs --device cuda (CPU runs fp32)")
             common.log(f"speed {size} {dtype} on {args.device}")
             rec = ab_speed(size, dtype, data, cfg, args.device, peak_for(args.device, dtype, args.peak_tflops))
-            if args.device == "cpu":
-                rec["cpu_memory"] = cpu_memory(size, data, cfg, args.threads)
+            rec[f"{args.device}_memory"] = memory(size, dtype, data, cfg, args.device, args.threads)
             results.append(rec)
     return {
         "benchmark": "speed", "mode": args.mode, "command": common.command_line(), "machine": common.machine(),
         "data": common.data_description(data), "data_counts": common.data_counts(data), "threads": args.threads,
-        "config": {**cfg, "device": args.device, "step": "label-smoothed CE forward + backward + torch Adam",
+        "config": {**cfg, "device": args.device,
+                   "step": "fairseq Trainer.train_step (label-smoothed CE forward + backward, grad norm, fairseq Adam "
+                           "+ the method's LR schedule"
+                           + (", --fp16/--amp as the dtype says" if args.device == "cuda" else "") + ")",
                    "tokens": "target tokens (fairseq's wps)"},
         "results": results,
     }
@@ -298,25 +281,24 @@ def report(result: dict) -> str:
     rows = []
     for r in result["results"]:
         t, s = r["tfixup"], r["stock"]
-        mem = r.get("cpu_memory")
+        mem = r[f"{r['device']}_memory"]
         rows.append([r["size"], r["dims"], r["dtype"], f"{t['params'] / 1e6:.2f}M / {s['params'] / 1e6:.2f}M",
                      t["tokens_per_s"], s["tokens_per_s"], f"{r['ratio_tokens_per_s']:.3f}",
                      f"{r['ratio_per_round']['median']:.3f} ({r['ratio_per_round']['min']:.3f}-"
                      f"{r['ratio_per_round']['max']:.3f})",
-                     mem["tfixup"]["train_peak_mib"] if mem else t["cuda_step_peak_mib"],
-                     mem["stock"]["train_peak_mib"] if mem else s["cuda_step_peak_mib"],
-                     f"{(mem['ratio_train_peak'] if mem else r['ratio_cuda_step_peak']):.3f}",
+                     mem["tfixup"]["train_peak_mib"], mem["stock"]["train_peak_mib"], f"{mem['ratio_train_peak']:.3f}",
                      f"{t['gflop_per_step']:.1f} / {s['gflop_per_step']:.1f}",
                      f"{t['achieved_tflops'] * 1e3:.1f} / {s['achieved_tflops'] * 1e3:.1f}",
                      f"{t['mfu']:.3f} / {s['mfu']:.3f}" if t["mfu"] is not None else "n/a"])
     device = cfg["device"]
-    memnote = ("peak memory = rise of peak RSS (VmHWM, reset before training) over the training steps, "
-               "fresh process per model" if device == "cpu"
-               else "peak memory = torch.cuda.max_memory_allocated during a block minus allocation before it")
+    memnote = "peak memory (fresh process per model) = " + (
+        "rise of peak RSS (VmHWM, reset before training) over the training steps" if device == "cpu"
+        else "largest per-step torch.cuda.max_memory_allocated that fairseq's train_step logs (gb_free)")
     return (
         common.header_md(f"Training speed and peak memory: T-Fixup vs stock Transformer ({device})", result)
         + f"Step = {cfg['step']}; same {cfg['batches']} real batches (max-tokens {cfg['max_tokens']}) for both; "
-        f"{cfg['rounds']} alternating rounds of {cfg['steps']} steps after {cfg['warmup']} warm-up steps each. "
+        f"{cfg['rounds']} alternating rounds of {cfg['steps']} steps after {cfg['batches']} FLOP-counting and "
+        f"{cfg['warmup']} warm-up steps each. "
         f"tokens/s = {cfg['tokens']}; {memnote}. Ratios are T-Fixup / stock; 'ratio tok/s' is over all "
         f"timed steps, the per-round median is robust to a burst of load from other processes during one block.\n\n"
         + common.md_table(["size", "dims", "dtype", "params T-Fixup / stock", "T-Fixup tok/s", "stock tok/s",
@@ -342,7 +324,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
     axes[0].set_ylabel("target tokens / s (training step)")
 
     def mem(r, m):
-        return r["cpu_memory"][m]["train_peak_mib"] if "cpu_memory" in r else r[m]["cuda_step_peak_mib"]
+        return r[f"{r['device']}_memory"][m]["train_peak_mib"]
 
     axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color="C3", label="T-Fixup")
     axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color="C0", label="stock Post-LN")
@@ -366,24 +348,19 @@ def main(argv=None):
                                 threads_help="torch threads (default 1: shared machine)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), help="override the mode's sizes")
-    p.add_argument("--dtypes", nargs="+", choices=["fp32", "fp16", "bf16"],
-                   help="default fp32 on CPU; fp32 fp16 bf16 on CUDA")
+    p.add_argument("--dtypes", nargs="+", choices=list(PRECISION),
+                   help="fairseq-train's precision on CUDA: fp32, fp16 (--fp16), amp (--amp); default fp32 on CPU, "
+                        "all three on CUDA (no bf16: fairseq 0.12's --bf16 means TPU)")
     p.add_argument("--rounds", type=int, help="override the mode's alternating rounds")
     p.add_argument("--max-tokens", type=int, help="override the mode's batch size in tokens")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: known GPUs; none on CPU)")
-    # internal: one memory measurement in a fresh process
-    p.add_argument("--memory-worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--model", choices=list(MODELS), help=argparse.SUPPRESS)
-    p.add_argument("--size", choices=list(SIZES), help=argparse.SUPPRESS)
-    p.add_argument("--steps", type=int, default=4, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.memory_worker:
-        memory_worker(args)
-        return 0
     cfg = dict(MODES[args.mode])
     if args.device == "cuda" and args.mode == "default" and not args.sizes:
         cfg["sizes"] = ["small", "base", "big"]
-    cfg["dtypes"] = args.dtypes or (["fp32", "fp16", "bf16"] if args.device == "cuda" else ["fp32"])
+    cfg["dtypes"] = args.dtypes or (list(PRECISION) if args.device == "cuda" else ["fp32"])
+    if args.device == "cpu" and cfg["dtypes"] != ["fp32"]:
+        common.die(f"--dtypes {' '.join(cfg['dtypes'])}: only fp32 on --device cpu; fp16 and amp need --device cuda")
     for k in ("sizes", "rounds", "max_tokens"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
