@@ -21,7 +21,7 @@ sample of the 160K: expect a lower BLEU than the paper's (use --archive for the 
   --valid-lines N    first N valid sentences (default all)
   --test-lines N     first N test sentences (default all)
   --no-install       use the Python environment already active (skip scripts/install.sh)
-  -- ARGS            passed to scripts/train.sh (e.g. --nproc 2, --bf16)
+  -- ARGS            passed to scripts/train.sh (e.g. --nproc 2)
 Shrink the run with config overrides in the environment, e.g. on a laptop CPU:
   MAX_EPOCH=0 MAX_UPDATE=300 MAX_TOKENS=2048 EMBED_DIM=128 FFN_DIM=256 HEADS=2 \\
   ENCODER_LAYERS=2 DECODER_LAYERS=2 AVG_CANDIDATES="1 2" SAVE_INTERVAL_UPDATES=100 \\

@@ -22,7 +22,7 @@ write the report to RUNS/$TABLE_FILE.
   --eval-args STR      extra arguments for evaluate.sh (e.g. "--cpu")
   --report-only        skip the runs, only render the report
   --dry-run            print every command (train.sh --dry-run shows the exact fairseq-train line)
-  -- ARGS              passed to scripts/train.sh (e.g. --cpu, --nproc 4, --nnodes 2 ..., --bf16)
+  -- ARGS              passed to scripts/train.sh (e.g. --cpu, --nproc 4, --nnodes 2 ...)
 Config values can be overridden by environment variables (e.g. MAX_UPDATE=1000) or by
 --set KEY=VALUE among the train.sh options.
 USAGE

@@ -23,7 +23,8 @@ Devices (default: every visible GPU on this machine, fp16 when the config says F
   --master-addr HOST    with --nnodes (default \$MASTER_ADDR or 127.0.0.1)
   --master-port PORT    rendezvous port (default \$MASTER_PORT or 29500)
   --slurm               inside srun (one task per GPU): fairseq reads ranks from SLURM_*
-  --bf16                bf16 instead of fp16 on GPU
+  --bf16                refused: fairseq 0.12's --bf16 means TPU (it sets --tpu); on a GPU
+                        train in fp16 (FP16=1, the WMT configs) or fp32 (--set FP16=0)
   --per-process-batch   keep MAX_TOKENS per process and --update-freq 1 (the update grows
                         with the number of processes); default keeps the paper's effective
                         batch MAX_TOKENS x BATCH_SHARDS by setting --update-freq/--max-tokens
@@ -54,7 +55,8 @@ parse_options() {
       --master-addr) MASTER_ADDR=$2; shift 2;;
       --master-port) MASTER_PORT=$2; shift 2;;
       --slurm) SLURM=1; shift;;
-      --bf16) BF16=1; shift;;
+      # fairseq 0.12 (options.py) turns --bf16 into --tpu: it cannot train in bf16 on a GPU
+      --bf16) die "--bf16: fairseq 0.12 trains bf16 only on TPUs (its --bf16 sets --tpu); on a GPU use fp16 (--set FP16=1) or fp32 (--set FP16=0)";;
       --per-process-batch) PER_PROCESS_BATCH=1; shift;;
       --set) SETS+=(--set "$2"); shift 2;;
       --dry-run) DRY_RUN=1; shift;;
