@@ -82,8 +82,8 @@ def train_failure(log_text: str, rc: int, ckpt_dir: str, command: str) -> str:
         what = m.group(0) if m else "NaN/Inf"
         return (f"training diverged ({what}) after update {_last(run, 'num_updates')} (last logged: loss "
                 f"{_last(run, 'loss')}, lr {_last(run, 'lr')}): rerunning will diverge again; lower LR (--set LR=...), use a longer "
-                "DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 (--cpu) or "
-                "--bf16 instead of fp16")
+                "DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
+                "(--set FP16=0) instead of fp16")
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
     if _CKPT.search(run) and os.path.exists(last):
         try:
