@@ -43,7 +43,8 @@ def test_every_table_row_is_an_experiment_with_the_papers_number():
     """Each row the table scripts run resolves; its PAPER_BLEU is a number printed in the paper
     (no number restated here); each Table 1 T-Fixup row has its Post-LN and Pre-LN baselines."""
     names = table_experiments()
-    assert set(names) == set(config.experiment_names())
+    # every config but the CPU main job's (scripts/quickstart.sh --cpu), which is no row of the paper
+    assert set(names) == set(config.experiment_names()) - {"multi30k_de_en_cpu_tfixup"}
     text = next(PAPER.glob("000_*.txt")).read_text() if PAPER.is_dir() else None
     for name in names:
         v = config.resolve(name, environ={}).values
