@@ -46,7 +46,7 @@ COVERED = {
     "fairseq-train data-bin/iwslt14.tokenized.de-en --user-dir fairseq_tfixup --arch transformer_tfixup_iwslt_de_en "
     "--share-decoder-input-output-embed --optimizer adam --adam-betas (0.9,0.98) --lr 5e-4 "
     "--lr-scheduler inverse_sqrt_nowarmup --decay-period 4000 --criterion label_smoothed_cross_entropy "
-    "--label-smoothing 0.1 --dropout 0.5 --max-tokens 4096 --save-dir work/checkpoints/iwslt14-tfixup": ("parse",),
+    "--label-smoothing 0.1 --dropout 0.5 --max-tokens 4000 --save-dir work/checkpoints/iwslt14-tfixup": ("parse",),
     "bash scripts/quickstart.sh --cpu": ("tiny",),
     "bash scripts/quickstart.sh": ("no-gpu",),
     "bash scripts/test.sh": ("suite",),
