@@ -6,6 +6,7 @@ import math
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -23,11 +24,16 @@ RECIPE = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4", "
           "inverse_sqrt_nowarmup", "--decay-period", "4000", "--criterion", "label_smoothed_cross_entropy",
           "--label-smoothing", "0.1", "--dropout", "0.1", "--weight-decay", "1e-4", "--max-tokens", "2048"]
 UPDATES = 200
+VALIDATE_EVERY = 20  # 10 points of the valid curve; each validation translates nothing, but reads 500 sentences
+# fairseq-generate as scripts/evaluate.sh runs it: hypotheses capped at 1.2 x source + 10 tokens (an
+# undertrained model otherwise writes up to 200 tokens a sentence, and generation takes minutes)
+LENGTH_CAP = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
 def train(data, save_dir, max_update, *extra):
     cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *MODEL, *RECIPE,
-           "--max-update", str(max_update), "--validate-interval-updates", "10", "--save-interval-updates", "100",
+           "--max-update", str(max_update), "--validate-interval-updates", str(VALIDATE_EVERY),
+           "--save-interval-updates", "100",
            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--cpu", "--seed", "1",
            "--log-format", "json", "--log-interval", "25", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -53,9 +59,9 @@ def test_valid_loss_falls_well_below_its_first_value(trained):
     assert "T-Fixup: no LayerNorm" in log
     valid = records(log, "valid")
     losses = [float(r["valid_loss"]) for r in valid]
-    assert [int(r["valid_num_updates"]) for r in valid] == list(range(10, UPDATES + 1, 10))
+    assert [int(r["valid_num_updates"]) for r in valid] == list(range(VALIDATE_EVERY, UPDATES + 1, VALIDATE_EVERY))
     assert all(math.isfinite(x) for x in losses)
-    print(f"valid loss (bits) every 10 updates: {losses}")
+    print(f"valid loss (bits) every {VALIDATE_EVERY} updates: {losses}")
     assert losses[-1] < losses[0] - 1.0  # bits per token: perplexity more than halved
     assert losses[-1] == min(losses)
     train_losses = [float(r["loss"]) for r in records(log, "train_inner")]
@@ -67,7 +73,7 @@ def test_generate_translates_the_real_test_slice(trained, iwslt_bin):
     proc = subprocess.run(
         ["fairseq-generate", str(iwslt_bin), "--user-dir", str(USER_DIR), "--path", str(save_dir / "checkpoint_best.pt"),
          "--gen-subset", "test", "--beam", "4", "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100",
-         "--required-batch-size-multiple", "1", "--cpu"],
+         "--required-batch-size-multiple", "1", "--cpu", *LENGTH_CAP],
         capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     hyps = [l for l in proc.stdout.splitlines() if l.startswith("H-")]
@@ -104,7 +110,7 @@ def test_resume_continues_from_checkpoint_last(trained, iwslt_bin, tmp_path):
     save_dir, _ = trained
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(save_dir, resumed_dir)
-    log = train(iwslt_bin, resumed_dir, UPDATES + 50)
+    log = train(iwslt_bin, resumed_dir, UPDATES + 50, "--disable-validation")  # what is checked is the resume
     assert re.search(rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ {UPDATES} updates\)", log), log[-2000:]
     inner = records(log, "train_inner")
     assert int(inner[0]["num_updates"]) == UPDATES + 25  # continued, not restarted
@@ -165,3 +171,46 @@ def test_user_dir_by_name(where, iwslt_bin, tmp_path):
     assert proc.returncode == 0, log[-3000:]
     assert "TFixupTransformerModel" in log
     assert int(records(log, "train_inner")[-1]["num_updates"]) == 2
+
+
+# Run in a fresh interpreter: record every attempt to import torchaudio (a failed one leaves nothing in
+# sys.modules), then import the plugin, build a model, and run fairseq-train's and fairseq-generate's
+# own entry points (what --user-dir fairseq_tfixup and the scripts run).
+NO_TORCHAUDIO_PROBE = r"""
+import json, sys
+attempts = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torchaudio":
+            attempts.append(name)
+        return None
+sys.meta_path.insert(0, Spy())
+data, save_dir = sys.argv[1:3]
+import fairseq_tfixup
+from fairseq_tfixup import presets
+presets.build(data, ["-s", "de", "-t", "en", "--arch", "transformer_tfixup_deep_narrow"], seed=1)
+from fairseq_cli import generate, train
+sys.argv = ["fairseq-train", data, "--user-dir", fairseq_tfixup.__path__[0], "--arch", "transformer_tfixup_deep_narrow",
+            "--encoder-layers", "1", "--decoder-layers", "1", "--optimizer", "adam", "--lr", "5e-4",
+            "--lr-scheduler", "inverse_sqrt_nowarmup", "--max-tokens", "512", "--max-update", "1",
+            "--disable-validation", "--no-epoch-checkpoints", "--cpu", "--save-dir", save_dir]
+train.cli_main()
+sys.argv = ["fairseq-generate", data, "--user-dir", fairseq_tfixup.__path__[0], "--path", save_dir + "/checkpoint_last.pt",
+            "--gen-subset", "test",
+            "--max-sentences", "20", "--required-batch-size-multiple", "1", "--cpu", "--beam", "1", "--max-len-a", "1.2",
+            "--max-len-b", "10"]
+generate.cli_main()
+print("TORCHAUDIO", json.dumps({"attempts": attempts, "loaded": "torchaudio" in sys.modules}))
+"""
+
+
+def test_nothing_imports_torchaudio(iwslt_bin, tmp_path):
+    """fairseq-fixed pulls torchaudio, which may not import (a CUDA build beside a CPU torch): the plugin,
+    model building, training and generation must not even try it."""
+    proc = subprocess.run([sys.executable, "-c", NO_TORCHAUDIO_PROBE, str(iwslt_bin), str(tmp_path / "ckpt")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert checkpoints.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 1  # it trained
+    assert re.search(r"Generate test with beam=1: BLEU4 = [\d.]+", proc.stdout + proc.stderr)
+    result = json.loads(proc.stdout.split("TORCHAUDIO ", 1)[1])
+    assert result == {"attempts": [], "loaded": False}

@@ -74,7 +74,8 @@ def test_every_table_row_is_an_experiment_with_the_papers_number():
     tests/test_table_rows.py finds in the paper's cell); each Table 1 T-Fixup row has its Post-LN
     and Pre-LN baselines."""
     names = table_experiments()
-    assert set(names) == set(config.experiment_names())
+    # every config but the CPU main job's (scripts/quickstart.sh --cpu), which is no row of the paper
+    assert set(names) == set(config.experiment_names()) - {"multi30k_de_en_cpu_tfixup"}
     for name in names:
         v = config.resolve(name, environ={}).values
         assert v["TABLE"] and v["ROW"] and v["DATASET"] and v["PREPARE"], name

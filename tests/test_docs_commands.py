@@ -1,0 +1,340 @@
+"""Every shell command in README.md and docs/*.md runs as written.
+
+The commands are read from the Markdown (fenced blocks in bash/sh/no language, and indented
+code blocks; a line continued with a backslash is one command, ``a; b`` are two). Each must be
+in COVERED, which says how it is checked; a command added to the docs that COVERED does not
+know fails ``test_every_documented_command_is_covered``, and so does an entry of COVERED that
+the docs no longer hold. The checks run from the repo root, as the docs assume:
+
+| kind    | what is run                                                                      |
+|---------|----------------------------------------------------------------------------------|
+| run     | the command as written (cheap: a dry run, a report of what is there)             |
+| dry     | a full run: the command as written plus ``--dry-run`` (config, overrides and     |
+|         | paths resolved, fairseq's command printed, nothing trained)                      |
+| flags   | needs what is not here or takes hours (GPU, downloads, archives, studies): its   |
+|         | program's ``--help`` runs and lists every ``--flag`` the command uses             |
+| parse   | a fairseq-train line: fairseq's parser with the plugin accepts it (``DATA`` ->   |
+|         | a data-bin; ``...`` and ``[optional]`` dropped); a complete one also names a     |
+|         | batch size and a --save-dir under work/                                         |
+| tiny    | the one real run: the CPU main job, tiny model and data (TINY_*), to the summary |
+| no-gpu  | as written; without a GPU it must stop at once with one line and write nothing   |
+| install | a manual install step (not run: it installs packages); scripts/install.sh, which |
+|         | made this environment, must hold the same step (the marker given)               |
+| suite   | this suite's runner (not run: it would run this test); ``bash -n``               |
+"""
+
+import functools
+import gzip
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
+
+_SHRUNK_IWSLT = ("MAX_EPOCH=0 MAX_UPDATE=300 MAX_TOKENS=2048 EMBED_DIM=128 FFN_DIM=256 HEADS=2 ENCODER_LAYERS=2 "
+                 "DECODER_LAYERS=2 AVG_CANDIDATES=1 2 SAVE_INTERVAL_UPDATES=100 ")
+COVERED = {
+    # README.md
+    "fairseq-train data-bin/iwslt14.tokenized.de-en --user-dir fairseq_tfixup --arch transformer_tfixup_iwslt_de_en "
+    "--share-decoder-input-output-embed --optimizer adam --adam-betas (0.9,0.98) --lr 5e-4 "
+    "--lr-scheduler inverse_sqrt_nowarmup --decay-period 4000 --criterion label_smoothed_cross_entropy "
+    "--label-smoothing 0.1 --dropout 0.5 --max-tokens 4000 --save-dir work/checkpoints/iwslt14-tfixup": ("parse",),
+    "bash scripts/quickstart.sh --cpu": ("tiny",),
+    "bash scripts/quickstart.sh": ("no-gpu",),
+    "bash scripts/test.sh": ("suite",),
+    "python3 -m venv .venv": ("install", '"$PYTHON" -m venv "$VENV"'),
+    ". .venv/bin/activate": ("install", '. "$VENV/bin/activate"'),
+    "pip install torch==2.13.0": ("install", "TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}"),
+    "echo torch==$(python -c 'import torch; print(torch.__version__.split(+)[0])') > /tmp/torch.txt":
+        ("install", 'echo "$TORCH_SPEC" > "$pin"'),
+    "PIP_CONSTRAINT=/tmp/torch.txt PIP_BUILD_CONSTRAINT=/tmp/torch.txt pip install .[test]":
+        ("install", 'PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test]"'),
+    "bash scripts/prepare-iwslt14.sh --src de": ("flags",),
+    "bash scripts/train.sh iwslt14_de_en_tfixup data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_tfixup":
+        ("dry",),
+    # evaluate.sh --dry-run needs the config a trained run recorded: its --help instead
+    "bash scripts/evaluate.sh iwslt14_de_en_tfixup data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_tfixup":
+        ("flags",),
+    "bash scripts/report.sh --runs work/runs iwslt14_de_en_tfixup": ("run",),
+    "bash scripts/table1.sh --dry-run": ("run",),
+    # docs/baselines.md
+    "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_iwslt_de_en --optimizer radam "
+    "--adam-betas (0.9, 0.98) --adam-eps 1e-8 --weight-decay 1e-4 --lr 5e-4 --lr-scheduler inverse_sqrt_nowarmup "
+    "--decay-period 4000 ...": ("parse",),
+    "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_dsinit_wmt_en_de --encoder-layers 12 "
+    "--decoder-layers 12 [--ds-init-alpha 1.0] --optimizer adam --adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt "
+    "--warmup-updates 4000 --warmup-init-lr 1e-7 ...": ("parse",),
+    "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_deepnorm_deep_narrow --encoder-layers 100 "
+    "--decoder-layers 100 --optimizer adam --adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt "
+    "--warmup-updates 4000 --warmup-init-lr 1e-7 ...": ("parse",),
+    # docs/diagnostics.md
+    "bash scripts/prepare-iwslt14.sh --out data-bin/iwslt14.de-en": ("flags",),
+    "tfixup-diagnose grad-hist --data data-bin/iwslt14.de-en --model postln,tfixup --steps 100 --out diag": ("flags",),
+    "tfixup-diagnose ln-norms --data data-bin/iwslt14.de-en --model postln,tfixup --steps 100 --out diag": ("flags",),
+    "tfixup-diagnose grad-norms --data data-bin/iwslt14.de-en --depths 2,4,6,8,12 --out diag": ("flags",),
+    "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
+    # docs/measurements.md
+    "python -m bench.convergence --out results/bench": ("flags",),
+    "python -m bench.depth --out results/bench": ("flags",),
+    "python -m bench.speed --out results/bench": ("flags",),
+    # docs/pipelines.md
+    "bash scripts/quickstart.sh --cpu --dry-run --no-install": ("run",),
+    _SHRUNK_IWSLT + "bash scripts/quickstart.sh --cpu --experiment iwslt14_de_en_tfixup --valid-lines 500 "
+    "--test-lines 300": ("dry",),
+    "bash scripts/prepare-iwslt14.sh --src en --archive /data/de-en.tgz": ("flags",),
+    "bash scripts/prepare-wmt17-en-de.sh": ("flags",),
+    "bash scripts/prepare-wmt17-en-de.sh --archives /data/wmt --testsets /data/newstest": ("flags",),
+    "bash scripts/prepare-wmt14-en-de.sh": ("flags",),
+    "bash scripts/prepare-wmt18-fi-en.sh": ("flags",),
+    "bash scripts/train.sh --dry-run wmt17_en_de_big_tfixup data-bin/wmt17_en_de work/runs/big": ("run",),
+    "bash scripts/table1.sh -- --nproc 4": ("dry",),
+    "bash scripts/table2.sh": ("dry",),
+    "bash scripts/table3.sh": ("dry",),
+    "bash scripts/fig4b.sh": ("dry",),
+    "bash scripts/report.sh --runs work/runs iwslt14_de_en_tfixup iwslt14_de_en_postln": ("run",),
+    _SHRUNK_IWSLT + "bash scripts/quickstart-iwslt14.sh --no-install --cpu --work /tmp/qs --valid-lines 500 "
+    "--test-lines 300": ("dry",),
+}
+# the tiny real run of the CPU main job: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs
+# (with 1000 BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)
+TINY_ENV = {"BPE_MERGES": "1000", "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
+            "MAX_EPOCH": "2", "MAX_TOKENS": "2048", "AVG_CANDIDATES": "1 2", "LOG_INTERVAL": "10"}
+TINY_ARGS = ["--no-install", "--train-lines", "1000", "--valid-lines", "40", "--test-lines", "20"]
+
+
+# ---------------------------------------------------------------- reading the Markdown
+
+
+def code_blocks(text: str) -> list:
+    """Shell code blocks: fenced ones in a shell language (or none), and indented ones
+    (4 spaces, after a blank line: an indented line cannot continue a paragraph)."""
+    out, fence, fenced, indented, prev_blank = [], None, [], [], True
+    for line in text.splitlines() + [""]:
+        if fence is not None:
+            if line.strip().startswith("```"):
+                if fence in SHELL_LANGS:
+                    out.append(fenced)
+                fence = None
+            else:
+                fenced.append(line)
+            continue
+        m = re.match(r"^\s*```(\w*)", line)
+        if m:
+            fence, fenced, prev_blank = m.group(1), [], False
+            continue
+        if line.startswith("    ") and (indented or prev_blank):
+            indented.append(line[4:])
+            continue
+        if indented:
+            out.append(indented)
+            indented = []
+        prev_blank = not line.strip()
+    return out
+
+
+def commands(block: list) -> list:
+    """One word list per command: continuation lines joined, comments dropped, split on ';',
+    words as the shell reads them (quotes removed)."""
+    lines, cur = [], ""
+    for line in block:
+        cur += line
+        if cur.rstrip().endswith("\\"):
+            cur = cur.rstrip()[:-1] + " "
+            continue
+        lines.append(cur)
+        cur = ""
+    out = []
+    for line in lines:
+        lex = shlex.shlex(line, posix=True, punctuation_chars=";")
+        lex.whitespace_split = True
+        cmd = []
+        for tok in [*lex, ";"]:
+            if tok == ";":
+                if cmd:
+                    out.append(cmd)
+                cmd = []
+            else:
+                cmd.append(tok)
+    return out
+
+
+def documented() -> dict:
+    """command (its words joined by spaces, the key of COVERED) -> (its words, the files that show it)."""
+    found = {}
+    for doc in DOCS:
+        for block in code_blocks(doc.read_text(encoding="utf-8")):
+            for words in commands(block):
+                found.setdefault(" ".join(words), (words, []))[1].append(doc.name)
+    return found
+
+
+def split_env(words: list):
+    """(environment assignments, argv) of a command's words."""
+    words = list(words)
+    env = {}
+    while words and re.match(r"^[A-Z_]+=", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return env, words
+
+
+def run(argv, env=None, cwd=REPO, check=True):
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})})
+    if check:
+        assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return proc
+
+
+def gpu_visible() -> bool:
+    return run(["bash", "-c", ". scripts/lib.sh; . scripts/pipeline-lib.sh; gpu_count"]).stdout.strip() != "0"
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def test_extractor_reads_blocks_continuations_comments_and_semicolons():
+    md = ("text\n\n    a --x 1 \\\n        --y 2   # comment\n    b\nparagraph\n    not code\n\n"
+          "```bash\nc; d 'e f'\n```\n```python\nprint(1)\n```\n")
+    assert [c for b in code_blocks(md) for c in commands(b)] == [
+        ["a", "--x", "1", "--y", "2"], ["b"], ["c"], ["d", "e f"]]
+
+
+def test_every_documented_command_is_covered():
+    found = DOCUMENTED
+    unknown = [f"{cmd}  ({', '.join(files)})" for cmd, (_, files) in found.items() if cmd not in COVERED]
+    assert not unknown, "documented commands this test does not check (add each to COVERED):\n" + "\n".join(unknown)
+    stale = [cmd for cmd in COVERED if cmd not in found]
+    assert not stale, "COVERED lists commands the docs no longer show:\n" + "\n".join(stale)
+
+
+def _with_dry_run(argv):
+    """--dry-run before a '--' that passes the rest on, else at the end."""
+    i = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:i], "--dry-run", *argv[i:]]
+
+
+@functools.lru_cache(maxsize=None)
+def _help(program: tuple) -> str:
+    """PROGRAM --help: a script in a subprocess, a Python entry point in this process (fairseq is
+    imported once, not once per command)."""
+    if program[0] == "bash":
+        return run([*program, "--help"]).stdout
+    import contextlib
+    import importlib
+    import io
+
+    module, args = (program[2], []) if program[0] == "python" else ("fairseq_tfixup.diagnostics.cli", [program[1]])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        importlib.import_module(module).main([*args, "--help"])
+    assert done.value.code in (0, None), out.getvalue()
+    return out.getvalue()
+
+
+def _program(argv):
+    """The words that name the program (and its subcommand) of argv."""
+    if argv[0] == "bash":
+        return tuple(argv[:2])
+    if argv[:2] == ["python", "-m"]:
+        return tuple(argv[:3])
+    if argv[0] == "tfixup-diagnose":
+        return tuple(argv[:2])
+    raise AssertionError(f"no --help rule for {argv}")
+
+
+def _parse_fairseq_train(argv):
+    from fairseq import options
+
+    import fairseq_tfixup  # noqa: F401  (what --user-dir fairseq_tfixup loads)
+
+    words = [w.strip("[]") for w in argv[1:] if w != "..."]
+    words = ["/nonexistent/data-bin" if w == "DATA" else w for w in words]
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=words)
+
+
+DOCUMENTED = documented()
+# the tiny run has its own test; a command missing from the docs fails the coverage test
+CHECKS = sorted(c for c, how in COVERED.items() if how[0] != "tiny" and c in DOCUMENTED)
+
+
+@pytest.mark.parametrize("cmd", CHECKS, ids=[c[:60] for c in CHECKS])
+def test_documented_command(cmd):
+    kind, *detail = COVERED[cmd]
+    env, argv = split_env(DOCUMENTED[cmd][0])
+    if kind == "run":
+        run(argv, env)
+    elif kind == "dry":
+        if "quickstart" in argv[1]:
+            argv = [*argv, "--no-install"] if "--no-install" not in argv else argv
+        out = run(_with_dry_run(argv), env).stdout
+        assert "fairseq-train" in out or "bash " in out, out[-2000:]
+    elif kind == "flags":
+        text = _help(_program(argv))
+        for flag in (w for w in argv if w.startswith("--")):
+            assert re.search(rf"{re.escape(flag)}\b", text), f"{flag} is not in {' '.join(_program(argv))} --help"
+    elif kind == "parse":
+        args = _parse_fairseq_train(argv)
+        assert args.user_dir == "fairseq_tfixup"
+        if "..." not in argv:  # a complete command: it must run, and write under work/
+            assert args.max_tokens or args.batch_size, "fairseq-train needs --max-tokens or --batch-size"
+            assert args.save_dir.startswith("work/"), f"--save-dir {args.save_dir}: checkpoints belong under work/"
+    elif kind == "no-gpu":
+        if gpu_visible():
+            run([*argv, "--dry-run", "--no-install"], env)
+            return
+        before = set(REPO.glob("work/quickstart-*"))
+        t0 = time.time()
+        proc = run(argv, env, check=False)
+        assert proc.returncode == 1 and time.time() - t0 < 10
+        assert proc.stderr.strip().splitlines() == [
+            "error: no CUDA GPU visible: rerun with --cpu (the CPU main job: a small model on Multi30k De-En)"]
+        assert set(REPO.glob("work/quickstart-*")) == before
+    elif kind == "install":
+        assert detail[0] in (REPO / "scripts" / "install.sh").read_text(), f"scripts/install.sh lacks: {detail[0]}"
+    elif kind == "suite":
+        run(["bash", "-n", argv[1]])
+        assert "python -m pytest -q tests" in (REPO / argv[1]).read_text()
+    else:
+        raise AssertionError(f"unknown kind {kind}")
+
+
+def _untracked_and_ignored() -> set:
+    out = run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"]).stdout.splitlines()
+    return {line[3:] for line in out if "__pycache__" not in line and not line.startswith(" M")}
+
+
+def test_cpu_main_job_tiny_run_prints_bleu_translations_curve_and_report(shared_data, tmp_path):
+    """`bash scripts/quickstart.sh --cpu` with its config shrunk (TINY_ENV, TINY_ARGS) and --work
+    in a temp folder, to the end: BLEU with signature, the first three test sentences, the
+    curve as a PNG, the report; nothing written outside --work."""
+    work = tmp_path / "qs"
+    before = _untracked_and_ignored()
+    proc = run(["bash", "scripts/quickstart.sh", "--cpu", "--work", str(work), *TINY_ARGS],
+               {**TINY_ENV, "TFIXUP_SHARED_DATA": str(shared_data), "OMP_NUM_THREADS": "1"})
+    out = proc.stdout
+    assert re.search(r"tokenized BLEU +\d+\.\d\d", out), out
+    assert re.search(r"sacreBLEU +\d+\.\d\d +nrefs:1\|case:lc\|", out), out
+    triples = re.findall(r"\[(\d+)\] source: +(.+)\n +reference: +(.+)\n +hypothesis: (.*)", out)
+    assert [t[0] for t in triples] == ["0", "1", "2"], out
+    # the references shown are the first test sentences of the real data (tokenized, lowercased)
+    with gzip.open(shared_data / "multi30k" / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        first = [next(f) for _ in range(3)]
+    letters = lambda s: re.sub(r"\W", "", s.lower())
+    assert [letters(t[2]) for t in triples] == [letters(s) for s in first]
+    assert [int(e) for e in re.findall(r"epoch +(\d+) +updates", out)] == [1, 2]
+    assert re.search(r"epoch +2 +updates +\d+ +valid loss \d+\.\d+ +valid BLEU \d+\.\d\d", out), out
+    run_dir = work / "runs" / "multi30k_de_en_cpu_tfixup"
+    png, report = run_dir / "learning-curve.png", run_dir / "report.md"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"Learning curve (PNG): {png}" in out and f"Report: {report}" in out
+    assert "| Main job (CPU): Multi30k De-En, T-Fixup |" in report.read_text()
+    assert (work / "data-bin" / "multi30k.de-en-n1000-v40-t20" / "dict.de.txt").is_file()
+    assert _untracked_and_ignored() == before
