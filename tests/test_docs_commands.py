@@ -82,8 +82,6 @@ COVERED = {
     "tfixup-diagnose grad-norms --data data-bin/iwslt14.de-en --depths 2,4,6,8,12 --out diag": ("flags",),
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
     # docs/measurements.md
-    "python -m bench.convergence --out results/bench": ("flags",),
-    "python -m bench.depth --out results/bench": ("flags",),
     "python -m bench.speed --out results/bench": ("flags",),
     # docs/pipelines.md
     "bash scripts/quickstart.sh --cpu --dry-run --no-install": ("run",),
@@ -102,6 +100,29 @@ COVERED = {
     "bash scripts/report.sh --runs work/runs iwslt14_de_en_tfixup iwslt14_de_en_postln": ("run",),
     _SHRUNK_IWSLT + "bash scripts/quickstart-iwslt14.sh --no-install --cpu --work /tmp/qs --valid-lines 500 "
     "--test-lines 300": ("dry",),
+    # docs/baselines.md: the other methods' table rows
+    "bash scripts/train.sh --set METHOD=radam --set PAPER_BLEU= --set ROW=WMT'17 En-De base, RAdam "
+    "wmt17_en_de_base_postln data-bin/wmt17_en_de work/runs/wmt17_en_de_base_radam": ("dry",),
+    "bash scripts/table1.sh --only iwslt14_de_en_rfixup --only iwslt14_de_en_radam": ("dry",),
+    "bash scripts/table2.sh --only wmt17_en_de_base_25l_dlcl --only wmt17_en_de_base_30l_dlcl_preln -- --nproc 4":
+        ("dry",),
+    "bash scripts/table3.sh --only wmt14_en_de_base_12l_dsinit --only wmt14_en_de_base_20l_dsinit -- --nproc 4":
+        ("dry",),
+    "bash scripts/prepare-iwslt14.sh --src de --out data-bin/iwslt14.tokenized.de-en": ("flags",),
+    "bash scripts/train.sh iwslt14_de_en_radam data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_radam":
+        ("dry",),
+    "bash scripts/evaluate.sh iwslt14_de_en_radam data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_radam":
+        ("flags",),  # --dry-run needs a trained run's record
+    # docs/measurements.md: the evidence studies
+    "bash scripts/prepare-iwslt14.sh --out work/data-bin/iwslt14-v1000 --valid-lines 1000": ("flags",),
+    "bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/data/multi30k/train "
+    "--valid ../shared/data/multi30k/val --test ../shared/data/multi30k/test_2016_flickr "
+    "--lowercase --bpe-merges 8000 --out work/data-bin/multi30k.de-en": ("flags",),
+    "python -m bench.convergence --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m bench.quality --out results/bench --multi30k work/data-bin/multi30k.de-en "
+    "--iwslt work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
 }
 # the tiny real run of the CPU main job: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs
 # (with 1000 BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)
