@@ -82,7 +82,9 @@ def test_refused_by_train_sh_resume(crafted, tmp_path):
     proc = subprocess.run(["bash", str(REPO / "scripts" / "train.sh"), "--cpu", "iwslt14_de_en_tfixup",
                            str(data), str(tmp_path / "run")], capture_output=True, text=True)
     assert proc.returncode != 0
-    assert "cannot resume" in proc.stderr and "checkpoint_last.pt" in proc.stderr.strip().splitlines()[-1]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "checkpoint_last.pt is corrupt" in last and "refused by torch.load(weights_only=True)" in last
+    assert "start over with: mv " in last  # the recovery advice (no other checkpoint to resume from)
     assert not marker.exists()
 
 
