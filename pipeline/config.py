@@ -16,7 +16,7 @@ experiment up again.
 
     python -m pipeline.config get EXPERIMENT [--set K=V]... KEY...
     python -m pipeline.config get --run OUT_DIR [--set K=V]... KEY...
-    python -m pipeline.config train-args EXPERIMENT DATA OUT --world N [--cpu|--bf16] [--per-process-batch]
+    python -m pipeline.config train-args EXPERIMENT DATA OUT --world N [--device cpu|cuda] [--per-process-batch]
     python -m pipeline.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json
     python -m pipeline.config list
 """
@@ -227,7 +227,7 @@ def optimizer(values: Mapping[str, str]) -> str:
 def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "cpu",
                per_process_batch: bool = False) -> List[str]:
     """fairseq-train's arguments for this config (after the program name; no distributed flags).
-    ``device``: cpu, cuda (fp16 when FP16=1) or cuda-bf16."""
+    ``device``: cpu or cuda (fp16 when FP16=1; fairseq 0.12's --bf16 means TPU, so no bf16 here)."""
     p = presets()
     v = cfg.values
     if not (v["SRC"] and v["TGT"]):
@@ -260,7 +260,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
         args += ["--max-update", v["MAX_UPDATE"]]
     if v["SAVE_INTERVAL_UPDATES"] != "0":
         args += ["--save-interval-updates", v["SAVE_INTERVAL_UPDATES"], "--keep-interval-updates", v["KEEP_LAST"]]
-    args += {"cpu": ["--cpu"], "cuda-bf16": ["--bf16"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
+    args += {"cpu": ["--cpu"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
     return args + shlex.split(v["EXTRA_TRAIN_ARGS"])
 
 
@@ -301,7 +301,7 @@ def main(argv=None) -> int:
     t.add_argument("data")
     t.add_argument("out")
     t.add_argument("--world", type=int, default=1)
-    t.add_argument("--device", choices=["cpu", "cuda", "cuda-bf16"], default="cpu")
+    t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     t.add_argument("--per-process-batch", action="store_true")
     r = sub.add_parser("record", help="write OUT_DIR/config.resolved.json")
     r.add_argument("experiment")

@@ -42,7 +42,7 @@ USAGE
 }
 
 CPU=0; NPROC=""; NNODES=1; NODE_RANK=${NODE_RANK:-0}; MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; BF16=0; PER_PROCESS_BATCH=0; DRY_RUN=0
+MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; PER_PROCESS_BATCH=0; DRY_RUN=0
 POS=(); EXTRA=(); SETS=()
 
 parse_options() {
@@ -74,14 +74,14 @@ parse_options() {
   done
 }
 
-# DEVICE (cpu/cuda), DEVICE_KIND (for the config: cpu, cuda, cuda-bf16), NPROC and WORLD
+# DEVICE (cpu/cuda), DEVICE_KIND (for the config: cpu or cuda), NPROC and WORLD
 choose_devices() {
   if [ "$CPU" = 1 ]; then
     NPROC=${NPROC:-1}; DEVICE=cpu; DEVICE_KIND=cpu; WORLD=$NPROC
     [ "$NNODES" = 1 ] || die "--cpu runs on one machine (use --nproc N)"
     return
   fi
-  DEVICE=cuda; DEVICE_KIND=cuda; [ "$BF16" = 0 ] || DEVICE_KIND=cuda-bf16
+  DEVICE=cuda; DEVICE_KIND=cuda
   if [ "$SLURM" = 1 ]; then
     WORLD=${SLURM_NTASKS:?--slurm needs SLURM_NTASKS (run under srun)}
     return
