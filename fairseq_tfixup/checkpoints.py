@@ -11,9 +11,9 @@ rest of ``state["cfg"]`` is stored as plain containers
 meters' counts in ``extra_state["metrics"]`` as numpy arrays, which need numpy's
 array reconstructor, ``ndarray`` and ``dtype`` (the types
 ``torch.serialization.get_unsafe_globals_in_checkpoint`` lists for such a
-checkpoint). We register those and nothing else; never set
-``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` or pass ``weights_only=False``, which would
-unpickle arbitrary code.
+checkpoint). We register those and nothing else, and never switch safe loading
+off (torch's environment switch or the per-call flag), which would unpickle
+arbitrary code.
 """
 
 import argparse

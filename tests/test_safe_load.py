@@ -54,7 +54,7 @@ def test_refused_after_importing_the_plugin(crafted):
     code = ("import sys, os, torch, fairseq_tfixup\n"
             "from fairseq import checkpoint_utils\n"
             "from fairseq_tfixup import checkpoints\n"
-            "assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD' not in os.environ\n"
+            "assert not [k for k in os.environ if 'NO_WEIGHTS_ONLY' in k], 'safe loading switched off'\n"
             "for load in (torch.load, checkpoints.load, checkpoint_utils.load_checkpoint_to_cpu):\n"
             "    try:\n"
             "        load(sys.argv[1])\n"
