@@ -8,7 +8,6 @@ fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
 import argparse
 import datetime
 import json
-import math
 import os
 import pathlib
 import platform
@@ -19,7 +18,6 @@ import sys
 import time
 
 from fairseq_tfixup import atomic, presets
-from pipeline import score
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = presets.USER_DIR
@@ -122,7 +120,6 @@ def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, d
 # ---------------------------------------------------------------- fairseq-train runs
 
 _LOG_LINE = re.compile(r"\| (train_inner|valid|train) \| (\{.*\})\s*$")
-_NAN = ("FloatingPointError", "gradients are Nan/Inf", "Minimum loss scale reached")
 
 
 def _num(v):
@@ -143,60 +140,6 @@ def parse_train_log(text: str) -> dict:
         kind = {"train_inner": "train", "valid": "valid", "train": "epoch"}[m.group(1)]
         out[kind].append(rec)
     return out
-
-
-def fairseq_train(data: pathlib.Path, flags: list, save_dir: pathlib.Path, threads: int = 1,
-                  timeout: float = None) -> dict:
-    """Run fairseq-train; return its parsed log, status ("ok" | "nan" | "error") and wall time."""
-    cmd = ["fairseq-train", str(data), "--save-dir", str(save_dir)] + flags
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-               PYTHONWARNINGS="ignore")
-    t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-        text, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as e:
-        text = (e.stdout or b"").decode() + (e.stderr or b"").decode() if isinstance(e.stdout, bytes) else ""
-        rc = "timeout"
-    wall = time.time() - t0
-    parsed = parse_train_log(text)
-    losses = [r["loss"] for r in parsed["train"]] + [r.get("valid_loss") for r in parsed["valid"]]
-    non_finite = any(isinstance(v, float) and not math.isfinite(v) for v in losses)
-    if any(s in text for s in _NAN) or non_finite:
-        status = "nan"
-    elif rc == 0:
-        status = "ok"
-    else:
-        status = "error"
-    result = {"status": status, "returncode": rc, "wall_s": round(wall, 2),
-              "command": " ".join(shlex.quote(c) for c in cmd), **parsed}
-    if status == "error":
-        result["error_tail"] = text.strip().splitlines()[-5:]
-    return result
-
-
-def generate_bleu(data: pathlib.Path, checkpoint: pathlib.Path, beam: int = 4, threads: int = 1) -> dict:
-    """fairseq-generate on the test slice, BLEU by sacrebleu on the BPE-removed output against
-    fairseq's tokenised lowercased references (tokenize="none": the text is already Moses-tokenised,
-    the usual IWSLT'14 "tokenised BLEU")."""
-    import sacrebleu
-
-    cmd = ["fairseq-generate", str(data), "--user-dir", str(USER_DIR), "--cpu", "--path", str(checkpoint),
-           "--gen-subset", "test", "--beam", str(beam), "--batch-size", "32", "--remove-bpe",
-           # with the default multiple of 8, fairseq-generate silently left out sentences of a
-           # remainder batch here (24 of 30 translated); 1 translates every sentence
-           "--required-batch-size-multiple", "1",
-           "--max-len-a", "1.2", "--max-len-b", "10", "--num-workers", "0"]
-    # torch >= 2.6 loads the checkpoint with weights_only=True; --user-dir registers the one
-    # extra type fairseq's checkpoints hold (fairseq_tfixup/checkpoints.py)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        return {"bleu": None, "error_tail": (proc.stdout + proc.stderr).strip().splitlines()[-3:]}
-    # every test sentence or no BLEU (pipeline/score.py refuses a partial output)
-    hyps, refs, _ = score.read_generate_output(proc.stdout, expected=data_counts(data).get("test"))
-    bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none")
-    return {"bleu": round(bleu.score, 2), "sentences": len(hyps), "beam": beam, "scorer": "sacrebleu tokenize=none"}
 
 
 # ---------------------------------------------------------------- outputs

@@ -104,15 +104,14 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
     text = (rundir / "train.log").read_text(errors="replace")
     parsed = common.parse_train_log(text)
     status = run_status(text, parsed, rc)
+    # fairseq's own rate over each log interval (no start-up, no validation)
+    spu = [1 / r["ups"] for r in parsed["train"] if isinstance(r.get("ups"), float) and r["ups"] > 0]
     record = {
         "id": run.id, **run.meta, "status": status, "returncode": rc, "wall_s": round(wall, 1),
         "key": run.key(), "command": " ".join(shlex.quote(c) for c in cmd),
         "valid_curve": [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]],
         "train_curve": [(int(r["num_updates"]), r["loss"]) for r in parsed["train"]],
-        # fairseq's own rate over each log interval (no start-up, no validation), median
-        "s_per_update": (round(statistics.median(1 / r["ups"] for r in parsed["train"]
-                                                 if isinstance(r.get("ups"), float) and r["ups"] > 0), 3)
-                         if any(isinstance(r.get("ups"), float) and r["ups"] > 0 for r in parsed["train"]) else None),
+        "s_per_update": round(statistics.median(spu), 3) if spu else None,
     }
     if status != "ok":
         record["error_tail"] = text.strip().splitlines()[-5:]
