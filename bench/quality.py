@@ -34,6 +34,7 @@ import sys
 import time
 
 from bench import common, runs as runlib
+from pipeline import score
 
 METHODS = {  # name: (config in configs/, its METHOD if the config's is not it, label)
     "tfixup": ("iwslt14_de_en_tfixup", None, "T-Fixup, no warmup"),
@@ -162,12 +163,8 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
 
 def samples(generate_txt: pathlib.Path, n: int) -> list:
     """The first n test sentences (by id): source, reference, hypothesis (BPE removed)."""
-    s, t, h = {}, {}, {}
-    for line in generate_txt.read_text(encoding="utf-8").splitlines():
-        head, _, rest = line.partition("\t")
-        if head[:2] in ("S-", "T-", "H-") and head[2:].isdigit():
-            i = int(head[2:])
-            {"S-": s, "T-": t, "H-": h}[head[:2]][i] = rest.split("\t")[-1]
+    lines = score.generate_lines(generate_txt.read_text(encoding="utf-8"))
+    s, t, h = lines["S"], lines["T"], lines["H"]
     return [{"id": i, "source": s.get(i), "reference": t.get(i), "hypothesis": h.get(i)} for i in sorted(h)[:n]]
 
 

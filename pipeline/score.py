@@ -21,18 +21,23 @@ from sacremoses import MosesDetokenizer
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
+def generate_lines(text: str) -> Dict[str, Dict[int, str]]:
+    """fairseq-generate's per-sentence lines by kind and sentence id: sources (S-*), references
+    (T-*) and hypotheses (H-*, the text after the score); other lines are left out."""
+    out: Dict[str, Dict[int, str]] = {"S": {}, "T": {}, "H": {}}
+    for line in text.splitlines():
+        head, _, rest = line.partition("\t")
+        if head[1:2] == "-" and head[:1] in out and head[2:].isdigit():
+            out[head[:1]][int(head[2:])] = rest.split("\t")[-1] if head[0] == "H" else rest
+    return out
+
+
 def read_generate_output(text: str, expected: Optional[int] = None) -> Tuple[List[str], List[str], List[int]]:
     """Hypotheses (H-*), references (T-*) and sentence ids, in sentence-id order. An output
     that lost sentences (a hypothesis without reference, or fewer than ``expected``) is refused:
     a BLEU on part of the test set is not comparable."""
-    hyps, refs = {}, {}
-    for line in text.splitlines():
-        if line.startswith("H-"):
-            head, _score, hyp = (line.split("\t") + ["", ""])[:3]
-            hyps[int(head[2:])] = hyp
-        elif line.startswith("T-"):
-            head, ref = (line.split("\t", 1) + [""])[:2]
-            refs[int(head[2:])] = ref
+    lines = generate_lines(text)
+    hyps, refs = lines["H"], lines["T"]
     if not hyps:
         raise ValueError("no hypotheses (H-* lines) in the fairseq-generate output")
     if set(hyps) != set(refs):
