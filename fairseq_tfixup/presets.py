@@ -62,10 +62,12 @@ def model_flags(name: str, arch: str = "") -> List[str]:
     return ["--arch", arch or m.arch, *m.flags]
 
 
-def schedule_flags(kind: str, period: int, warmup_init_lr: float = 1e-7) -> List[str]:
+def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7") -> List[str]:
     """``warmup``: fairseq's inverse_sqrt, linear warmup over ``period`` updates from
     ``warmup_init_lr``, then lr * sqrt(period / t). ``nowarmup``: this plugin's
-    inverse_sqrt_nowarmup, lr * sqrt(P / (P + t)) from update 0, P = ``period``."""
+    inverse_sqrt_nowarmup, lr * sqrt(P / (P + t)) from update 0, P = ``period``.
+    ``warmup_init_lr`` is flag text: str(1e-7) would spell it "1e-07", a different command to
+    the benchmarks' run store (bench/runs.py keys a run by its command)."""
     if kind == "warmup":
         return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(period),
                 "--warmup-init-lr", str(warmup_init_lr)]
