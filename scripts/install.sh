@@ -29,7 +29,7 @@ INSTALL_LOG=${INSTALL_LOG:-$VENV/install.log}
 pip_logged() {
   log "pip install $*"
   python -m pip install --progress-bar off --log "$INSTALL_LOG" "$@" 2>&1 \
-    | awk '/^(Collecting|Building wheel|Installing collected|Successfully|ERROR|error)/ { print "    " $0; fflush() }'
+    | awk '/^ *(Collecting|Building wheel|Installing collected|Successfully|ERROR|error)/ { sub(/^ +/, ""); print "    " $0; fflush() }'
 }
 
 # pip's log names every file it downloaded; a CUDA wheel there means some
@@ -84,4 +84,6 @@ fi
 # fairseq_tfixup next to fairseq, where `--user-dir fairseq_tfixup` finds it from any directory.
 python -m pip install -q --no-deps --no-build-isolation --force-reinstall "$TFIXUP_ROOT"
 rm -rf "$TFIXUP_ROOT/build"
-python -c "import fairseq, fairseq_tfixup, torch; print('fairseq', fairseq.__version__, 'torch', torch.__version__)"
+# fairseq's import logs "Please install tensorboardX" (optional, unused here): keep the check's answer only
+python -c "import fairseq, fairseq_tfixup, torch; print('fairseq', fairseq.__version__, 'torch', torch.__version__)" 2>&1 \
+  | grep -v 'Please install tensorboardX'

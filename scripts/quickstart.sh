@@ -31,7 +31,7 @@ Without a GPU and without --cpu it stops at once.
   --test-lines N     first N test sentences (default all)
   --no-install       use the Python environment already active (skip scripts/install.sh)
   --dry-run          print every step's command (train.sh/evaluate.sh --dry-run), run nothing
-  -- ARGS            passed to scripts/train.sh (e.g. --nproc 2, --bf16)
+  -- ARGS            passed to scripts/train.sh (e.g. --nproc 2)
 Writes under DIR: data-bin/, runs/EXPERIMENT/ (checkpoints, train.log, eval/results.json,
 eval/generate-test.txt), runs/EXPERIMENT/report.md and runs/EXPERIMENT/learning-curve.png.
 Rerunning the same command resumes. BPE_MERGES=N in the environment replaces the config's BPE
