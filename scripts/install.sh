@@ -29,7 +29,7 @@ INSTALL_LOG=${INSTALL_LOG:-$VENV/install.log}
 pip_logged() {
   log "pip install $*"
   python -m pip install --progress-bar off --log "$INSTALL_LOG" "$@" 2>&1 \
-    | awk '/^ *(Collecting|Building wheel|Installing collected|Successfully|ERROR|error)/ { sub(/^ +/, ""); print "    " $0; fflush() }'
+    | stream_awk '/^ *(Collecting|Building wheel|Installing collected|Successfully|ERROR|error)/ { sub(/^ +/, ""); print "    " $0; fflush() }'
 }
 
 # pip's log names every file it downloaded; a CUDA wheel there means some

@@ -14,6 +14,12 @@ shopt -s inherit_errexit
 die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
+# awk over a live stream (a training's output): line by line. mawk (Debian's default awk)
+# reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
+stream_awk() {
+  if awk -W version 2>/dev/null | grep -q mawk; then awk -W interactive "$@"; else awk "$@"; fi
+}
+
 # Activate the project's virtual environment if there is one and no fairseq is on PATH.
 use_venv() {
   if ! command -v fairseq-train >/dev/null 2>&1 && [ -f "$TFIXUP_ROOT/.venv/bin/activate" ]; then

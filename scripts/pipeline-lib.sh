@@ -30,10 +30,12 @@ gpu_count() {
 # the one-line config dump (~15 KB), "Please install tensorboardX", Python warnings
 # of fairseq's dependencies (hydra/omegaconf deprecations) and their source lines.
 # QUIET=0 shows everything.
-# A training line also gets the ETA at its rate (ups) when MAX_UPDATE is set.
-quiet() {  # [MAX_UPDATE]
+# A training line also gets the ETA at its rate (ups): to MAX_UPDATE, or else to the end of
+# epoch MAX_EPOCH (a json line's "update" is epochs done, e.g. 5.645, so the run's total is
+# num_updates * MAX_EPOCH / update).
+quiet() {  # [MAX_UPDATE [MAX_EPOCH]]
   if [ "${QUIET:-1}" = 0 ]; then cat; return; fi
-  awk -v max="${1:-0}" '/\| \{.?_name.?: / || /Please install tensorboardX/ { next }
+  stream_awk -v max="${1:-0}" -v maxep="${2:-0}" '/\| \{.?_name.?: / || /Please install tensorboardX/ { next }
        # a dependency'"'"'s warning: "/.../site-packages/M.py:N: Category: text", more text lines,
        # then its source line (indented); "sys:1: ..." ones have none and end at a log line
        /^(\/[^ ]*site-packages\/[^ ]*|sys):[0-9]+: [A-Za-z]*Warning: / { skip = 1; next }
@@ -42,11 +44,17 @@ quiet() {  # [MAX_UPDATE]
        skip { next }
        { line = $0
          # num_updates=N / ups=R (--log-format simple) or "num_updates": "N" (json)
-         if (max > 0 && match($0, /[ ,{"]num_updates"?[=:] ?"?[0-9]+/)) {
+         if ((max > 0 || maxep > 0) && match($0, /[ ,{"]num_updates"?[=:] ?"?[0-9]+/)) {
            n = substr($0, RSTART, RLENGTH); gsub(/[^0-9]/, "", n); n += 0
-           if (match($0, /[ ,{"]ups"?[=:] ?"?[0-9.]+/)) {
+           total = max
+           if (total == 0 && match($0, /"update": "?[0-9.]+/)) {
+             ep = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", ep); ep += 0
+             if (ep > 0) total = int(n * maxep / ep + 0.5)
+           }
+           if (total > 0 && match($0, /[ ,{"]ups"?[=:] ?"?[0-9.]+/)) {
              ups = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", ups); ups += 0
-             if (ups > 0 && n < max) line = line sprintf(" | update %d of %d, ETA %.0f min", n, max, (max - n) / ups / 60)
+             if (ups > 0 && n < total)
+               line = line sprintf(" | update %d of %s%d, ETA %.0f min", n, max > 0 ? "" : "~", total, (total - n) / ups / 60)
            }
          }
          print line; fflush() }'

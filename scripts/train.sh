@@ -31,7 +31,7 @@ Devices (default: every visible GPU on this machine, fp16 when the config says F
 Other:
   --set KEY=VALUE       override a config value (repeatable); with --cpu, LOG_INTERVAL defaults
                         to \$CPU_LOG_INTERVAL or 10 updates (the configs log every 100, GPU rates);
-                        each training line shown gets an ETA when MAX_UPDATE is set
+                        each training line shown gets an ETA (from MAX_UPDATE, or MAX_EPOCH)
   --dry-run             print the exact command(s) (one line per process) and exit
   -h, --help            this text
 Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and the exact
@@ -196,7 +196,7 @@ run_training() {
     trap 'kill "${pids[@]}" 2>/dev/null || true; on_exit' EXIT
     for ((r = 0; r < ${#CMDS[@]}; r++)); do
       if [ "$r" = 0 ]; then
-        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE") 2>&1 & pids+=($!)
+        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH") 2>&1 & pids+=($!)
       else
         bash -c "${CMDS[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
       fi
@@ -204,7 +204,7 @@ run_training() {
     for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
     trap on_exit EXIT
   else
-    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" || rc=$?
+    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH" || rc=$?
   fi
   trap - TERM INT
   record_run "$rc"
@@ -224,8 +224,8 @@ main() {
   fi
   DATA=${POS[1]}; OUT=${POS[2]}
   local values=()
-  config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE
-  EXPERIMENT=${POS[0]}; local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]}
+  config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE MAX_EPOCH
+  EXPERIMENT=${POS[0]}; local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]} MAX_EPOCH=${values[4]}
   if [ "$DRY_RUN" = 0 ]; then  # a dry run may show the command before the data exists
     [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$prepare)"
     [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"

@@ -20,18 +20,36 @@ def shared_data() -> pathlib.Path:
     return path
 
 
+def shared_across_workers(tmp_path_factory, name: str, make) -> pathlib.Path:
+    """A folder made once per test run by ``make(path)``, even with pytest-xdist's workers
+    (scripts/test.sh runs the suite on every core): the first worker makes it under a lock
+    in the run's common temp folder, the others wait for it and reuse it."""
+    from filelock import FileLock  # a dependency of torch
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # every worker's basetemp is a child of the run's
+    out = root / name
+    with FileLock(str(out) + ".lock"):
+        if not (out / ".made").exists():
+            make(out)
+            (out / ".made").touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
     """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (full train, 500 valid, 200 test)."""
     import subprocess
 
-    out = tmp_path_factory.mktemp("iwslt") / "bin"
-    subprocess.run(
-        ["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(out),
-         "--shared", str(shared_data), "--valid-lines", "500", "--test-lines", "200"],
-        check=True, capture_output=True, text=True,
-    )
-    return out
+    def make(root):
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(root / "bin"),
+             "--shared", str(shared_data), "--valid-lines", "500", "--test-lines", "200"],
+            check=True, capture_output=True, text=True,
+        )
+
+    return shared_across_workers(tmp_path_factory, "iwslt", make) / "bin"
 
 
 def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pathlib.Path:
