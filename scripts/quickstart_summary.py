@@ -9,8 +9,14 @@ scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
 
 import argparse
 import json
+import logging
 import pathlib
 import sys
+
+# fairseq's import (through bench) logs "Please install tensorboardX" (optional, unused) and leaves
+# the root logger at DEBUG, so matplotlib's import would print its debug lines: quiet both first
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
 from bench.common import parse_train_log, save_figure
 from bench.quality import samples
@@ -26,11 +32,7 @@ def learning_curve(train_log: pathlib.Path) -> list:
 
 
 def plot(curve: list, title: str, path: pathlib.Path) -> None:
-    import logging
-
     import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves the root logger chatty
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
