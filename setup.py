@@ -37,7 +37,7 @@ setup(
         "matplotlib>=3.5",
         "numpy",
     ],
-    extras_require={"test": ["pytest>=7"]},
+    extras_require={"test": ["pytest>=7", "pytest-xdist>=3"]},  # xdist: scripts/test.sh uses every core
     entry_points={"console_scripts": ["tfixup-diagnose = fairseq_tfixup.diagnostics.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Install (once) and run the test suite. Extra arguments go to pytest.
+# Install (once) and run the test suite on every core. Extra arguments go to pytest
+# (TEST_WORKERS=0: in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 bash "$TFIXUP_ROOT/scripts/install.sh"
 # shellcheck disable=SC1091
 . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 cd "$TFIXUP_ROOT"
-python -m pytest -q tests "$@"
+# Every core (TEST_WORKERS, default auto), a test file per worker (its module fixtures, such as a
+# trained model, are made once). One torch thread per process: most tests run fairseq-train or
+# fairseq-generate in a subprocess, and two workers' multi-threaded processes on a small machine
+# oversubscribe its cores, where busy-waiting threads run many times slower.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+python -m pytest -q -n "${TEST_WORKERS:-auto}" --dist loadfile tests "$@"

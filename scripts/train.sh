@@ -222,6 +222,11 @@ main() {
   if [ "$CPU" = 1 ] && [ -z "${LOG_INTERVAL:-}" ] && [[ " ${SETS[*]} " != *" LOG_INTERVAL="* ]]; then
     SETS+=(--set "LOG_INTERVAL=${CPU_LOG_INTERVAL:-10}")
   fi
+  # on CPU, no data-loader process: beside fairseq-train's torch threads it oversubscribes a small
+  # machine's cores, and busy-waiting threads then run at a fraction of their speed
+  if [ "$CPU" = 1 ] && [[ " ${EXTRA[*]} " != *" --num-workers "* ]]; then
+    EXTRA=(--num-workers 0 "${EXTRA[@]}")
+  fi
   DATA=${POS[1]}; OUT=${POS[2]}
   local values=()
   config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE MAX_EPOCH

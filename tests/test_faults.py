@@ -26,6 +26,8 @@ TINY = {
     "MAX_EPOCH": "0", "MAX_UPDATE": "10", "SAVE_INTERVAL_UPDATES": "5", "MAX_TOKENS": "1000",
     "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
     "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "1", "AVG_CANDIDATES": "1", "OMP_NUM_THREADS": "1",
+    # an untrained model's hypotheses run to evaluate.sh's length cap: 20 tokens keep generation to seconds
+    "MAX_LEN_A": "0", "MAX_LEN_B": "20",
 }
 
 

@@ -24,6 +24,8 @@ TINY = {
     "MAX_EPOCH": "0", "MAX_UPDATE": "100", "SAVE_INTERVAL_UPDATES": "40", "MAX_TOKENS": "1500",
     "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "2", "ENCODER_LAYERS": "2", "DECODER_LAYERS": "2",
     "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "10", "AVG_CANDIDATES": "1 3", "OMP_NUM_THREADS": "1",
+    # an untrained model's hypotheses run to evaluate.sh's length cap: 20 tokens keep generation to seconds
+    "MAX_LEN_A": "0", "MAX_LEN_B": "20",
 }
 
 
