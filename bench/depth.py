@@ -42,7 +42,7 @@ METHODS = {  # name: (method in fairseq_tfixup/presets.py, label); every run wit
 CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at every depth
 
 MODES = {
-    "smoke": dict(depths=[2, 6], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
+    "smoke": dict(depths=[2], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
                   valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
     "default": dict(depths=[6, 20, 50, 100, 200], methods=list(METHODS), updates=600, deep_updates=300,
                     deep_from=200, valid_every=50, max_tokens=1024, valid_lines=1000, test_lines=0),

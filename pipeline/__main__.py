@@ -13,7 +13,7 @@ from pipeline import config as config_mod
 
 
 def cmd_average(args, validate_args):
-    from fairseq_tfixup import atomic
+    from pipeline.plugin import atomic
     from pipeline import average
 
     candidates = [int(k) for k in args.candidates.split()]
@@ -25,7 +25,7 @@ def cmd_average(args, validate_args):
 
 def cmd_results(args, _):
     """results.json: the scores, and the config the run trained with (plus evaluation overrides)."""
-    from fairseq_tfixup import atomic, checkpoints
+    from pipeline.plugin import atomic, checkpoints
     from pipeline import report, score
 
     cfg = config_mod.resolve_run(args.run, config_mod.parse_sets(args.set))
@@ -66,7 +66,7 @@ def cmd_report(args, _):
 
     text = report.build_report(args.experiments, args.results, args.title)
     if args.out:
-        from fairseq_tfixup import atomic
+        from pipeline.plugin import atomic
 
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
             raise FileNotFoundError(f"--out {args.out}: no folder {os.path.dirname(os.path.abspath(args.out))}")
@@ -75,7 +75,7 @@ def cmd_report(args, _):
 
 
 def cmd_updates(args, _):
-    from fairseq_tfixup import checkpoints
+    from pipeline.plugin import checkpoints
     from pipeline import recover
 
     try:

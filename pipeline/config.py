@@ -30,6 +30,8 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
+from pipeline import plugin
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = pathlib.Path(os.environ.get("TFIXUP_CONFIGS", REPO / "configs"))
 RECORD = "config.resolved.json"
@@ -201,15 +203,9 @@ def batch(values: Mapping[str, str], world: int, per_process_batch: bool):
 
 
 def presets():
-    """fairseq_tfixup/presets.py, the one method table. It is plain Python, loaded from its file:
-    importing it as ``fairseq_tfixup.presets`` would import the plugin and fairseq (seconds to
-    tens of seconds) for a table lookup, on every dry run."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tfixup_presets", REPO / "fairseq_tfixup" / "presets.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """fairseq_tfixup/presets.py, the one method table (plain Python: loaded from its file, so that a
+    table lookup on every dry run does not import fairseq; pipeline/plugin.py)."""
+    return plugin.load("presets")
 
 
 def schedule(values: Mapping[str, str]) -> str:
@@ -267,7 +263,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
 def record(cfg: Config, commands: Sequence[str], path) -> None:
     """Write OUT/config.resolved.json: the resolved config and the exact command(s). A rerun
     (resume) may change only how long it trains; any other change is refused."""
-    from fairseq_tfixup import atomic
+    from pipeline.plugin import atomic
 
     path = pathlib.Path(path)
     if path.is_file():

@@ -27,7 +27,7 @@ def first_line(e: BaseException) -> str:
 def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
     """(path, updates) of the checkpoint with the most updates that loads, or None; among
     equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
-    from fairseq_tfixup import checkpoints
+    from pipeline.plugin import checkpoints
 
     found = []
     for path in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt")):
@@ -87,7 +87,7 @@ def train_failure(log_text: str, rc: int, ckpt_dir: str, command: str) -> str:
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
     if _CKPT.search(run) and os.path.exists(last):
         try:
-            from fairseq_tfixup import checkpoints
+            from pipeline.plugin import checkpoints
 
             checkpoints.num_updates(last)
         except LOAD_ERRORS as e:

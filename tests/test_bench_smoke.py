@@ -16,18 +16,6 @@ sys.path.insert(0, str(REPO))
 from bench import speed  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def small_bin(shared_data, tmp_path_factory):
-    """A data-bin with a short valid/test slice, so that validation and BLEU stay quick."""
-    out = tmp_path_factory.mktemp("bench") / "bin"
-    subprocess.run(
-        ["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(out), "--shared", str(shared_data),
-         "--valid-lines", "100", "--test-lines", "30"],
-        check=True, capture_output=True, text=True,
-    )
-    return out
-
-
 def run_bench(name, data, out):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-m", f"bench.{name}", "--smoke", "--data", str(data), "--out", str(out)],
@@ -46,8 +34,8 @@ def run_bench(name, data, out):
     return result
 
 
-def test_speed_benchmark_smoke(small_bin, tmp_path):
-    (rec,) = run_bench("speed", small_bin, tmp_path / "speed")["results"]
+def test_speed_benchmark_smoke(iwslt_bin, tmp_path):
+    (rec,) = run_bench("speed", iwslt_bin, tmp_path / "speed")["results"]
     assert rec["size"] == "tiny" and rec["dtype"] == "fp32"
     for m in ("tfixup", "stock"):
         assert rec[m]["tokens_per_s"] > 0 and rec[m]["gflop_per_step"] > 0
@@ -61,7 +49,7 @@ def test_speed_benchmark_smoke(small_bin, tmp_path):
     assert rec["ratio_tokens_per_s"] == pytest.approx(rec["tfixup"]["tokens_per_s"] / rec["stock"]["tokens_per_s"])
 
 
-def test_speed_times_fairseq_trainer(small_bin, tmp_path):
+def test_speed_times_fairseq_trainer(iwslt_bin, tmp_path):
     """The timed object is fairseq-train's Trainer with fairseq's Adam and each method's own schedule
     (T-Fixup at full lr from update 0, stock warming up from 1e-7), and a CUDA fp16 run passes --fp16,
     which makes fairseq's Trainer half the model and wrap Adam in FP16Optimizer."""
@@ -72,7 +60,7 @@ def test_speed_times_fairseq_trainer(small_bin, tmp_path):
     from fairseq_tfixup import presets
 
     cfg = speed.MODES["smoke"]
-    trainers = {m: speed.build_trainer(m, "tiny", small_bin, cfg, "cpu", "fp32", str(tmp_path)) for m in speed.MODELS}
+    trainers = {m: speed.build_trainer(m, "tiny", iwslt_bin, cfg, "cpu", "fp32", str(tmp_path)) for m in speed.MODELS}
     for t in trainers.values():
         assert isinstance(t, Trainer) and isinstance(t.optimizer, FairseqAdam)
         assert t.cfg.common.cpu and not t.cfg.common.fp16
@@ -82,6 +70,6 @@ def test_speed_times_fairseq_trainer(small_bin, tmp_path):
     trainers["tfixup"].train_step([batch])
     assert trainers["tfixup"].get_num_updates() == 1
     fp16 = convert_namespace_to_omegaconf(presets.parse_train_args(
-        small_bin, speed.train_flags("tfixup", "tiny", 512, "cuda", "fp16", str(tmp_path))))
+        iwslt_bin, speed.train_flags("tfixup", "tiny", 512, "cuda", "fp16", str(tmp_path))))
     assert fp16.common.fp16 and not fp16.common.cpu
     assert not list(tmp_path.iterdir()), "the trainer wrote into its save dir"
