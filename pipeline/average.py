@@ -6,9 +6,11 @@ state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
 """
 
 import collections
+import contextlib
+import io
+import logging
 import os
 import re
-import subprocess
 from typing import Dict, List, Sequence
 
 import torch
@@ -79,16 +81,34 @@ _VALID_LOSS = re.compile(r"\|\s*valid on '[^']*' subset\s*\|\s*loss ([0-9.]+)|\|
 
 
 def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> float:
-    """Label-smoothed loss of ``checkpoint`` on the valid subset, from fairseq-validate."""
-    cmd = ["fairseq-validate", data, "--path", checkpoint, "--valid-subset", "valid", *validate_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"fairseq-validate failed on {checkpoint}: {proc.stderr.strip().splitlines()[-1:]}")
-    for line in reversed((proc.stdout + proc.stderr).splitlines()):
+    """Label-smoothed loss of ``checkpoint`` on the valid subset: fairseq-validate's own code,
+
+        fairseq-validate DATA --path CHECKPOINT --valid-subset valid VALIDATE_ARGS
+
+    run in this process (fairseq is imported here already; a fairseq-validate process per
+    candidate K paid its ~5 s import again). Its log goes to stdout; the loss is read from it."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import validate
+
+    argv = [data, "--path", checkpoint, "--valid-subset", "valid", *validate_args]
+    args = options.parse_args_and_arch(options.get_validation_parser(), argv)
+    # as fairseq-validate: only the flags given override the checkpoint's own settings
+    override = options.parse_args_and_arch(options.get_validation_parser(), argv, suppress_defaults=True)
+    log = io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:  # validate.main replaces the root logger's handler with one on sys.stdout: capture it
+        with contextlib.redirect_stdout(log):
+            validate.main(convert_namespace_to_omegaconf(args), override_args=override)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    for line in reversed(log.getvalue().splitlines()):
         m = _VALID_LOSS.search(line)
         if m:
             return float(m.group(1) or m.group(2))
-    raise RuntimeError(f"no valid loss in fairseq-validate output for {checkpoint}")
+    raise RuntimeError(f"no valid loss in fairseq-validate's output for {checkpoint}")
 
 
 def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out: str,
