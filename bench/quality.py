@@ -277,7 +277,7 @@ def main(argv=None):
         p.error("quality has --smoke and the default mode only")
     cfg = dict(MODES[args.mode], mode=args.mode)
     data = {}
-    if args.mode == "smoke":  # its own tiny test set: an untrained model translates slowly
+    if args.mode == "smoke" and not args.iwslt:  # its own tiny test set: an untrained model translates slowly
         data["iwslt"] = common.prepare_data(100, 20, None, args.data_root)
     for corpus in ("multi30k", "iwslt"):
         if getattr(args, corpus):

@@ -39,13 +39,14 @@ def shared_across_workers(tmp_path_factory, name: str, make) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
-    """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (full train, 500 valid, 200 test)."""
+    """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (full train, 200 valid, 60 test),
+    made once per test run and shared by every test file that trains on real data."""
     import subprocess
 
     def make(root):
         subprocess.run(
             ["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(root / "bin"),
-             "--shared", str(shared_data), "--valid-lines", "500", "--test-lines", "200"],
+             "--shared", str(shared_data), "--valid-lines", "200", "--test-lines", "60"],
             check=True, capture_output=True, text=True,
         )
 

@@ -1,8 +1,11 @@
 """Checks shared by the model tests (T-Fixup's and the baselines'): incremental decoding against the
 full forward pass, a state-dict round trip, and a short fairseq-train run on the real IWSLT'14 sample."""
 
+import contextlib
+import io
+import logging
 import math
-import subprocess
+import sys
 
 import torch
 
@@ -57,14 +60,21 @@ def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
 
 def train_briefly(data, *flags):
     """fairseq-train --user-dir fairseq_tfixup for UPDATES updates on CPU; returns the log
-    after checking that the training loss is finite and falls."""
-    cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *flags, "--criterion",
-           "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--lr", "5e-4", "--max-tokens", "1024",
-           "--max-update", str(UPDATES), "--disable-validation", "--no-save", "--cpu", "--seed", "1",
-           "--log-format", "json", "--log-interval", str(LOG_INTERVAL)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:]
+    after checking that the training loss is finite and falls.
+
+    It runs fairseq-train's own entry point (fairseq_cli.train.cli_main, what the console
+    script calls) with that command line in this process, where fairseq is imported already:
+    a process per method paid fairseq's ~6 s import again. tests/test_cli.py runs the console
+    script itself, in its own process."""
+    from fairseq_cli import train
+
+    argv = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *flags, "--criterion",
+            "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--lr", "5e-4", "--max-tokens", "1024",
+            "--max-update", str(UPDATES), "--disable-validation", "--no-save", "--cpu", "--seed", "1",
+            "--log-format", "json", "--log-interval", str(LOG_INTERVAL), "--num-workers", "0"]
+    with fairseq_log() as log_text, argv_as(argv):
+        train.cli_main()
+    log = log_text.getvalue()
     inner = records(log, "train_inner")
     assert [int(r["num_updates"]) for r in inner] == list(range(LOG_INTERVAL, UPDATES + 1, LOG_INTERVAL))
     losses = [float(r["loss"]) for r in inner]
@@ -72,3 +82,30 @@ def train_briefly(data, *flags):
     print(f"train loss (bits) every {LOG_INTERVAL} updates: {losses}")
     assert losses[-1] < losses[0] - 0.5, losses
     return log
+
+
+@contextlib.contextmanager
+def argv_as(argv):
+    saved = sys.argv
+    sys.argv = [str(a) for a in argv]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+@contextlib.contextmanager
+def fairseq_log():
+    """fairseq's log lines, as its console scripts format them, while the block runs."""
+    text = io.StringIO()
+    handler = logging.StreamHandler(text)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield text
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)

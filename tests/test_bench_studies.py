@@ -262,10 +262,11 @@ def test_depth_and_batch_smoke(iwslt_bin, tmp_path):
     assert res["target_valid_loss"] == min(l for u, l in res["records"]["tfixup-x1"]["valid_curve"] if u <= 4)
 
 
-def test_quality_smoke_through_train_and_evaluate(shared_data, tmp_path):
-    """train.sh -> evaluate.sh on a tiny real data-bin: curves, test BLEU with its signature, samples."""
+def test_quality_smoke_through_train_and_evaluate(shared_data, iwslt_bin, tmp_path):
+    """train.sh -> evaluate.sh on the shared real data-bin (60 test sentences): curves, test BLEU
+    with its signature, samples."""
     out = tmp_path / "quality"
-    cmd = [sys.executable, "-m", "bench.quality", "--smoke", "--data-root", str(tmp_path / "bin"), "--out", str(out)]
+    cmd = [sys.executable, "-m", "bench.quality", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=dict(BENCH_ENV, TFIXUP_SHARED_DATA=str(shared_data)),
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -274,7 +275,7 @@ def test_quality_smoke_through_train_and_evaluate(shared_data, tmp_path):
     assert rec["status"] == "ok", rec.get("error_tail")
     assert rec["valid_curve"] and rec["bleu_curve"] and rec["valid_curve"][-1][0] == 20
     assert all(b is not None and 0 <= b <= 100 for _, b in rec["bleu_curve"])
-    assert rec["test"]["sentences"] == 20 and 0 <= rec["test"]["bleu_tok"] <= 100
+    assert rec["test"]["sentences"] == 60 and 0 <= rec["test"]["bleu_tok"] <= 100
     assert rec["test"]["sacrebleu_signature"].startswith("nrefs:1|case:lc")
     assert len(rec["samples"]) == 3 and all(s["source"] and s["reference"] for s in rec["samples"])
     # generation is capped at 1.2 x source + 10 tokens (fairseq applies it to the batch's longest

@@ -131,11 +131,9 @@ def test_subword_nmt_killed_then_rebuilt_and_stale_data_rebuilt(shared_data, tmp
 # ---- training and evaluation faults, on one small data-bin ----
 
 @pytest.fixture(scope="module")
-def data(shared_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("faults") / "data-bin"
-    proc = prepare(shared_data, out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out
+def data(iwslt_bin):
+    """The shared prepare-iwslt14.sh data-bin (conftest.iwslt_bin: 200 valid, 60 test sentences)."""
+    return iwslt_bin
 
 
 def train(data, out, *extra, env=None, experiment=EXPERIMENT):
@@ -240,7 +238,7 @@ def test_config_outside_configs_is_the_one_recorded_and_results_are_readable(dat
     ev = run("bash", SCRIPTS / "evaluate.sh", "--cpu", conf, data, out,
              env={"PROGRESS_SECONDS": "1", "MAX_UPDATE": "5", "SAVE_INTERVAL_UPDATES": "0"})
     assert ev.returncode == 0, ev.stderr[-3000:]
-    assert re.search(r"translated \d+ / 30 sentences", ev.stderr)  # issue 11 item 5
+    assert re.search(r"translated \d+ / 60 sentences", ev.stderr)  # issue 11 item 5
     res = json.loads((out / "eval" / "results.json").read_text())
     assert res["beam"] == 2 and res["lenpen"] == 0.7 and res["config_file"] == str(conf)
     assert "--beam 2 " in (out / "eval" / "generate-test.cmd").read_text()

@@ -41,11 +41,9 @@ def run(*cmd, extra_env=None, check=True):
 
 
 @pytest.fixture(scope="module")
-def data(shared_data, tmp_path_factory):
-    out = tmp_path_factory.mktemp("chain") / "data-bin"
-    run("bash", SCRIPTS / "prepare-iwslt14.sh", "--out", out, "--shared", shared_data,
-        "--train-lines", "6000", "--valid-lines", "200", "--test-lines", "60")
-    return out
+def data(iwslt_bin):
+    """The shared prepare-iwslt14.sh data-bin (conftest.iwslt_bin: 200 valid, 60 test sentences)."""
+    return iwslt_bin
 
 
 @pytest.fixture(scope="module")

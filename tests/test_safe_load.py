@@ -124,3 +124,23 @@ def test_a_checkpoint_with_numpy_metrics_loads_and_code_is_still_refused(tmp_pat
     with pytest.raises(pickle.UnpicklingError, match="refused"):
         checkpoints.load(bad)
     assert not (tmp_path / "ran").exists()
+
+
+def test_averaging_validation_failure_names_the_checkpoint_and_keeps_the_log_quiet(tmp_path, capfd):
+    """evaluate.sh's averaging runs fairseq-validate's code in its own process (pipeline/average):
+    a checkpoint it cannot validate is one error naming that file, and fairseq's log (DEBUG lines,
+    hydra's warnings) stays out of the terminal and out of the caller's logging setup."""
+    import logging
+
+    from pipeline import average
+
+    data = write_dicts(tmp_path / "data")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level)
+    with pytest.raises(RuntimeError, match=r"^fairseq-validate failed on \S*bad\.pt: "):
+        average.valid_loss(str(bad), str(data), ["--task", "translation", "-s", "de", "-t", "en", "--max-tokens", "1000"])
+    assert (root.handlers[:], root.level) == before
+    out, err = capfd.readouterr()
+    assert "DEBUG" not in out + err and "hydra" not in out + err, out + err
