@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 
-from fairseq_tfixup import atomic, presets
+# the plugin's fairseq-free modules from its files: a study's own process only launches
+# fairseq-train runs and reads their logs, without paying fairseq's ~6 s import (pipeline/plugin.py)
+from pipeline.plugin import atomic, presets
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = presets.USER_DIR
@@ -157,16 +159,29 @@ def machine() -> dict:
     import logging
 
     import torch
-    import fairseq
 
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     return {
         "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "torch": torch.__version__, "fairseq": fairseq.__version__,
+        "python": platform.python_version(), "torch": torch.__version__, "fairseq": fairseq_version(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+
+
+def fairseq_version() -> str:
+    """The installed fairseq's version, from its package metadata (importing fairseq takes ~6 s)."""
+    import importlib.metadata
+
+    for dist in ("fairseq-fixed", "fairseq"):  # Python >= 3.11 needs the fixed fork (README)
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    import fairseq
+
+    return fairseq.__version__
 
 
 def command_line() -> str:

@@ -13,8 +13,8 @@ import logging
 import pathlib
 import sys
 
-# fairseq's import (through bench) logs "Please install tensorboardX" (optional, unused) and leaves
-# the root logger at DEBUG, so matplotlib's import would print its debug lines: quiet both first
+# where fairseq is imported, it logs "Please install tensorboardX" (optional, unused) and leaves the
+# root logger at DEBUG, so matplotlib's import would print its debug lines: quiet both first
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 

@@ -96,16 +96,19 @@ def argv_as(argv):
 
 @contextlib.contextmanager
 def fairseq_log():
-    """fairseq's log lines, as its console scripts format them, while the block runs."""
+    """fairseq's log lines, as its console scripts format them, while the block runs (at INFO,
+    whatever an earlier test in this process set: tfixup-diagnose quiets the fairseq loggers)."""
     text = io.StringIO()
     handler = logging.StreamHandler(text)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    loggers = [logging.getLogger(name) for name in ("", "fairseq", "fairseq_cli", "fairseq_tfixup")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.INFO)
+    loggers[0].addHandler(handler)
     try:
         yield text
     finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
+        loggers[0].removeHandler(handler)
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
