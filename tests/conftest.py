@@ -9,6 +9,20 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_tfixup"
 
 
+# The longest test files, longest first (seconds of one worker on a 2-core machine, 2026-11-22).
+# scripts/test.sh hands whole files to its workers in collection order (--dist loadfile
+# --no-loadscope-reorder): started last, a long file kept one worker busy alone at the end.
+# The first two files do not wait for each other: only the first needs the shared IWSLT data-bin.
+LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_bench_studies.py", "test_cli.py",
+                 "test_faults.py", "test_bench_smoke.py", "test_baselines_deepnorm.py", "test_diagnostics.py",
+                 "test_safe_load.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
     """../shared/data (or $TFIXUP_SHARED_DATA). Skips when absent, except in CI, where it must be there."""
