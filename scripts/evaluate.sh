@@ -113,11 +113,16 @@ translate() {
 }
 
 # Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences.
+# Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
+# open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
 progress() {  # OUTPUT_FILE
-  local total="?" idx="$DATA/$SUBSET.$SRC_LANG-$TGT_LANG.$SRC_LANG.idx" n
+  local total="?" idx="$DATA/$SUBSET.$SRC_LANG-$TGT_LANG.$SRC_LANG.idx" n sleeper=
   # fairseq's mmap .idx: magic (9 bytes), version (8), dtype (1), then the sentence count (uint64)
   [ ! -f "$idx" ] || total=$(od -An -t u8 -j 18 -N 8 "$idx" | tr -d ' ')
-  while sleep "${PROGRESS_SECONDS:-30}"; do
+  trap 'kill $sleeper 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep "${PROGRESS_SECONDS:-30}" & sleeper=$!
+    wait "$sleeper"
     n=$(grep -c '^H-' "$1" 2>/dev/null || true)
     log "translated ${n:-0} / $total sentences"
   done
