@@ -126,7 +126,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "batch.{json,md,png}, batch/runs/")
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "batch.{json,md,png}, batch/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--multipliers", type=int, nargs="+")
     p.add_argument("--updates", type=int, help="update budget of the 1x run")
@@ -147,7 +147,7 @@ def main(argv=None):
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
     runlib.run_study("batch" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data),
-                     plot, report, "large-batch study", args.jobs, args.threads)
+                     plot, report, "large-batch study", args.jobs, args.threads, report_only=args.report_only)
     return 0
 
 

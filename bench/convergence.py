@@ -221,7 +221,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--margin", type=float, default=1.0,
                    help="bits below the unigram level a run must reach to count as not stuck (default 1)")
@@ -247,7 +247,7 @@ def main(argv=None):
     cfg["n_runs"] = len(all_runs)
     runlib.run_study("convergence" + args.tag, args.out, all_runs,
                      lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "valid loss curves", args.jobs, args.threads)
+                     plot, report, "valid loss curves", args.jobs, args.threads, report_only=args.report_only)
     return 0
 
 

@@ -150,7 +150,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}, depth/runs/")
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}, depth/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--depths", type=int, nargs="+", help="layers per side (override the mode's)")
     p.add_argument("--methods", nargs="+", choices=list(METHODS))
@@ -173,7 +173,7 @@ def main(argv=None):
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
     runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "depth study", args.jobs, args.threads)
+                     plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only)
     return 0
 
 

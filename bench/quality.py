@@ -267,7 +267,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
-    p = common.benchmark_parser(__doc__.split("\n\n")[0], "quality.{json,md,png}, quality/runs/")
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "quality.{json,md,png}, quality/runs/")
     p.add_argument("--multi30k", help="data-bin of the full Multi30k De-En (scripts/prepare-corpus.sh)")
     p.add_argument("--iwslt", help="data-bin of the IWSLT'14 sample (scripts/prepare-iwslt14.sh --valid-lines 1000)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
@@ -292,7 +292,7 @@ def main(argv=None):
     runlib.run_study("quality" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, paths, len(all_runs)),
                      plot, report, "valid loss and valid BLEU vs updates", args.jobs,
                      execute=lambda r, work: execute(r, work, args.threads),
-                     todo=[r for r in all_runs if not args.only or r.id in args.only])
+                     todo=[r for r in all_runs if not args.only or r.id in args.only], report_only=args.report_only)
     return 0
 
 

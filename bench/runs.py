@@ -227,12 +227,22 @@ def report_head(title: str, res: dict, n_runs: int) -> str:
     return text
 
 
+def study_parser(description: str, outputs: str):
+    """common.benchmark_parser plus the options of a study made of recorded runs."""
+    p = common.benchmark_parser(description, outputs)
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the report from the runs recorded so far and run nothing")
+    return p
+
+
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
-              threads: int = 1, execute=None, todo: list = None) -> dict:
-    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run), ``jobs`` at a time,
-    rewriting OUT/STEM.{json,md,png} from ``summarise(records)`` after each finished run; print
-    the report at the end and return the result. ``execute(run, work)`` runs one (default:
-    ``train``)."""
+              threads: int = 1, execute=None, todo: list = None, report_only: bool = False) -> dict:
+    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; none with
+    ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
+    ``summarise(records)`` after each finished run; print the report at the end and return the
+    result. ``execute(run, work)`` runs one (default: ``train``)."""
+    if report_only:
+        todo = []
     out = pathlib.Path(out)
     work = work_dir(stem)
     store = out / stem / "runs"

@@ -224,6 +224,23 @@ def test_convergence_smoke_then_resume(iwslt_bin, tmp_path):
     assert [p.stat().st_mtime for p in stored] == mtimes
 
 
+def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp_path, monkeypatch):
+    from bench import runs as runlib
+
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2)]
+    store = tmp_path / "study" / "runs"
+    store.mkdir(parents=True)
+    runlib.common.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
+    ran = []
+    res = runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},
+                           lambda res, path: path.write_bytes(b"png"), lambda res: f"recorded {res['recorded']}",
+                           "caption", jobs=1, execute=lambda r, work: ran.append(r.id), report_only=True)
+    assert ran == [] and res == {"recorded": ["r1"]}
+    assert (tmp_path / "study.md").read_text().startswith("recorded ['r1']")
+    assert sorted(p.name for p in store.iterdir()) == ["r1.json"]
+
+
 def test_sigterm_stops_a_study_and_its_runs(iwslt_bin, tmp_path):
     out = tmp_path / "conv"
     env = dict(BENCH_ENV, TFIXUP_BENCH_WORK=str(tmp_path / "work"))
