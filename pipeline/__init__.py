@@ -7,7 +7,8 @@
 * ``score``   : read fairseq-generate output (refusing a partial one) and compute BLEU:
   tokenized (compound-split for En-De) and detokenized sacreBLEU with its signature;
 * ``report``  : results JSON -> Markdown table next to the paper's numbers;
-* ``corpus``  : small text steps of the data recipes.
+* ``corpus``  : small text steps of the data recipes;
+* ``fairseq_log``: fairseq's code run in this process, its log captured.
 
 Run as ``python -m pipeline <command> --help`` (``python -m pipeline.config``, ``python -m pipeline.corpus``).
 """

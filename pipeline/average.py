@@ -6,12 +6,8 @@ state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
 """
 
 import collections
-import contextlib
-import io
-import logging
 import os
 import re
-import warnings
 from typing import Dict, List, Sequence
 
 import torch
@@ -19,6 +15,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from fairseq_tfixup import checkpoints
+from pipeline import fairseq_log
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
@@ -93,28 +90,14 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
     from fairseq_cli import validate
 
     argv = [data, "--path", checkpoint, "--valid-subset", "valid", *validate_args]
-    log = io.StringIO()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    # everything fairseq says goes to the captured log: fairseq's import left a DEBUG handler on
-    # stderr (wav2vec2_classification calls logging.basicConfig(level=DEBUG)), hydra warns about
-    # its schema matching, and validate.main points the root logger at sys.stdout
-    handler = logging.StreamHandler(log)
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
-    root.handlers[:] = [handler]
-    root.setLevel(logging.INFO)
     try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with fairseq_log.captured() as log:  # validate.main logs to the root logger and prints
             args = options.parse_args_and_arch(options.get_validation_parser(), argv)
             # as fairseq-validate: only the flags given override the checkpoint's own settings
             override = options.parse_args_and_arch(options.get_validation_parser(), argv, suppress_defaults=True)
             validate.main(convert_namespace_to_omegaconf(args), override_args=override)
     except Exception as e:  # one line naming the checkpoint, as the fairseq-validate process gave
         raise RuntimeError(f"fairseq-validate failed on {checkpoint}: {type(e).__name__}: {e}") from e
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
     for line in reversed(log.getvalue().splitlines()):
         m = _VALID_LOSS.search(line)
         if m:

@@ -8,8 +8,9 @@ bash "$TFIXUP_ROOT/scripts/install.sh"
 . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 cd "$TFIXUP_ROOT"
 # Every core (TEST_WORKERS, default auto), a test file per worker (its module fixtures, such as a
-# trained model, are made once), longest files first (tests/conftest.py LONGEST_FIRST). One torch thread per process: most tests run fairseq-train or
-# fairseq-generate in a subprocess, and two workers' multi-threaded processes on a small machine
-# oversubscribe its cores, where busy-waiting threads run many times slower.
+# trained model, are made once), longest files first (tests/conftest.py LONGEST_FIRST). One torch
+# thread per process: most tests run fairseq-train or fairseq-generate in a subprocess, and two
+# workers' multi-threaded processes on a small machine oversubscribe its cores, where busy-waiting
+# threads run many times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 python -m pytest -q -n "${TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder tests "$@"

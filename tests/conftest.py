@@ -9,7 +9,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_tfixup"
 
 
-# The longest test files, longest first (seconds of one worker on a 2-core machine, 2026-11-22).
+# The longest test files, longest first (as timed with --durations on a 2-core machine, 2026-11-22).
 # scripts/test.sh hands whole files to its workers in collection order (--dist loadfile
 # --no-loadscope-reorder): started last, a long file kept one worker busy alone at the end.
 # The first two files do not wait for each other: only the first needs the shared IWSLT data-bin.

@@ -1,15 +1,14 @@
 """Checks shared by the model tests (T-Fixup's and the baselines'): incremental decoding against the
 full forward pass, a state-dict round trip, and a short fairseq-train run on the real IWSLT'14 sample."""
 
-import contextlib
-import io
-import logging
 import math
 import sys
+from unittest import mock
 
 import torch
 
 from conftest import USER_DIR, build_model
+from pipeline import fairseq_log
 from test_cli import records
 
 # a model small enough for a few dozen CPU updates in seconds
@@ -72,7 +71,7 @@ def train_briefly(data, *flags):
             "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--lr", "5e-4", "--max-tokens", "1024",
             "--max-update", str(UPDATES), "--disable-validation", "--no-save", "--cpu", "--seed", "1",
             "--log-format", "json", "--log-interval", str(LOG_INTERVAL), "--num-workers", "0"]
-    with fairseq_log() as log_text, argv_as(argv):
+    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
         train.cli_main()
     log = log_text.getvalue()
     inner = records(log, "train_inner")
@@ -83,32 +82,3 @@ def train_briefly(data, *flags):
     assert losses[-1] < losses[0] - 0.5, losses
     return log
 
-
-@contextlib.contextmanager
-def argv_as(argv):
-    saved = sys.argv
-    sys.argv = [str(a) for a in argv]
-    try:
-        yield
-    finally:
-        sys.argv = saved
-
-
-@contextlib.contextmanager
-def fairseq_log():
-    """fairseq's log lines, as its console scripts format them, while the block runs (at INFO,
-    whatever an earlier test in this process set: tfixup-diagnose quiets the fairseq loggers)."""
-    text = io.StringIO()
-    handler = logging.StreamHandler(text)
-    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
-    loggers = [logging.getLogger(name) for name in ("", "fairseq", "fairseq_cli", "fairseq_tfixup")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.INFO)
-    loggers[0].addHandler(handler)
-    try:
-        yield text
-    finally:
-        loggers[0].removeHandler(handler)
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)

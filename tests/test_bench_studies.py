@@ -279,13 +279,12 @@ def test_depth_and_batch_smoke(iwslt_bin, tmp_path):
     assert res["target_valid_loss"] == min(l for u, l in res["records"]["tfixup-x1"]["valid_curve"] if u <= 4)
 
 
-def test_quality_smoke_through_train_and_evaluate(shared_data, iwslt_bin, tmp_path):
+def test_quality_smoke_through_train_and_evaluate(iwslt_bin, tmp_path):
     """train.sh -> evaluate.sh on the shared real data-bin (60 test sentences): curves, test BLEU
     with its signature, samples."""
     out = tmp_path / "quality"
     cmd = [sys.executable, "-m", "bench.quality", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, env=dict(BENCH_ENV, TFIXUP_SHARED_DATA=str(shared_data)),
-                          capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=REPO, env=BENCH_ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     res = check_outputs(out, "quality")
     (rec,) = res["records"].values()
