@@ -7,12 +7,14 @@ fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
 
 import argparse
 import datetime
+import importlib.metadata
 import json
 import os
 import pathlib
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -158,22 +160,29 @@ def machine() -> dict:
         pass
     import logging
 
-    import torch
-
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     return {
         "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "torch": torch.__version__, "fairseq": fairseq_version(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "python": platform.python_version(), "torch": importlib.metadata.version("torch"),
+        "fairseq": fairseq_version(), "cuda": cuda_device(),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
 
 
+def cuda_device():
+    """The first CUDA GPU's name, or None. torch (~2 s to import) is imported only where an NVIDIA
+    driver is, or where it is loaded already: the study orchestrators run no model themselves."""
+    if "torch" not in sys.modules and not any(
+            os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/nvidiactl")) and not shutil.which("nvidia-smi"):
+        return None
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
 def fairseq_version() -> str:
     """The installed fairseq's version, from its package metadata (importing fairseq takes ~6 s)."""
-    import importlib.metadata
-
     for dist in ("fairseq-fixed", "fairseq"):  # Python >= 3.11 needs the fixed fork (README)
         try:
             return importlib.metadata.version(dist)

@@ -17,20 +17,38 @@ on the training targets and scores valid with it.
 
 import math
 import pathlib
+import struct
 
 import numpy as np
 
 
-def _target_counts(data: pathlib.Path, split: str, src: str, tgt: str, vocab: int) -> np.ndarray:
-    from fairseq.data import data_utils
+# fairseq's binarized format (fairseq-preprocess --dataset-impl mmap, its default; fairseq 0.12
+# data/indexed_dataset.py): NAME.idx = magic, version <Q, dtype code <B, sentence count <Q, then the
+# int32 sizes; NAME.bin = every sentence's token ids back to back. Read here with numpy, so that the
+# benchmark orchestrators need not import fairseq (4-5 s a process); tests/test_bench_studies.py checks
+# the counts against fairseq's own loader.
+_MMAP_MAGIC = b"MMIDIDX\x00\x00"
+_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16, 9: np.uint32,
+           10: np.uint64}
 
-    ds = data_utils.load_indexed_dataset(str(data / f"{split}.{src}-{tgt}.{tgt}"), None)
-    if ds is None:
-        raise FileNotFoundError(f"no binarized {split} targets in {data} ({split}.{src}-{tgt}.{tgt}.bin)")
-    counts = np.zeros(vocab, dtype=np.float64)
-    for i in range(len(ds)):
-        counts += np.bincount(ds[i].numpy(), minlength=vocab)  # each sentence ends with </s>, as in training
-    return counts
+
+def _target_counts(data: pathlib.Path, split: str, src: str, tgt: str, vocab: int) -> np.ndarray:
+    stem = data / f"{split}.{src}-{tgt}.{tgt}"
+    idx, bin_ = stem.with_name(stem.name + ".idx"), stem.with_name(stem.name + ".bin")
+    if not idx.is_file() or not bin_.is_file():
+        raise FileNotFoundError(f"no binarized {split} targets in {data} ({stem.name}.idx/.bin): "
+                                f"prepare the data-bin with scripts/prepare-*.sh")
+    with open(idx, "rb") as f:
+        magic, version, code = f.read(9), struct.unpack("<Q", f.read(8))[0], f.read(1)[0]
+        if magic != _MMAP_MAGIC or version != 1 or code not in _DTYPES:
+            raise ValueError(f"{idx} is not fairseq's mmap format (fairseq-preprocess --dataset-impl mmap)")
+        (n,) = struct.unpack("<Q", f.read(8))
+        sizes = np.frombuffer(f.read(4 * n), dtype=np.int32)
+    tokens = np.fromfile(bin_, dtype=_DTYPES[code])
+    if len(sizes) != n or int(sizes.sum(dtype=np.int64)) != len(tokens):
+        raise ValueError(f"{bin_} does not hold the {n} sentences its index lists: rebuild the data-bin")
+    # each sentence ends with </s>, as in training
+    return np.bincount(tokens, minlength=vocab).astype(np.float64)
 
 
 def _loss_bits(counts_eval: np.ndarray, counts_fit: np.ndarray, eps: float) -> float:
@@ -45,10 +63,9 @@ def _loss_bits(counts_eval: np.ndarray, counts_fit: np.ndarray, eps: float) -> f
 
 def unigram_level(data: pathlib.Path, src: str, tgt: str, label_smoothing: float = 0.1) -> dict:
     """{"oracle": bits, "train_fit": bits, "vocab": V, "valid_tokens": N} for the valid split of a data-bin."""
-    from fairseq.data import Dictionary
-
     data = pathlib.Path(data)
-    vocab = len(Dictionary.load(str(data / f"dict.{tgt}.txt")))
+    # fairseq's Dictionary: its 4 specials (<s>, <pad>, </s>, <unk>) then a line per symbol
+    vocab = 4 + sum(1 for line in open(data / f"dict.{tgt}.txt", encoding="utf-8") if line.strip())
     valid = _target_counts(data, "valid", src, tgt, vocab)
     train = _target_counts(data, "train", src, tgt, vocab)
     return {

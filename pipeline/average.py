@@ -6,6 +6,7 @@ state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
 """
 
 import collections
+import functools
 import os
 import re
 from typing import Dict, List, Sequence
@@ -78,6 +79,19 @@ def save_average(paths: Sequence[str], out: str) -> None:
 _VALID_LOSS = re.compile(r"\|\s*valid on '[^']*' subset\s*\|\s*loss ([0-9.]+)|\|\s*loss ([0-9.]+)\s*\|\s*nll_loss")
 
 
+@functools.lru_cache(maxsize=4)
+def _validate_config(argv: tuple):
+    """fairseq-validate's config and overrides for ``argv``, made once: every candidate K is
+    validated from the same temp path, and hydra's compose takes ~1.7 s a call."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(options.get_validation_parser(), list(argv))
+    # as fairseq-validate: only the flags given override the checkpoint's own settings
+    override = options.parse_args_and_arch(options.get_validation_parser(), list(argv), suppress_defaults=True)
+    return convert_namespace_to_omegaconf(args), override
+
+
 def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> float:
     """Label-smoothed loss of ``checkpoint`` on the valid subset: fairseq-validate's own code,
 
@@ -85,17 +99,12 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
 
     run in this process (fairseq is imported here already; a fairseq-validate process per
     candidate K paid its ~5 s import again). Its log goes to stdout; the loss is read from it."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import validate
 
-    argv = [data, "--path", checkpoint, "--valid-subset", "valid", *validate_args]
+    argv = (data, "--path", checkpoint, "--valid-subset", "valid", *validate_args)
     try:
         with fairseq_log.captured() as log:  # validate.main logs to the root logger and prints
-            args = options.parse_args_and_arch(options.get_validation_parser(), argv)
-            # as fairseq-validate: only the flags given override the checkpoint's own settings
-            override = options.parse_args_and_arch(options.get_validation_parser(), argv, suppress_defaults=True)
-            validate.main(convert_namespace_to_omegaconf(args), override_args=override)
+            validate.main(*_validate_config(argv))
     except Exception as e:  # one line naming the checkpoint, as the fairseq-validate process gave
         raise RuntimeError(f"fairseq-validate failed on {checkpoint}: {type(e).__name__}: {e}") from e
     for line in reversed(log.getvalue().splitlines()):

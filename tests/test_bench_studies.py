@@ -165,6 +165,21 @@ def test_unigram_level_is_fairseqs_loss_of_the_best_unigram_model(iwslt_bin):
     assert level["train_fit"] >= level["oracle"]
 
 
+def test_unigram_level_refuses_a_truncated_data_bin(iwslt_bin, tmp_path):
+    """The counts are read from fairseq's .idx/.bin with numpy (no fairseq import): a .bin that lacks
+    part of the sentences its index lists is refused, naming the file, not counted."""
+    import shutil
+
+    for f in iwslt_bin.iterdir():
+        if f.name.startswith(("dict.", "train.de-en.en", "valid.de-en.en")):
+            shutil.copy(f, tmp_path / f.name)
+    assert unigram_level(tmp_path, "de", "en") == unigram_level(iwslt_bin, "de", "en")
+    binfile = tmp_path / "valid.de-en.en.bin"
+    binfile.write_bytes(binfile.read_bytes()[:-4])
+    with pytest.raises(ValueError, match=r"valid\.de-en\.en\.bin does not hold the 200 sentences"):
+        unigram_level(tmp_path, "de", "en")
+
+
 # ---------------------------------------------------------------- runs: resume and interrupt
 
 
