@@ -220,7 +220,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     plt.close(fig)
 
 
-def main(argv=None):
+def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--margin", type=float, default=1.0,
@@ -231,15 +231,30 @@ def main(argv=None):
         p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--lrs", type=float, nargs="+")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", choices=list(METHODS),
+                   help="run only these: the headline's methods with every seed, the others with the first")
+    return p
+
+
+def make_config(args) -> dict:
+    """The mode's settings with the command line's overrides."""
+    cfg = dict(MODES[args.mode], mode=args.mode, dropout=args.dropout, decay_period=args.decay_period)
+    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
+              "seeds", "lrs"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    if args.methods:  # both lists: --methods tfixup once also ran every one-seed method
+        cfg["methods"] = [m for m in args.methods if m in MODES[args.mode]["methods"]]
+        cfg["one_seed_methods"] = [m for m in args.methods if m not in MODES[args.mode]["methods"]]
+    return cfg
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     if args.mode == "quick":
         p.error("convergence has --smoke and the default mode only")
-    cfg = dict(MODES[args.mode], mode=args.mode, dropout=args.dropout, decay_period=args.decay_period)
-    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
-              "seeds", "lrs", "methods"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
+    cfg = make_config(args)
     data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
     level = unigram_level(data, "de", "en")
     common.log(f"unigram level of valid: {level['train_fit']} bits (fit on train), {level['oracle']} (fit on valid)")

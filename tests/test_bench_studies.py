@@ -60,6 +60,19 @@ def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
     assert "STUCK" in text and "0.375" in text
 
 
+def test_convergence_methods_option_runs_only_those():
+    """--methods names the runs: a headline method with every seed, another with the first seed only
+    (it once added every one-seed method besides)."""
+    cfg = convergence.make_config(convergence.parser().parse_args(
+        ["--data", "d", "--out", "o", "--lrs", "5e-4", "--methods", "tfixup", "preln", "--long-updates", "0"]))
+    ids = [r.id for r in convergence.make_runs(cfg, pathlib.Path("d"))]
+    assert ids == ["main-tfixup-lr0.0005-s1", "main-tfixup-lr0.0005-s2", "main-tfixup-lr0.0005-s3",
+                   "main-preln-lr0.0005-s1"]
+    every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
+                                  pathlib.Path("d"))
+    assert len(every) == 2 * (3 * 3 + 8) + 3  # per lr: 3 methods x 3 seeds, 8 one-seed methods; 3 long runs
+
+
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
     monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
     monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
