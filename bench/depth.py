@@ -123,12 +123,25 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     colors = dict(zip(METHODS, ["C3", "C0", "C1", "C4", "C5", "C6", "C7", "C8", "C9", "k"]))
     methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
-    fig, axes = plt.subplots(1, len(methods) + 1, figsize=(4.5 * (len(methods) + 1), 4), squeeze=False)
-    axes = axes[0]
+    ncols = min(4, len(methods) + 1)  # a grid: one row of 11 panels was too wide to read
+    nrows = -(-(len(methods) + 1) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.8 * nrows), squeeze=False)
+    axes = grid.flatten()
+    for ax in axes[len(methods) + 1:]:
+        ax.set_visible(False)
+    axes = axes[:len(methods) + 1]
+    full = max((r["updates"] for r in res["rows"]), default=0)
     for m in methods:
         rows = [r for r in res["rows"] if r["method"] == m and r["final_valid"] is not None]
         axes[0].plot([r["depth"] for r in rows], [r["final_valid"] for r in rows], "o-", color=colors[m],
                      label=METHODS[m][1])
+        # the deepest runs had fewer updates (time): hollow, so that a shorter budget does not read as depth
+        short = [r for r in rows if r["updates"] < full]
+        axes[0].plot([r["depth"] for r in short], [r["final_valid"] for r in short], "o", color="white",
+                     markeredgecolor=colors[m], markersize=6)
+    if any(r["updates"] < full for r in res["rows"]):
+        axes[0].plot([], [], "o", color="white", markeredgecolor="gray",
+                     label=f"hollow: fewer than {full} updates")
     for ax in axes:
         ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
         ax.axhline(res["trained_threshold"], color="gray", ls=":", lw=1, label="trained below this")
@@ -145,6 +158,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.set_xlabel("updates")
     for ax in axes:
         ax.legend(fontsize=7)
+    fig.tight_layout()  # rows of panels: keep titles clear of the axis labels above them
     common.save_figure(fig, path)
     plt.close(fig)
 
