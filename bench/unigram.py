@@ -43,7 +43,7 @@ def _target_counts(data: pathlib.Path, split: str, src: str, tgt: str, vocab: in
         if magic != _MMAP_MAGIC or version != 1 or code not in _DTYPES:
             raise ValueError(f"{idx} is not fairseq's mmap format (fairseq-preprocess --dataset-impl mmap)")
         (n,) = struct.unpack("<Q", f.read(8))
-        sizes = np.frombuffer(f.read(4 * n), dtype=np.int32)
+        sizes = np.fromfile(f, dtype=np.int32, count=n)  # fewer when the index is cut short: refused below
     tokens = np.fromfile(bin_, dtype=_DTYPES[code])
     if len(sizes) != n or int(sizes.sum(dtype=np.int64)) != len(tokens):
         raise ValueError(f"{bin_} does not hold the {n} sentences its index lists: rebuild the data-bin")

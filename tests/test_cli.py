@@ -27,7 +27,7 @@ RECIPE = ["--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", "5e-4", "
 # stage (measured on conftest's 6000-pair data-bin): enough to show fairseq-train learning through the
 # plugin, in about 20 s of one CPU thread
 UPDATES = 40
-VALIDATE_EVERY = 10  # 5 points of the valid curve; each validation translates nothing, but reads 200 sentences
+VALIDATE_EVERY = 10  # 4 points of the valid curve; each validation translates nothing, but reads 200 sentences
 # fairseq-generate as scripts/evaluate.sh runs it: hypotheses capped at 1.2 x source + 10 tokens (an
 # undertrained model otherwise writes up to 200 tokens a sentence, and generation takes minutes)
 LENGTH_CAP = ["--max-len-a", "1.2", "--max-len-b", "10"]
