@@ -4,6 +4,7 @@
 * ``config``  : read ``configs/`` (the one reader) and give the scripts values, the
   fairseq-train arguments and the run's record ``config.resolved.json``;
 * ``average`` : average the last K checkpoints, K chosen on the VALID set;
+* ``generate``: fairseq-generate's own code in this process (after the averaging: one import);
 * ``score``   : read fairseq-generate output (refusing a partial one) and compute BLEU:
   tokenized (compound-split for En-De) and detokenized sacreBLEU with its signature;
 * ``report``  : results JSON -> Markdown table next to the paper's numbers;

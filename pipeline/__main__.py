@@ -1,4 +1,6 @@
-"""``python -m pipeline {average,results,report,updates}``: the Python steps of scripts/*.sh."""
+"""``python -m pipeline {average,generate,results,report,updates,train-failure}``: the Python steps of
+scripts/*.sh. Steps separated by ``:::`` run one after the other in one process (evaluate.sh's
+average and generate: fairseq is imported once)."""
 
 import argparse
 import datetime
@@ -23,9 +25,15 @@ def cmd_average(args, validate_args):
           file=sys.stderr)
 
 
+def cmd_generate(args, generate_args):
+    from pipeline import generate
+
+    generate.generate(generate_args, args.out, args.log)
+
+
 def cmd_results(args, _):
     """results.json: the scores, and the config the run trained with (plus evaluation overrides)."""
-    from pipeline.plugin import atomic, checkpoints
+    from pipeline.plugin import atomic
     from pipeline import report, score
 
     cfg = config_mod.resolve_run(args.run, config_mod.parse_sets(args.set))
@@ -40,12 +48,13 @@ def cmd_results(args, _):
         if not math.isfinite(scores[key]):
             raise ValueError(f"{key} is not a finite number")
     record = config_mod.read_record(args.run)
+    averaging = json.loads(pathlib.Path(args.average_json).read_text())
     result = {
         "experiment": cfg.name, "table": v["TABLE"], "row": v["ROW"],
         "paper_bleu": float(v["PAPER_BLEU"]) if v["PAPER_BLEU"] else None,
         "paper_metric": v["PAPER_METRIC"], "beam": int(v["BEAM"]), "lenpen": float(v["LENPEN"]),
         "checkpoint": os.path.abspath(args.checkpoint),
-        "num_updates": checkpoints.num_updates(args.checkpoint),
+        "num_updates": averaging["num_updates"],  # recorded by the average step (no torch import here)
         "generate_output": os.path.abspath(args.generate),
         "subset": args.subset,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -54,8 +63,7 @@ def cmd_results(args, _):
         "config": v, "config_file": cfg.path, "train_commands": record["train_commands"],
     }
     result["bleu"] = report.paper_comparable_bleu(result)
-    if args.average_json and os.path.exists(args.average_json):
-        result["averaging"] = json.loads(pathlib.Path(args.average_json).read_text())
+    result["averaging"] = averaging
     atomic.write_json(args.out, result, sort_keys=True)
     print(f"{cfg.name}: BLEU {result['bleu']:.2f} ({result['paper_metric']}), "
           f"tok {result['bleu_tok']:.2f}, detok {result['bleu_detok']:.2f} -> {args.out}", file=sys.stderr)
@@ -91,12 +99,20 @@ def cmd_train_failure(args, _):
     print(recover.train_failure(text, args.exit, args.ckpt_dir, args.command))
 
 
+def steps(argv: list) -> list:
+    """``STEP ARGS [-- FAIRSEQ ARGS] [::: STEP ARGS [-- FAIRSEQ ARGS] ...]`` -> [(args, fairseq args)]:
+    after "--", the arguments for fairseq-validate (average) or fairseq-generate (generate)."""
+    out = []
+    while argv:
+        i = argv.index(":::") if ":::" in argv else len(argv)
+        step, argv = argv[:i], argv[i + 1:]
+        j = step.index("--") if "--" in step else len(step)
+        out.append((step[:j], step[j + 1:]))
+    return out
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = []
-    if "--" in argv:  # after "--": arguments for fairseq-validate
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
     parser = argparse.ArgumentParser(prog="python -m pipeline")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -108,13 +124,18 @@ def main(argv=None):
     p.add_argument("--json", required=True, help="where to record the choice")
     p.set_defaults(func=cmd_average)
 
+    p = sub.add_parser("generate", help="fairseq-generate ARGS (after '--') in this process")
+    p.add_argument("--out", required=True, help="the hypotheses (fairseq-generate's stdout)")
+    p.add_argument("--log", required=True, help="its log (fairseq-generate's stderr)")
+    p.set_defaults(func=cmd_generate)
+
     p = sub.add_parser("results", help="score a fairseq-generate output and write the results JSON")
     p.add_argument("--run", required=True, help="the training OUT_DIR (its config.resolved.json)")
     p.add_argument("--set", action="append", default=[], help="evaluation overrides KEY=VALUE")
     p.add_argument("--generate", required=True)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--raw-refs", default="")
-    p.add_argument("--average-json", default="")
+    p.add_argument("--average-json", required=True, help="the average step's record (K, num_updates)")
     p.add_argument("--subset", default="test")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_results)
@@ -139,9 +160,10 @@ def main(argv=None):
     p.add_argument("--command", required=True)
     p.set_defaults(func=cmd_train_failure)
 
-    args = parser.parse_args(argv)
     try:
-        args.func(args, extra)
+        for step, extra in steps(argv) or [([], [])]:
+            args = parser.parse_args(step)
+            args.func(args, extra)
     except (FileNotFoundError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
         raise SystemExit(f"error: {str(e).splitlines()[0]}")
 

@@ -126,13 +126,14 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
         paths = last_checkpoints(ckpt_dir, k)
         save_average(paths, tmp)
         loss = valid_loss(tmp, data, validate_args)
-        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
+        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss,
+                      "num_updates": _updates(paths[0])})  # the newest's: the averaged model's count
         if best is None or loss < best["valid_loss"]:
             best = tried[-1]
             os.replace(tmp, out)
     if os.path.exists(tmp):
         os.remove(tmp)
-    return {"chosen": best, "tried": tried}
+    return {"chosen": best, "tried": tried, "num_updates": best["num_updates"]}
 
 
 num_updates = checkpoints.num_updates

@@ -81,38 +81,50 @@ same_cmd() {  # STAMP CMD...
 }
 stamp() { printf '%q ' "${@:2}" > "$1"; }
 
-average() {
+# Averaging and translating run in one Python process (python -m pipeline STEP ::: STEP): a
+# fairseq-generate process of its own paid fairseq's import again. GENERATE_CMD is what runs,
+# fairseq-generate's own code, and what --dry-run prints.
+average_and_translate() {
+  local steps=() out=$EVAL/generate-$SUBSET.txt average=1 translate=1
+  # averaging.json without num_updates: made by an older version, which results.json now reads
   if [ "$EVAL/averaged.pt" -nt "$OUT/checkpoints/checkpoint_last.pt" ] && [ -f "$EVAL/averaging.json" ] \
-     && same_cmd "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"; then
-    return
+     && grep -q '"num_updates"' "$EVAL/averaging.json" && same_cmd "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"; then
+    average=0
   fi
-  log "averaging, K chosen on $DATA valid"
-  rm -f "$EVAL/averaged.cmd"
-  "${AVERAGE_CMD[@]}" 2>&1 | quiet >&2
-  stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
+  if [ "$average" = 0 ] && [ "$out" -nt "$EVAL/averaged.pt" ] \
+     && same_cmd "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"; then
+    translate=0
+  fi
+  if [ "$average" = 1 ]; then
+    log "averaging, K chosen on $DATA valid"
+    rm -f "$EVAL/averaged.cmd"
+    steps+=("${AVERAGE_CMD[@]:3}" :::)
+  fi
+  if [ "$translate" = 1 ]; then
+    rm -f "$EVAL/generate-$SUBSET.cmd"
+    TMP_PATHS+=("$out.tmp")
+    steps+=(generate --out "$out.tmp" --log "$EVAL/generate-$SUBSET.log" -- "${GENERATE_CMD[@]:1}")
+  fi
+  [ ${#steps[@]} -gt 0 ] || return 0
+  local progress_pid=
+  if [ "$translate" = 1 ]; then
+    # the log line when translating starts (after the averaging's valid runs)
+    MESSAGE="fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN" progress "$out.tmp" &
+    progress_pid=$!
+  fi
+  local rc=0
+  python3 -m pipeline "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
+  [ -z "$progress_pid" ] || kill "$progress_pid" 2>/dev/null || true
+  [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
+  [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
+  if [ "$translate" = 1 ]; then
+    mv "$out.tmp" "$out"
+    stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
+  fi
 }
 
-# translate to a temp name, moved into place when complete
-translate() {
-  local out=$EVAL/generate-$SUBSET.txt
-  if [ "$out" -nt "$EVAL/averaged.pt" ] && same_cmd "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"; then
-    return
-  fi
-  log "fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN"
-  rm -f "$EVAL/generate-$SUBSET.cmd"
-  TMP_PATHS+=("$out.tmp")
-  progress "$out.tmp" &
-  local progress_pid=$!
-  if ! "${GENERATE_CMD[@]}" > "$out.tmp" 2> "$EVAL/generate-$SUBSET.log"; then
-    kill "$progress_pid" 2>/dev/null || true
-    die "fairseq-generate failed: $(grep -E '^\w*(Error|Exception)' "$EVAL/generate-$SUBSET.log" | tail -n 1); see $EVAL/generate-$SUBSET.log"
-  fi
-  kill "$progress_pid" 2>/dev/null || true
-  mv "$out.tmp" "$out"
-  stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
-}
-
-# Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences.
+# Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences,
+# once translating has started (the output file exists); MESSAGE first, at that moment.
 # Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
 # open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
 progress() {  # OUTPUT_FILE
@@ -120,6 +132,11 @@ progress() {  # OUTPUT_FILE
   # fairseq's mmap .idx: magic (9 bytes), version (8), dtype (1), then the sentence count (uint64)
   [ ! -f "$idx" ] || total=$(od -An -t u8 -j 18 -N 8 "$idx" | tr -d ' ')
   trap 'kill $sleeper 2>/dev/null; exit 0' TERM
+  while [ ! -e "$1" ]; do
+    sleep 0.5 & sleeper=$!
+    wait "$sleeper"
+  done
+  log "$MESSAGE"
   while :; do
     sleep "${PROGRESS_SECONDS:-30}" & sleeper=$!
     wait "$sleeper"
@@ -148,8 +165,7 @@ main() {
   fi
   use_venv
   mkdir -p "$EVAL"
-  average
-  translate
+  average_and_translate
   "${RESULTS_CMD[@]}"  # score -> results.json (atomic)
 }
 

@@ -21,7 +21,7 @@ SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
 # a tiny model and run; everything else is the experiment's config
 TINY = {
-    "MAX_EPOCH": "0", "MAX_UPDATE": "60", "SAVE_INTERVAL_UPDATES": "20", "MAX_TOKENS": "1500",
+    "MAX_EPOCH": "0", "MAX_UPDATE": "30", "SAVE_INTERVAL_UPDATES": "10", "MAX_TOKENS": "1500",
     "EMBED_DIM": "64", "FFN_DIM": "128", "HEADS": "2", "ENCODER_LAYERS": "2", "DECODER_LAYERS": "2",
     "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "10", "AVG_CANDIDATES": "1 3", "OMP_NUM_THREADS": "1",
     # an untrained model's hypotheses run to evaluate.sh's length cap: 20 tokens keep generation to seconds
@@ -48,7 +48,7 @@ def data(iwslt_bin):
 
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
-    """Train, kill -9 once the update-20 checkpoint is saved, rerun the same command."""
+    """Train, kill -9 once the update-10 checkpoint is saved, rerun the same command."""
     out = tmp_path_factory.mktemp("chain") / "run"
     cmd = ["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
@@ -57,8 +57,8 @@ def trained(data, tmp_path_factory):
     deadline = time.time() + 240
     try:
         while time.time() < deadline and proc.poll() is None:
-            # "Saved checkpoint" is logged once checkpoint_1_20.pt and its copy checkpoint_last.pt are complete
-            if log.exists() and "checkpoint_1_20.pt" in log.read_text() and "Saved checkpoint" in log.read_text():
+            # "Saved checkpoint" is logged once checkpoint_1_10.pt and its copy checkpoint_last.pt are complete
+            if log.exists() and "checkpoint_1_10.pt" in log.read_text() and "Saved checkpoint" in log.read_text():
                 break
             time.sleep(0.5)
     finally:
@@ -66,7 +66,7 @@ def trained(data, tmp_path_factory):
             os.killpg(proc.pid, signal.SIGKILL)  # the crash
         proc.wait()
     first_run = log.read_text()
-    assert "checkpoint_1_20.pt" in first_run
+    assert "checkpoint_1_10.pt" in first_run
     assert "done training" not in first_run, "the first run finished before it was killed"
     second = run(*cmd)
     return out, first_run, second.stdout
@@ -74,19 +74,19 @@ def trained(data, tmp_path_factory):
 
 def test_rerun_resumes_from_checkpoint_last(trained):
     out, first_run, second_stdout = trained
-    # the rerun loaded checkpoint_last.pt at update 20 or later and finished at the configured 60
+    # the rerun loaded checkpoint_last.pt at update 10 or later and finished at the configured 30
     m = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", second_stdout)
     assert m, second_stdout[-3000:]
-    assert int(m.group(1)) >= 20
+    assert int(m.group(1)) >= 10
     updates = [int(u) for u in re.findall(r"num_updates (\d+)", second_stdout)]
-    assert updates and min(updates) > int(m.group(1)) and max(updates) == 60
+    assert updates and min(updates) > int(m.group(1)) and max(updates) == 30
     state = checkpoints.load(out / "checkpoints" / "checkpoint_last.pt")
-    assert state["optimizer_history"][-1]["num_updates"] == 60
+    assert state["optimizer_history"][-1]["num_updates"] == 30
     # both runs are on the books (for device-hours): the killed one, booked by the rerun, then the rerun
     runs = [line.split("\t") for line in (out / "train_runs.tsv").read_text().splitlines()]
     assert [r[4] for r in runs] == ["killed", "0"]
     assert int(runs[0][0]) <= int(runs[0][1]) <= int(runs[1][0]) and not (out / "train_run.open").exists()
-    assert json.loads((out / "config.resolved.json").read_text())["values"]["MAX_UPDATE"] == "60"
+    assert json.loads((out / "config.resolved.json").read_text())["values"]["MAX_UPDATE"] == "30"
 
 
 def test_chain_average_generate_score_report(trained, data):
@@ -115,13 +115,13 @@ def test_chain_average_generate_score_report(trained, data):
     torch.testing.assert_close(avg[name], sum(c[name] for c in chosen) / len(chosen))
 
     res = json.loads((ev / "results.json").read_text())
-    assert res["sentences"] == 60 and res["num_updates"] == 60
+    assert res["sentences"] == 60 and res["num_updates"] == 30
     assert math.isfinite(res["bleu_tok"]) and math.isfinite(res["bleu_detok"]) and res["bleu_tok"] >= 0
     assert res["detok_reference"] == "raw test set text"
     assert res["sacrebleu_signature"].startswith("nrefs:1|case:lc|")
     assert res["bleu"] == res["bleu_tok"] and res["paper_bleu"] == 35.5
     # the result describes the run that happened: its resolved config and exact command
-    assert res["config"]["MAX_UPDATE"] == "60" and res["config"]["EMBED_DIM"] == "64"
+    assert res["config"]["MAX_UPDATE"] == "30" and res["config"]["EMBED_DIM"] == "64"
     assert res["train_commands"] == (out / "train_command.sh").read_text().splitlines()
 
     # report.sh reads RUNS/EXPERIMENT/eval/results.json: point a runs folder at our run
@@ -133,10 +133,23 @@ def test_chain_average_generate_score_report(trained, data):
     row = [line for line in report.stdout.splitlines() if line.startswith("| Table 1: IWSLT'14 De-En small")]
     assert len(row) == 1
     cells = [c.strip() for c in re.split(r"(?<!\\)\|", row[0].strip("|"))]
-    assert cells[1] == "35.5" and cells[2] == f"{res['bleu']:.2f}" and cells[5] == "60"
+    assert cells[1] == "35.5" and cells[2] == f"{res['bleu']:.2f}" and cells[5] == "30"
     assert res["sacrebleu_signature"].replace("|", "\\|") in row[0]  # escaped for Markdown tables
     assert (runs / "report.md").read_text() == report.stdout
     print(report.stdout)
+
+
+def test_generate_failure_is_one_line_naming_its_log(trained, data):
+    """fairseq-generate runs in the averaging's process (one fairseq import): its failure, here a
+    subset the data-bin lacks, is still one line naming the log, and nothing half-made is left."""
+    out, _, _ = trained
+    ev = out / "eval"
+    proc = run("bash", SCRIPTS / "evaluate.sh", "--cpu", "--subset", "nope", EXPERIMENT, data, out, check=False)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: fairseq-generate failed: ") and "nope" in last, proc.stderr[-3000:]
+    assert last.endswith(f"see {ev}/generate-nope.log") and "Traceback" in (ev / "generate-nope.log").read_text()
+    assert not (ev / "generate-nope.txt").exists() and not list(ev.glob("*.tmp"))
 
 
 def _epoch_wpb(log_text):
