@@ -121,19 +121,20 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     tried = []
     best = None
     tmp = out + ".candidate.pt"
-    available = len(last_checkpoints(ckpt_dir, 10 ** 9))
+    every = last_checkpoints(ckpt_dir, 10 ** 9)
+    available = len(every)
+    updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
     for k in sorted({min(int(c), available) for c in candidates}):
         paths = last_checkpoints(ckpt_dir, k)
         save_average(paths, tmp)
         loss = valid_loss(tmp, data, validate_args)
-        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss,
-                      "num_updates": _updates(paths[0])})  # the newest's: the averaged model's count
+        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
         if best is None or loss < best["valid_loss"]:
             best = tried[-1]
             os.replace(tmp, out)
     if os.path.exists(tmp):
         os.remove(tmp)
-    return {"chosen": best, "tried": tried, "num_updates": best["num_updates"]}
+    return {"chosen": best, "tried": tried, "num_updates": updates}
 
 
 num_updates = checkpoints.num_updates
