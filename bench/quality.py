@@ -108,6 +108,32 @@ def _sh(script: str, *args) -> list:
     return ["bash", str(common.REPO / "scripts" / script), *map(str, args)]
 
 
+def train_wall(out: pathlib.Path, fallback: float) -> tuple:
+    """(seconds, segments) of training: a run resumed after a session's end trained in several
+    train.sh calls, each booked in train_runs.tsv (start, end, ...); without that file, `fallback`."""
+    booked = out / "train_runs.tsv"
+    rows = [line.split("\t") for line in booked.read_text().splitlines() if line.strip()] if booked.exists() else []
+    if not rows:
+        return round(fallback, 1), 1
+    return float(sum(int(r[1]) - int(r[0]) for r in rows)), len(rows)
+
+
+def wall_curve(epochs: list) -> list:
+    """(update, training seconds so far) at each epoch's end, from fairseq's end-of-epoch records in log
+    order. fairseq's train_wall counts from the start of each train.sh call, so a resumed run's clock
+    starts again at 0: each restart adds the previous call's last value (its unfinished epoch, redone
+    after the resume, is not counted)."""
+    walls, offset, last = {}, 0.0, 0.0
+    for r in epochs:
+        if "train_num_updates" not in r:
+            continue
+        if r["train_wall"] < last:  # a new train.sh call
+            offset += last
+        last = r["train_wall"]
+        walls[int(r["train_num_updates"])] = round(offset + last, 1)
+    return sorted(walls.items())
+
+
 def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     """train.sh then evaluate.sh for one (corpus, method); the record holds curves, results and samples."""
     out = work / run.id
@@ -131,7 +157,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
               "evaluate_command": " ".join(map(shlex.quote, eval_cmd))}
     t0 = time.time()
     rc = runlib.run_logged(train_cmd, out / "train.out", env)
-    record["train_wall_s"] = round(time.time() - t0, 1)
+    record["train_wall_s"], record["train_segments"] = train_wall(out, time.time() - t0)
     text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
     parsed = common.parse_train_log(text)
     record["status"] = runlib.run_status(text, parsed, rc)
@@ -139,9 +165,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     valid = {int(r["valid_num_updates"]): r for r in parsed["valid"]}
     record["valid_curve"] = [(u, valid[u]["valid_loss"]) for u in sorted(valid)]
     record["bleu_curve"] = [(u, valid[u].get("valid_bleu")) for u in sorted(valid)]
-    # wall clock at each validation: the end-of-epoch train record just before it
-    walls = {int(r["train_num_updates"]): r["train_wall"] for r in parsed["epoch"] if "train_num_updates" in r}
-    record["wall_curve"] = sorted(walls.items())
+    record["wall_curve"] = wall_curve(parsed["epoch"])
     record["epochs"] = len(walls)
     record["stopped_by"] = "patience" if "early stop" in text else "max epoch/update"
     cmd_file = out / "train_command.sh"
@@ -195,7 +219,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
             "best_valid_loss": min((l for _, l in rec.get("valid_curve", [])), default=None),
             "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
             "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
-            "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1),
+            "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1), "train_segments": rec.get("train_segments", 1),
             "updates_to_baseline_best_valid_bleu": upd,
             "wall_min_to_baseline_best_valid_bleu": round(walls[upd] / 60, 1) if upd in walls else None,
             "averaged_k": (test.get("averaging") or {}).get("k"),
@@ -217,7 +241,9 @@ def report(res: dict) -> str:
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, lr 5e-4, Adam (0.9, 0.98); "
         f"T-Fixup: no LayerNorm, no warmup (lr*sqrt(4000/(4000+t))); baselines: warmup {cfg['warmup']} updates, "
         f"then inverse sqrt. Training stops when valid loss has not improved for {cfg['patience']} epochs "
-        f"(at most {cfg['max_epoch']} epochs). Test: average of the last K epoch checkpoints (K chosen on valid), "
+        f"(at most {cfg['max_epoch']} epochs); train min: wall clock of all its train.sh calls (a run in N parts "
+        f"was resumed from its last checkpoint N-1 times, on a machine whose load differed), min to it: fairseq's "
+        f"train_wall (training only) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
         f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
         f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu).\n\n")
     text += common.md_table(
@@ -225,7 +251,8 @@ def report(res: dict) -> str:
          "updates", "epochs", "stopped by", "train min", "updates to baseline's best valid BLEU", "min to it", "K"],
         [[r["corpus"], METHODS[r["method"]][2], r["status"], r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
-          r["train_wall_min"], r["updates_to_baseline_best_valid_bleu"], r["wall_min_to_baseline_best_valid_bleu"],
+          f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
+          r["updates_to_baseline_best_valid_bleu"], r["wall_min_to_baseline_best_valid_bleu"],
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"

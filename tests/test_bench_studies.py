@@ -135,6 +135,18 @@ def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):
     assert rows["tfixup"]["test_bleu_tok"] == 36.0 and res["complete"]
 
 
+def test_quality_times_of_a_resumed_run_add_up(tmp_path):
+    """A run resumed after a session's end: its train time is every train.sh call's (train_runs.tsv),
+    and its clock at each epoch goes on from where the first call's stopped (fairseq's train_wall
+    starts again at 0 in the second call)."""
+    (tmp_path / "train_runs.tsv").write_text("1000\t3000\t1\tcpu\tinterrupted\n4000\t4500\t1\tcpu\t0\n")
+    assert quality.train_wall(tmp_path, 123.4) == (2500.0, 2)
+    assert quality.train_wall(tmp_path / "none", 123.4) == (123.4, 1)
+    epochs = [{"train_num_updates": 124, "train_wall": 250.0}, {"train_num_updates": 248, "train_wall": 500.0},
+              {"train_num_updates": 372, "train_wall": 240.0}, {"train_num_updates": 496, "train_wall": 490.0}]
+    assert quality.wall_curve(epochs) == [(124, 250.0), (248, 500.0), (372, 740.0), (496, 990.0)]
+
+
 def test_quality_samples_are_the_first_test_sentences(tmp_path):
     gen = tmp_path / "generate-test.txt"
     gen.write_text("S-2\tdrei\nT-2\tthree\nH-2\t-0.1\tthree\nS-0\teins\nT-0\tone\nH-0\t-0.2\tone\n"
