@@ -33,15 +33,26 @@ VALIDATE_EVERY = 10  # 4 points of the valid curve; each validation translates n
 LENGTH_CAP = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
-def train(data, save_dir, max_update, *extra):
-    cmd = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *MODEL, *RECIPE,
-           "--max-update", str(max_update), "--validate-interval-updates", str(VALIDATE_EVERY),
-           "--save-interval-updates", str(UPDATES),
-           "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--cpu", "--seed", "1",
-           "--log-format", "json", "--log-interval", "25", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def train_args(data, save_dir, max_update, *extra, user_dir=USER_DIR):
+    return [str(data), "--user-dir", str(user_dir), *MODEL, *RECIPE,
+            "--max-update", str(max_update), "--validate-interval-updates", str(VALIDATE_EVERY),
+            "--save-interval-updates", str(UPDATES),
+            "--no-epoch-checkpoints", "--save-dir", str(save_dir), "--cpu", "--seed", "1",
+            "--log-format", "json", "--log-interval", "25", *extra]
+
+
+def train(data, save_dir, max_update, *extra, user_dir=USER_DIR, cwd=None):
+    proc = subprocess.run(["fairseq-train", *train_args(data, save_dir, max_update, *extra, user_dir=user_dir)],
+                          capture_output=True, text=True, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
+
+
+def generate_args(data, checkpoint):
+    """fairseq-generate on the fixture's real test slice, as scripts/evaluate.sh runs it."""
+    return [str(data), "--user-dir", str(USER_DIR), "--path", str(checkpoint), "--gen-subset", "test", "--beam", "4",
+            "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100", "--required-batch-size-multiple", "1",
+            "--cpu", *LENGTH_CAP]
 
 
 def records(log, kind):
@@ -51,14 +62,50 @@ def records(log, kind):
     return [json.loads(m.group(1)) for m in map(pattern.search, log.splitlines()) if m]
 
 
+# One fresh interpreter trains the module's model and translates the test slice with fairseq's own
+# entry points (fairseq-train's and fairseq-generate's cli_main: what those commands run), recording
+# every attempt to import torchaudio on the way (a failed one leaves nothing in sys.modules). One
+# process for the three, not three: each start imports fairseq (~5 s of CPU).
+PROBE = r"""
+import json, sys
+attempts = []
+class Spy:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torchaudio":
+            attempts.append(name)
+        return None
+sys.meta_path.insert(0, Spy())
+data, train_args, generate_args = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+from fairseq_cli import train  # first: it sets up logging before importing fairseq, as fairseq-train does
+from fairseq_cli import generate
+import fairseq_tfixup
+from fairseq_tfixup import presets
+presets.build(data, ["-s", "de", "-t", "en", "--arch", "transformer_tfixup_deep_narrow"], seed=1)
+sys.argv = ["fairseq-train", *train_args]
+train.cli_main()
+print("=== GENERATE ===", flush=True)
+sys.argv = ["fairseq-generate", *generate_args]
+generate.cli_main()
+print("TORCHAUDIO", json.dumps({"attempts": attempts, "loaded": "torchaudio" in sys.modules}))
+"""
+
+
 @pytest.fixture(scope="module")
 def trained(iwslt_bin, tmp_path_factory):
+    """(save dir, training log, generation output, torchaudio record) of the probe above."""
     save_dir = tmp_path_factory.mktemp("ckpt")
-    return save_dir, train(iwslt_bin, save_dir, UPDATES)
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(iwslt_bin),
+                           json.dumps(train_args(iwslt_bin, save_dir, UPDATES)),
+                           json.dumps(generate_args(iwslt_bin, save_dir / "checkpoint_best.pt"))],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    train_out, generate_out = proc.stdout.split("=== GENERATE ===\n", 1)
+    generate_out, torchaudio = generate_out.split("TORCHAUDIO ", 1)
+    return save_dir, train_out + proc.stderr, generate_out + proc.stderr, json.loads(torchaudio)
 
 
 def test_valid_loss_falls_well_below_its_first_value(trained):
-    _, log = trained
+    _, log, _, _ = trained
     assert "T-Fixup: no LayerNorm" in log
     valid = records(log, "valid")
     losses = [float(r["valid_loss"]) for r in valid]
@@ -71,23 +118,25 @@ def test_valid_loss_falls_well_below_its_first_value(trained):
     assert all(math.isfinite(x) for x in train_losses)
 
 
-def test_generate_translates_the_real_test_slice(trained, iwslt_bin):
-    save_dir, _ = trained
-    proc = subprocess.run(
-        ["fairseq-generate", str(iwslt_bin), "--user-dir", str(USER_DIR), "--path", str(save_dir / "checkpoint_best.pt"),
-         "--gen-subset", "test", "--beam", "4", "--lenpen", "0.3", "--remove-bpe", "--batch-size", "100",
-         "--required-batch-size-multiple", "1", "--cpu", *LENGTH_CAP],
-        capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    hyps = [l for l in proc.stdout.splitlines() if l.startswith("H-")]
+def test_generate_translates_the_real_test_slice(trained):
+    _, _, out, _ = trained
+    hyps = [l for l in out.splitlines() if l.startswith("H-")]
     assert len(hyps) == 60  # the fixture's real test slice
     assert sum(len(h.split("\t")[2].split()) for h in hyps) > 60  # not empty translations
-    bleu = re.search(r"BLEU4 = ([\d.]+)", proc.stdout + proc.stderr)
+    bleu = re.search(r"Generate test with beam=4: BLEU4 = ([\d.]+)", out)
     assert bleu and math.isfinite(float(bleu.group(1)))
 
 
+def test_nothing_imports_torchaudio(trained):
+    """fairseq-fixed pulls torchaudio, which may not import (a CUDA build beside a CPU torch): the plugin,
+    model building, training and generation (the fixture's probe) must not even try it."""
+    _, log, out, torchaudio = trained
+    assert "done training" in log and "BLEU4 = " in out  # the probe went all the way
+    assert torchaudio == {"attempts": [], "loaded": False}
+
+
 def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained, iwslt_bin):
-    save_dir, _ = trained
+    save_dir, *_ = trained
     path = save_dir / "checkpoint_last.pt"
     saved = checkpoints.load(path)["model"]
     # fairseq builds the model (which applies T-Fixup to fresh weights), then loads the state dict
@@ -110,11 +159,15 @@ def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained, iwslt_bi
 
 
 def test_resume_continues_from_checkpoint_last(trained, iwslt_bin, tmp_path):
-    save_dir, _ = trained
+    """Resumed as from a checkout: cwd the repo root, `--user-dir fairseq_tfixup` by name (the
+    installed case is test_user_dir_by_name)."""
+    save_dir, *_ = trained
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(save_dir, resumed_dir)
     # 10 more updates, logged every 5: what is checked is the resume
-    log = train(iwslt_bin, resumed_dir, UPDATES + 10, "--disable-validation", "--log-interval", "5")
+    log = train(iwslt_bin, resumed_dir, UPDATES + 10, "--disable-validation", "--log-interval", "5",
+                user_dir="fairseq_tfixup", cwd=USER_DIR.parent)
+    assert "TFixupTransformerModel" in log
     assert re.search(rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ {UPDATES} updates\)", log), log[-2000:]
     inner = records(log, "train_inner")
     assert int(inner[0]["num_updates"]) == UPDATES + 5  # continued, not restarted
@@ -148,23 +201,19 @@ checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_epoch_checkpoints: true}}
     assert checkpoints.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 3
 
 
-@pytest.mark.parametrize("where", ["checkout", "installed"])
-def test_user_dir_by_name(where, iwslt_bin, tmp_path):
-    """`--user-dir fairseq_tfixup`, relative: from a checkout (cwd = repo root), and from any directory
-    once installed next to fairseq (fairseq also looks for user dirs beside its own package)."""
+def test_user_dir_by_name(iwslt_bin, tmp_path):
+    """`--user-dir fairseq_tfixup`, relative, from any directory once installed next to fairseq (fairseq
+    also looks for user dirs beside its own package). From a checkout: test_resume_continues_from_checkpoint_last."""
     import os
 
     import fairseq
 
-    if where == "checkout":
-        cwd = USER_DIR.parent
-    else:
-        beside_fairseq = os.path.join(os.path.dirname(fairseq.__file__), "..", "fairseq_tfixup")
-        if not os.path.isdir(beside_fairseq):
-            if os.environ.get("CI"):
-                pytest.fail("fairseq_tfixup is not installed next to fairseq (scripts/install.sh does that)")
-            pytest.skip("fairseq_tfixup is not installed next to fairseq (editable or no install)")
-        cwd = tmp_path
+    beside_fairseq = os.path.join(os.path.dirname(fairseq.__file__), "..", "fairseq_tfixup")
+    if not os.path.isdir(beside_fairseq):
+        if os.environ.get("CI"):
+            pytest.fail("fairseq_tfixup is not installed next to fairseq (scripts/install.sh does that)")
+        pytest.skip("fairseq_tfixup is not installed next to fairseq (editable or no install)")
+    cwd = tmp_path
     proc = subprocess.run(
         ["fairseq-train", str(iwslt_bin), "--user-dir", "fairseq_tfixup", "--arch", "transformer_tfixup_deep_narrow",
          "--encoder-layers", "1", "--decoder-layers", "1", "--optimizer", "adam", "--lr", "5e-4",
@@ -175,46 +224,3 @@ def test_user_dir_by_name(where, iwslt_bin, tmp_path):
     assert proc.returncode == 0, log[-3000:]
     assert "TFixupTransformerModel" in log
     assert int(records(log, "train_inner")[-1]["num_updates"]) == 2
-
-
-# Run in a fresh interpreter: record every attempt to import torchaudio (a failed one leaves nothing in
-# sys.modules), then import the plugin, build a model, and run fairseq-train's and fairseq-generate's
-# own entry points (what --user-dir fairseq_tfixup and the scripts run).
-NO_TORCHAUDIO_PROBE = r"""
-import json, sys
-attempts = []
-class Spy:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "torchaudio":
-            attempts.append(name)
-        return None
-sys.meta_path.insert(0, Spy())
-data, save_dir = sys.argv[1:3]
-import fairseq_tfixup
-from fairseq_tfixup import presets
-presets.build(data, ["-s", "de", "-t", "en", "--arch", "transformer_tfixup_deep_narrow"], seed=1)
-from fairseq_cli import generate, train
-sys.argv = ["fairseq-train", data, "--user-dir", fairseq_tfixup.__path__[0], "--arch", "transformer_tfixup_deep_narrow",
-            "--encoder-layers", "1", "--decoder-layers", "1", "--optimizer", "adam", "--lr", "5e-4",
-            "--lr-scheduler", "inverse_sqrt_nowarmup", "--max-tokens", "512", "--max-update", "1",
-            "--disable-validation", "--no-epoch-checkpoints", "--cpu", "--save-dir", save_dir]
-train.cli_main()
-sys.argv = ["fairseq-generate", data, "--user-dir", fairseq_tfixup.__path__[0], "--path", save_dir + "/checkpoint_last.pt",
-            "--gen-subset", "test",
-            "--max-sentences", "20", "--required-batch-size-multiple", "1", "--cpu", "--beam", "1", "--max-len-a", "1.2",
-            "--max-len-b", "10"]
-generate.cli_main()
-print("TORCHAUDIO", json.dumps({"attempts": attempts, "loaded": "torchaudio" in sys.modules}))
-"""
-
-
-def test_nothing_imports_torchaudio(iwslt_bin, tmp_path):
-    """fairseq-fixed pulls torchaudio, which may not import (a CUDA build beside a CPU torch): the plugin,
-    model building, training and generation must not even try it."""
-    proc = subprocess.run([sys.executable, "-c", NO_TORCHAUDIO_PROBE, str(iwslt_bin), str(tmp_path / "ckpt")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert checkpoints.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 1  # it trained
-    assert re.search(r"Generate test with beam=1: BLEU4 = [\d.]+", proc.stdout + proc.stderr)
-    result = json.loads(proc.stdout.split("TORCHAUDIO ", 1)[1])
-    assert result == {"attempts": [], "loaded": False}
