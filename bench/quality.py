@@ -166,7 +166,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     record["valid_curve"] = [(u, valid[u]["valid_loss"]) for u in sorted(valid)]
     record["bleu_curve"] = [(u, valid[u].get("valid_bleu")) for u in sorted(valid)]
     record["wall_curve"] = wall_curve(parsed["epoch"])
-    record["epochs"] = len(walls)
+    record["epochs"] = len(record["wall_curve"])
     record["stopped_by"] = "patience" if "early stop" in text else "max epoch/update"
     cmd_file = out / "train_command.sh"
     record["fairseq_train_command"] = cmd_file.read_text().strip() if cmd_file.exists() else None
