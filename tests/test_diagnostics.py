@@ -5,7 +5,6 @@ Models are tiny (d=16..32, 1-2 layers) and data is a slice of the real IWSLT'14 
 """
 
 import json
-import subprocess
 import sys
 
 import numpy as np
@@ -188,7 +187,14 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_module_help_runs():
-    r = subprocess.run([sys.executable, "-m", "fairseq_tfixup.diagnostics.cli", "--help"],
-                       capture_output=True, text=True, check=True)
-    assert "grad-hist" in r.stdout and "hessian" in r.stdout
+def test_cli_module_help_runs(capsys, monkeypatch):
+    """`python -m fairseq_tfixup.diagnostics.cli --help`, run here as -m runs it (a new interpreter
+    would import fairseq again, ~5 s)."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["cli", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("fairseq_tfixup.diagnostics.cli", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert "grad-hist" in out and "hessian" in out
