@@ -158,10 +158,10 @@ def _epoch_wpb(log_text):
     return float(m[-1])
 
 
-def test_two_cpu_processes_both_train_and_double_the_batch(data, tmp_path):
+def test_two_cpu_processes_both_train_and_double_the_batch(trained, data, tmp_path):
+    """Two ranks against one process: the module's run (same config, data, seed and batch size) is
+    the one-process reference."""
     small = {"MAX_UPDATE": "6", "SAVE_INTERVAL_UPDATES": "0", "LOG_INTERVAL": "1"}
-    one = tmp_path / "one"
-    run("bash", SCRIPTS / "train.sh", "--cpu", EXPERIMENT, data, one, "--", "--no-save", extra_env=small)
     two = tmp_path / "two"
     port = str(29700 + os.getpid() % 200)
     run("bash", SCRIPTS / "train.sh", "--cpu", "--nproc", "2", "--per-process-batch", "--master-port", port,
@@ -169,7 +169,7 @@ def test_two_cpu_processes_both_train_and_double_the_batch(data, tmp_path):
     # train.sh waits for every rank and fails if one does; fairseq logs only on rank 0,
     # so rank 1 shows its start and the others show its work
     rank0, rank1 = (two / "train.log").read_text(), (two / "train.rank1.log").read_text()
-    single = (one / "train.log").read_text()
+    single = (trained[0] / "train.log").read_text()
     assert "distributed init (rank 1)" in rank1 and "initialized host" in rank1
     assert "done training" in rank0 and "num_updates 6" in rank0
     # each rank reads half of the batches of an epoch ...
