@@ -160,7 +160,7 @@ def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained, iwslt_bi
 
 def test_resume_continues_from_checkpoint_last(trained, iwslt_bin, tmp_path):
     """Resumed as from a checkout: cwd the repo root, `--user-dir fairseq_tfixup` by name (the
-    installed case is test_user_dir_by_name)."""
+    installed case is test_hydra_config_with_common_user_dir_by_name)."""
     save_dir, *_ = trained
     resumed_dir = tmp_path / "resumed"
     shutil.copytree(save_dir, resumed_dir)
@@ -176,10 +176,27 @@ def test_resume_continues_from_checkpoint_last(trained, iwslt_bin, tmp_path):
     assert float(inner[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(4000 / (4000 + UPDATES + 10)), rel=1e-4)
 
 
-def test_hydra_config_with_common_user_dir(iwslt_bin, tmp_path):
+def installed_user_dir() -> str:
+    """'fairseq_tfixup' by name where it is installed next to fairseq (scripts/install.sh puts it there;
+    fairseq also looks for user dirs beside its own package), else the checkout's path (an editable
+    install; CI must have the installed one)."""
+    import os
+
+    import fairseq
+
+    if os.path.isdir(os.path.join(os.path.dirname(fairseq.__file__), "..", "fairseq_tfixup")):
+        return "fairseq_tfixup"
+    if os.environ.get("CI"):
+        pytest.fail("fairseq_tfixup is not installed next to fairseq (scripts/install.sh does that)")
+    return str(USER_DIR)
+
+
+def test_hydra_config_with_common_user_dir_by_name(iwslt_bin, tmp_path):
+    """fairseq-hydra-train with `common.user_dir: fairseq_tfixup`, relative, from a directory without
+    it: the installed copy is found by name (from a checkout: test_resume_continues_from_checkpoint_last)."""
     config = tmp_path / "tfixup.yaml"
     config.write_text(f"""
-common: {{user_dir: {USER_DIR}, cpu: true, log_format: json, log_interval: 1, seed: 1}}
+common: {{user_dir: {installed_user_dir()}, cpu: true, log_format: json, log_interval: 1, seed: 1}}
 task: {{_name: translation, data: {iwslt_bin}, source_lang: de, target_lang: en}}
 model: {{_name: transformer_tfixup, encoder: {{embed_dim: 64, ffn_embed_dim: 128, layers: 1, attention_heads: 2}},
          decoder: {{embed_dim: 64, ffn_embed_dim: 128, layers: 1, attention_heads: 2}}}}
@@ -191,7 +208,7 @@ dataset: {{max_tokens: 1024, validate_interval_updates: 0, disable_validation: t
 checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_epoch_checkpoints: true}}
 """)
     proc = subprocess.run(["fairseq-hydra-train", "--config-dir", str(tmp_path), "--config-name", "tfixup",
-                           f"hydra.run.dir={tmp_path / 'hydra'}"], capture_output=True, text=True)
+                           f"hydra.run.dir={tmp_path / 'hydra'}"], capture_output=True, text=True, cwd=tmp_path)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert "TFixupTransformerModel" in log
@@ -199,28 +216,3 @@ checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_epoch_checkpoints: true}}
     assert float(records(log, "train_inner")[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(100 / 103), rel=1e-4)
     # a hydra run's checkpoint loads safely (weights_only) with only what the plugin registers
     assert checkpoints.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 3
-
-
-def test_user_dir_by_name(iwslt_bin, tmp_path):
-    """`--user-dir fairseq_tfixup`, relative, from any directory once installed next to fairseq (fairseq
-    also looks for user dirs beside its own package). From a checkout: test_resume_continues_from_checkpoint_last."""
-    import os
-
-    import fairseq
-
-    beside_fairseq = os.path.join(os.path.dirname(fairseq.__file__), "..", "fairseq_tfixup")
-    if not os.path.isdir(beside_fairseq):
-        if os.environ.get("CI"):
-            pytest.fail("fairseq_tfixup is not installed next to fairseq (scripts/install.sh does that)")
-        pytest.skip("fairseq_tfixup is not installed next to fairseq (editable or no install)")
-    cwd = tmp_path
-    proc = subprocess.run(
-        ["fairseq-train", str(iwslt_bin), "--user-dir", "fairseq_tfixup", "--arch", "transformer_tfixup_deep_narrow",
-         "--encoder-layers", "1", "--decoder-layers", "1", "--optimizer", "adam", "--lr", "5e-4",
-         "--lr-scheduler", "inverse_sqrt_nowarmup", "--max-tokens", "512", "--max-update", "2", "--no-save",
-         "--disable-validation", "--cpu", "--log-format", "json", "--log-interval", "1"],
-        capture_output=True, text=True, cwd=cwd)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, log[-3000:]
-    assert "TFixupTransformerModel" in log
-    assert int(records(log, "train_inner")[-1]["num_updates"]) == 2
