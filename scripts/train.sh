@@ -227,11 +227,12 @@ main() {
   if [ "$CPU" = 1 ] && [[ " ${EXTRA[*]} " != *" --num-workers "* ]]; then
     EXTRA=(--num-workers 0 "${EXTRA[@]}")
   fi
-  DATA=${POS[1]}; OUT=${POS[2]}
-  local values=()
-  config_get values "${POS[0]}" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE MAX_EPOCH
-  EXPERIMENT=${POS[0]}; local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]} MAX_EPOCH=${values[4]}
+  DATA=${POS[1]}; OUT=${POS[2]}; EXPERIMENT=${POS[0]}
   if [ "$DRY_RUN" = 0 ]; then  # a dry run may show the command before the data exists
+    # (and needs no values but the command's: build_commands reads and checks the config)
+    local values=()
+    config_get values "$EXPERIMENT" "${SETS[@]}" -- EXPERIMENT SRC PREPARE MAX_UPDATE MAX_EPOCH
+    local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]} MAX_EPOCH=${values[4]}
     [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$prepare)"
     [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"
     # the data-bin's manifest (scripts/prepare-*.sh): refuse incomplete data; one made
