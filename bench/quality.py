@@ -243,7 +243,7 @@ def report(res: dict) -> str:
         f"then inverse sqrt. Training stops when valid loss has not improved for {cfg['patience']} epochs "
         f"(at most {cfg['max_epoch']} epochs); train min: wall clock of all its train.sh calls (a run in N parts "
         f"was resumed from its last checkpoint N-1 times, on a machine whose load differed), min to it: fairseq's "
-        f"train_wall (training only) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
+        f"train_wall (training only, over all its calls) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
         f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
         f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu).\n\n")
     text += common.md_table(

@@ -91,5 +91,6 @@ if [ "$fresh" = 1 ]; then
     | grep -v 'Please install tensorboardX'
 else
   # already checked when installed; importing fairseq again costs ~5 s on every scripts/test.sh
-  python -c "from importlib.metadata import version as v; print('fairseq', v('fairseq-fixed' if __import__('sys').version_info >= (3, 11) else 'fairseq'), 'torch', v('torch'))"
+  python -c "import sys; from importlib.metadata import version as v
+print('fairseq', v('fairseq-fixed' if sys.version_info >= (3, 11) else 'fairseq'), 'torch', v('torch'))"
 fi
