@@ -1,5 +1,7 @@
 """End to end through fairseq's own command lines, on the real IWSLT'14 sample:
-fairseq-preprocess (scripts/prepare-iwslt14.sh) -> fairseq-train --user-dir fairseq_tfixup -> fairseq-generate."""
+fairseq-preprocess (scripts/prepare-iwslt14.sh) -> fairseq-train --user-dir fairseq_tfixup -> fairseq-generate.
+The module's model is trained and translated by those commands' entry points in one interpreter (PROBE); the
+resume and the hydra run start the console scripts themselves."""
 
 import json
 import math
