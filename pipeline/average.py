@@ -121,11 +121,11 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     tried = []
     best = None
     tmp = out + ".candidate.pt"
-    every = last_checkpoints(ckpt_dir, 10 ** 9)
-    available = len(every)
+    every = last_checkpoints(ckpt_dir, 10 ** 9)  # newest first; each candidate is its first k (listed once:
+    # listing may load checkpoint_last.pt to compare its update count)
     updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
-    for k in sorted({min(int(c), available) for c in candidates}):
-        paths = last_checkpoints(ckpt_dir, k)
+    for k in sorted({min(int(c), len(every)) for c in candidates}):
+        paths = every[:k]
         save_average(paths, tmp)
         loss = valid_loss(tmp, data, validate_args)
         tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})

@@ -53,8 +53,7 @@ def test_refused_after_importing_the_plugin(crafted):
     the plugin's and fairseq's each refuse the crafted checkpoint."""
     from fairseq import checkpoint_utils
 
-    import fairseq_tfixup  # noqa: F401
-    from fairseq_tfixup import checkpoints
+    from fairseq_tfixup import checkpoints  # imports the plugin, which registers its safe types
 
     path, marker = crafted
     assert not [k for k in os.environ if "NO_WEIGHTS_ONLY" in k], "safe loading switched off"
