@@ -101,6 +101,13 @@ FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags), "optimizer": m.optimi
             for name, m in presets.METHODS.items()}
 dims_flags = presets.dims_flags
 
+# One color per method (fairseq_tfixup/presets.py METHODS) in every benchmark figure, so that a
+# method looks the same in the convergence, quality and depth plots; C2 is left for Post-LN without
+# warmup where a study runs Post-LN both ways.
+METHOD_COLORS = {"tfixup": "C3", "postln": "C0", "preln": "C1", "radam": "C4", "dsinit": "C5", "rfixup": "C6",
+                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k"}
+POSTLN_NO_WARMUP_COLOR = "C2"
+
 
 def schedule_flags(warmup: int, decay_period: int) -> list:
     """Warmup: fairseq's inverse_sqrt (linear warmup from 1e-7, then lr*sqrt(W/t)).

@@ -183,9 +183,9 @@ def report(res: dict) -> str:
     return text
 
 
-COLORS = {"tfixup": "C3", "postln_warmup": "C0", "postln": "C2", "preln": "C1", "radam": "C4", "dsinit_warmup": "C5",
-          "rfixup_warmup": "C6", "dlcl_warmup": "C7", "dlcl_preln_warmup": "C8", "deepnorm_warmup": "C9",
-          "admin_warmup": "k"}
+def color(name: str) -> str:
+    """The method's color in every benchmark figure; Post-LN without warmup is told apart from the baseline."""
+    return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.METHOD_COLORS[METHODS[name][0]]
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -203,7 +203,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
                 continue
             u, l = zip(*rec["valid_curve"])
             m = rec["method"]
-            ax.plot(u, l, color=COLORS.get(m, "k"), lw=1.2, alpha=0.8,
+            ax.plot(u, l, color=color(m), lw=1.2, alpha=0.8,
                     label=None if m in labelled else METHODS[m][2])
             labelled.add(m)
         ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")

@@ -121,7 +121,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = dict(zip(METHODS, ["C3", "C0", "C1", "C4", "C5", "C6", "C7", "C8", "C9", "k"]))
+    colors = {m: common.METHOD_COLORS[preset] for m, (preset, _) in METHODS.items()}
     methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
     ncols = min(4, len(methods) + 1)  # a grid: one row of 11 panels was too wide to read
     nrows = -(-(len(methods) + 1) // ncols)

@@ -51,6 +51,7 @@ METHODS = {  # name: (config in configs/, its METHOD if the config's is not it, 
     "dsinit": ("iwslt14_de_en_postln", "dsinit", "DS-Init + warmup"),
     "rfixup": ("iwslt14_de_en_postln", "rfixup", "R-Fixup + warmup"),
     "dlcl": ("iwslt14_de_en_postln", "dlcl", "DLCL + warmup"),
+    "dlcl_preln": ("iwslt14_de_en_postln", "dlcl_preln", "DLCL-Pre-LN + warmup"),
     "deepnorm": ("iwslt14_de_en_postln", "deepnorm", "DeepNorm + warmup"),
     "admin": ("iwslt14_de_en_postln", "admin", "Admin + warmup"),
 }
@@ -65,7 +66,7 @@ MODES = {
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     runs=[("multi30k", "tfixup"), ("multi30k", "postln"), ("multi30k", "preln"),
                           ("iwslt", "tfixup"), ("iwslt", "postln")]
-                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "deepnorm", "admin")]),
+                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin")]),
 }
 
 
@@ -271,12 +272,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     corpora = sorted({r["corpus"] for r in res["records"].values()})
     fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
-    colors = {"tfixup": "C3", "postln": "C0", "preln": "C1"}
     for j, corpus in enumerate(corpora):
         for rec in res["records"].values():
             if rec["corpus"] != corpus:
                 continue
-            label, color = METHODS[rec["method"]][2], colors.get(rec["method"])
+            label, color = METHODS[rec["method"]][2], common.METHOD_COLORS[rec["method"]]
             if rec.get("valid_curve"):
                 axes[0][j].plot(*zip(*rec["valid_curve"]), color=color, label=label, marker=".")
             pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]

@@ -73,6 +73,26 @@ def test_convergence_methods_option_runs_only_those():
     assert len(every) == 2 * (3 * 3 + 8) + 3  # per lr: 3 methods x 3 seeds, 8 one-seed methods; 3 long runs
 
 
+
+def test_every_study_runs_every_method_with_its_own_color():
+    """Issue 12: each method of fairseq_tfixup/presets.py is a row of the quality, convergence and
+    depth studies, drawn in one color of its own in all three figures."""
+    from bench import common
+    from fairseq_tfixup import presets
+
+    everything = convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"]))
+    studied = {
+        "quality": {m for _, m in quality.MODES["default"]["runs"]},
+        "convergence": {convergence.METHODS[r.meta["method"]][0]
+                        for r in convergence.make_runs(everything, pathlib.Path("d"))},
+        "depth": {preset for preset, _ in depth.METHODS.values()},
+    }
+    for study, methods in studied.items():
+        assert methods == set(presets.METHODS), study
+    assert set(common.METHOD_COLORS) == set(presets.METHODS)
+    colors = list(common.METHOD_COLORS.values()) + [common.POSTLN_NO_WARMUP_COLOR]
+    assert len(set(colors)) == len(colors)
+
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
     monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
     monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
