@@ -73,7 +73,6 @@ def test_convergence_methods_option_runs_only_those():
     assert len(every) == 2 * (3 * 3 + 8) + 3  # per lr: 3 methods x 3 seeds, 8 one-seed methods; 3 long runs
 
 
-
 def test_every_study_runs_every_method_with_its_own_color():
     """Issue 12: each method of fairseq_tfixup/presets.py is a row of the quality, convergence and
     depth studies, drawn in one color of its own in all three figures."""
@@ -85,7 +84,9 @@ def test_every_study_runs_every_method_with_its_own_color():
         "quality": {m for _, m in quality.MODES["default"]["runs"]},
         "convergence": {convergence.METHODS[r.meta["method"]][0]
                         for r in convergence.make_runs(everything, pathlib.Path("d"))},
-        "depth": {preset for preset, _ in depth.METHODS.values()},
+        "depth": {depth.METHODS[r.meta["method"]][0]
+                  for r in depth.make_runs(dict(depth.MODES["default"], lr=5e-4, decay_period=4000, seed=1),
+                                           pathlib.Path("d"))},
     }
     for study, methods in studied.items():
         assert methods == set(presets.METHODS), study
