@@ -319,15 +319,15 @@ def plot(result: dict, path: pathlib.Path) -> None:
     x = range(len(rs))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     w = 0.38
-    axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color="C3", label="T-Fixup")
-    axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color="C0", label="stock Post-LN")
+    axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color=common.METHOD_COLORS["tfixup"], label="T-Fixup")
+    axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color=common.METHOD_COLORS["postln"], label="stock Post-LN")
     axes[0].set_ylabel("target tokens / s (training step)")
 
     def mem(r, m):
         return r[f"{r['device']}_memory"][m]["train_peak_mib"]
 
-    axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color="C3", label="T-Fixup")
-    axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color="C0", label="stock Post-LN")
+    axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color=common.METHOD_COLORS["tfixup"], label="T-Fixup")
+    axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color=common.METHOD_COLORS["postln"], label="stock Post-LN")
     axes[1].set_ylabel("training peak memory (MiB)")
     for ax in axes:
         ax.set_xticks(list(x))

@@ -121,8 +121,9 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     tried = []
     best = None
     tmp = out + ".candidate.pt"
-    every = last_checkpoints(ckpt_dir, 10 ** 9)  # newest first; each candidate is its first k (listed once:
-    # listing may load checkpoint_last.pt to compare its update count)
+    # Listed once, newest first; each candidate K averages the first K (listing may load
+    # checkpoint_last.pt to compare its update count).
+    every = last_checkpoints(ckpt_dir, 10 ** 9)
     updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
     for k in sorted({min(int(c), len(every)) for c in candidates}):
         paths = every[:k]
