@@ -6,7 +6,8 @@ Importing the package registers, with fairseq:
   (``transformer_tfixup``, ``transformer_tfixup_iwslt_de_en``,
   ``transformer_tfixup_wmt_en_de``, ``transformer_tfixup_vaswani_wmt_en_de_big``,
   ``transformer_tfixup_deep_narrow``);
-* the learning-rate scheduler ``inverse_sqrt_nowarmup``;
+* the learning-rate schedulers ``inverse_sqrt_nowarmup`` (T-Fixup's) and
+  ``inverse_sqrt_matched`` (a warmup onto T-Fixup's curve, for baselines);
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
 It also allows ``torch.load(..., weights_only=True)`` (torch's default since 2.6)
@@ -24,6 +25,6 @@ from fairseq_tfixup import checkpoints
 # checkpoints hold, and nothing that can run code (see checkpoints.py).
 checkpoints.register_safe_globals()
 
-from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup  # noqa: F401  (registers)
+from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup, inverse_sqrt_matched  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)
 from fairseq_tfixup import baselines  # noqa: F401  (registers the methods T-Fixup is compared against)

@@ -62,10 +62,12 @@ def model_flags(name: str, arch: str = "") -> List[str]:
     return ["--arch", arch or m.arch, *m.flags]
 
 
-def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7") -> List[str]:
+def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7", decay_period: int = 4000) -> List[str]:
     """``warmup``: fairseq's inverse_sqrt, linear warmup over ``period`` updates from
     ``warmup_init_lr``, then lr * sqrt(period / t). ``nowarmup``: this plugin's
     inverse_sqrt_nowarmup, lr * sqrt(P / (P + t)) from update 0, P = ``period``.
+    ``matched``: this plugin's inverse_sqrt_matched, linear warmup over ``period`` updates onto
+    the no-warmup curve with P = ``decay_period``, then that curve.
     ``warmup_init_lr`` is flag text: str(1e-7) would spell it "1e-07", a different command to
     the benchmarks' run store (bench/runs.py keys a run by its command)."""
     if kind == "warmup":
@@ -73,10 +75,13 @@ def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7") -> List
                 "--warmup-init-lr", str(warmup_init_lr)]
     if kind == "nowarmup":
         return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(period)]
-    raise ValueError(f"unknown schedule {kind!r}; choose warmup or nowarmup")
+    if kind == "matched":
+        return ["--lr-scheduler", "inverse_sqrt_matched", "--warmup-updates", str(period),
+                "--warmup-init-lr", str(warmup_init_lr), "--decay-period", str(decay_period)]
+    raise ValueError(f"unknown schedule {kind!r}; choose warmup, matched or nowarmup")
 
 
-SCHEDULES = ("warmup", "nowarmup")
+SCHEDULES = ("warmup", "matched", "nowarmup")
 
 
 def parse_train_args(data_bin, flags: Sequence[str]):

@@ -44,7 +44,7 @@ INT_KEYS = ("ENCODER_LAYERS", "DECODER_LAYERS", "EMBED_DIM", "FFN_DIM", "HEADS",
             "WARMUP_UPDATES", "LOG_INTERVAL")
 FLOAT_KEYS = ("LR", "DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "WEIGHT_DECAY", "LABEL_SMOOTHING",
               "CLIP_NORM", "LENPEN", "WARMUP_INIT_LR")
-CHOICES = {"SHARE_EMBED": ("decoder", "all", "none"), "SCHEDULE": ("auto", "warmup", "nowarmup"),
+CHOICES = {"SHARE_EMBED": ("decoder", "all", "none"), "SCHEDULE": ("auto", "warmup", "matched", "nowarmup"),
            "FP16": ("0", "1"), "COMPOUND_SPLIT": ("0", "1"), "LOWERCASE": ("0", "1"),
            "PAPER_METRIC": ("tok", "detok")}
 
@@ -232,7 +232,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
         raise ConfigError(f"{cfg.path}: set MAX_EPOCH or MAX_UPDATE")
     tokens, update_freq = batch(v, world, per_process_batch)
     kind = schedule(v)
-    period = v["WARMUP_UPDATES"] if kind == "warmup" else v["DECAY_PERIOD"]
+    period = v["DECAY_PERIOD"] if kind == "nowarmup" else v["WARMUP_UPDATES"]
     args = [data, "--user-dir", str(p.USER_DIR), "--task", "translation",
             "--source-lang", v["SRC"], "--target-lang", v["TGT"],
             *p.model_flags(v["METHOD"], v["ARCH"]),
@@ -243,7 +243,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
             "--activation-dropout", v["ACTIVATION_DROPOUT"], "--weight-decay", v["WEIGHT_DECAY"],
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", v["LABEL_SMOOTHING"],
             "--optimizer", optimizer(v), "--adam-betas", v["ADAM_BETAS"], "--clip-norm", v["CLIP_NORM"],
-            "--lr", v["LR"], *p.schedule_flags(kind, period, v["WARMUP_INIT_LR"]),
+            "--lr", v["LR"], *p.schedule_flags(kind, period, v["WARMUP_INIT_LR"], v["DECAY_PERIOD"]),
             "--max-tokens", str(tokens), "--update-freq", str(update_freq), "--seed", v["SEED"],
             "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"],
             "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"],

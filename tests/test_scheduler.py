@@ -1,4 +1,4 @@
-"""inverse_sqrt_nowarmup through fairseq's own optimizer and scheduler builders."""
+"""inverse_sqrt_nowarmup and inverse_sqrt_matched through fairseq's own optimizer and scheduler builders."""
 
 import math
 
@@ -62,4 +62,50 @@ def test_rate_depends_only_on_the_update_count():
 def test_bad_flags(flags, message):
     with pytest.raises(ValueError, match=message) as err:
         _build(*flags)
+    assert "\n" not in str(err.value)
+
+
+def _build_matched(*flags):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        "unused", "--arch", "transformer", "--optimizer", "adam", "--lr", "5e-4",
+        "--lr-scheduler", "inverse_sqrt_matched", *flags,
+    ])
+    cfg = convert_namespace_to_omegaconf(args)
+    optimizer = optim.build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(3))])
+    return lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer), optimizer
+
+
+def test_matched_warms_up_onto_the_nowarmup_curve_and_then_equals_it():
+    sched, optimizer = _build_matched("--warmup-updates", "200", "--decay-period", "4000", "--warmup-init-lr", "1e-7")
+    assert optimizer.get_lr() == pytest.approx(1e-7)  # before the first update
+    at_w = 5e-4 * math.sqrt(4000 / 4200)
+    assert sched.step_update(0) == pytest.approx(1e-7)
+    assert sched.step_update(100) == pytest.approx(1e-7 + (at_w - 1e-7) / 2)  # linear
+    assert sched.step_update(200) == pytest.approx(at_w)  # t = W: on the curve, no jump
+    nowarmup, _ = _build("--decay-period", "4000")
+    for t in (200, 201, 800, 4200, 12000):  # t = W + P and beyond: T-Fixup's rate at the same update
+        assert sched.step_update(t) == pytest.approx(nowarmup.step_update(t), rel=1e-12)
+    assert sched.step_update(4200) == pytest.approx(5e-4 * math.sqrt(4000 / 8200))
+
+
+def test_matched_rate_depends_only_on_the_update_count():
+    walked, _ = _build_matched("--warmup-updates", "50", "--decay-period", "100")
+    for t in range(1, 131):
+        walked.step_update(t)
+    jumped, optimizer = _build_matched("--warmup-updates", "50", "--decay-period", "100")
+    assert jumped.step_update(130) == pytest.approx(walked.lr)
+    assert optimizer.get_lr() == pytest.approx(5e-4 * math.sqrt(100 / 230))
+    assert jumped.step_update(25) == pytest.approx(walked.step_update(25))  # inside the warmup too
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--warmup-updates", "0"], "inverse_sqrt_matched needs --warmup-updates > 0, got 0"),
+    (["--decay-period", "0"], "--decay-period must be > 0, got 0"),
+    (["--lr", "0"], "inverse_sqrt_matched needs --lr > 0, got 0.0"),
+    (["--warmup-init-lr", "1e-3"], "--warmup-init-lr must be between 0 and --lr 0.0005, got 0.001"),
+])
+def test_matched_bad_flags(flags, message):
+    with pytest.raises(ValueError, match=message) as err:
+        _build_matched(*flags)
     assert "\n" not in str(err.value)

@@ -24,6 +24,16 @@ def nowarmup_lr(peak_lr: float, decay_period: int, num_updates: int) -> float:
     return peak_lr * (decay_period / (decay_period + num_updates)) ** 0.5
 
 
+def single_lr(lr, scheduler: str) -> float:
+    """The one --lr a scheduler of ours takes (fairseq keeps --lr as a list), checked > 0."""
+    if isinstance(lr, Collection) and len(lr) > 1:
+        raise ValueError(f"{scheduler} takes a single --lr, got " + ",".join(map(str, lr)))
+    peak = lr[0] if isinstance(lr, Collection) else lr
+    if peak <= 0:
+        raise ValueError(f"{scheduler} needs --lr > 0, got {peak}")
+    return peak
+
+
 @dataclass
 class InverseSqrtNoWarmupConfig(FairseqDataclass):
     decay_period: int = field(
@@ -43,8 +53,6 @@ class InverseSqrtNoWarmupSchedule(FairseqLRScheduler):
 
     def __init__(self, cfg: InverseSqrtNoWarmupConfig, optimizer):
         super().__init__(cfg, optimizer)
-        if isinstance(cfg.lr, Collection) and len(cfg.lr) > 1:
-            raise ValueError("inverse_sqrt_nowarmup takes a single --lr, got " + ",".join(map(str, cfg.lr)))
         if cfg.warmup_updates > 0:
             raise ValueError(
                 f"inverse_sqrt_nowarmup has no warmup: drop --warmup-updates {cfg.warmup_updates} "
@@ -52,9 +60,7 @@ class InverseSqrtNoWarmupSchedule(FairseqLRScheduler):
             )
         if cfg.decay_period <= 0:
             raise ValueError(f"--decay-period must be > 0, got {cfg.decay_period}")
-        self.peak_lr = cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr
-        if self.peak_lr <= 0:
-            raise ValueError(f"inverse_sqrt_nowarmup needs --lr > 0, got {self.peak_lr}")
+        self.peak_lr = single_lr(cfg.lr, "inverse_sqrt_nowarmup")
         self.decay_period = cfg.decay_period
         self.lr = self.peak_lr
         self.optimizer.set_lr(self.lr)

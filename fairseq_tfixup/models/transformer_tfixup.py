@@ -82,9 +82,22 @@ def check_no_layer_norm_config(
     ):
         if value:
             raise ValueError(f"{model} has no LayerNorm: {flag} cannot be used ({reason})")
+    check_layers(cfg, model)
+
+
+def check_layers(cfg: TransformerConfig, model: str) -> None:
     for n, flag in ((cfg.encoder.layers, "--encoder-layers"), (cfg.decoder.layers, "--decoder-layers")):
         if n is None or int(n) < 1:
             raise ValueError(f"{model} needs {flag} >= 1, got {n}")
+
+
+def check_post_ln_config(cfg: TransformerConfig, model: str) -> None:
+    """For a model that keeps Post-LN's LayerNorms: refuse the flags that would make it Pre-LN."""
+    for value, flag in ((cfg.encoder.normalize_before, "--encoder-normalize-before"),
+                        (cfg.decoder.normalize_before, "--decoder-normalize-before")):
+        if value:
+            raise ValueError(f"{model} is a Post-LN Transformer: drop {flag}")
+    check_layers(cfg, model)
 
 
 @torch.no_grad()
@@ -129,23 +142,29 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
 
     encoder_class = TFixupTransformerEncoder
     decoder_class = TFixupTransformerDecoder
+    # T-Fixup's two steps; the ablations of baselines/ablations.py leave out one each
+    removes_layer_norm = True
+    apply_init = True
 
     @classmethod
     def build_model(cls, args, task):
         base_architecture(args)
         cfg = TransformerConfig.from_namespace(args)
-        check_no_layer_norm_config(cfg)
+        arch = getattr(args, "arch", None) or "transformer_tfixup"
+        if cls.removes_layer_norm:
+            check_no_layer_norm_config(cfg, model=arch)
+        else:
+            check_post_ln_config(cfg, model=arch)
         model = super().build_model(args, task)
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
-        apply_tfixup_(model, n_enc, n_dec)
+        if cls.apply_init:
+            apply_tfixup_(model, n_enc, n_dec)
         logger.info(
-            "T-Fixup: no LayerNorm; scaled encoder blocks by %.4f, decoder blocks by %.4f, "
-            "embeddings by %.4f (encoder) / %.4f (decoder)",
-            tfixup_init.encoder_scale(n_enc),
-            tfixup_init.decoder_scale(n_dec),
-            tfixup_init.embedding_scale(n_enc),
-            tfixup_init.embedding_scale(n_dec),
-        )
+            "%s: %s; %s", arch, "no LayerNorm" if cls.removes_layer_norm else "Post-LN (LayerNorms kept)",
+            "fairseq's initialisation (no T-Fixup scaling)" if not cls.apply_init else
+            "T-Fixup scaled encoder blocks by %.4f, decoder blocks by %.4f, embeddings by %.4f (encoder) / %.4f "
+            "(decoder)" % (tfixup_init.encoder_scale(n_enc), tfixup_init.decoder_scale(n_dec),
+                           tfixup_init.embedding_scale(n_enc), tfixup_init.embedding_scale(n_dec)))
         return model
 
 
