@@ -98,14 +98,16 @@ def data_description(path: pathlib.Path) -> str:
 
 # Model families compared: fairseq_tfixup/presets.py METHODS (T-Fixup, stock Post-LN, Pre-LN, ...).
 FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags), "optimizer": m.optimizer}
-            for name, m in presets.METHODS.items()}
+            for name, m in {**presets.METHODS, **presets.ABLATIONS}.items()}
 dims_flags = presets.dims_flags
 
 # One color per method (fairseq_tfixup/presets.py METHODS) in every benchmark figure, so that a
 # method looks the same in the convergence, quality and depth plots; C2 is left for Post-LN without
 # warmup where a study runs Post-LN both ways.
 METHOD_COLORS = {"tfixup": "C3", "postln": "C0", "preln": "C1", "radam": "C4", "dsinit": "C5", "rfixup": "C6",
-                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k"}
+                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k",
+                 # the convergence study's Fig. 3c arms
+                 "sgd": "tab:olive", "noln": "tab:gray", "tfixup_ln": "tab:brown"}
 POSTLN_NO_WARMUP_COLOR = "C2"
 
 
@@ -120,7 +122,9 @@ def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, d
     return [
         "--cpu", "--user-dir", str(USER_DIR), "--task", "translation",
         "--share-decoder-input-output-embed",
-        "--optimizer", optimizer, "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+        "--optimizer", optimizer,
+        # plain SGD (the paper's Fig. 3c arm): no momentum; adam and radam take Adam's betas
+        *(["--momentum", "0.0"] if optimizer == "sgd" else ["--adam-betas", "(0.9, 0.98)"]), "--clip-norm", "0.0",
         "--lr", str(lr), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--dropout", str(dropout), "--weight-decay", "0.0001",
         "--max-tokens", str(max_tokens), "--max-update", str(max_update), "--seed", str(seed),

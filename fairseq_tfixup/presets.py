@@ -39,11 +39,20 @@ METHODS = {
     "admin": Method("transformer_admin", (), "Admin", warmup=True),
 }
 
+# The arms of the paper's Fig. 3c that are no method of its tables: Adam replaced by plain SGD, and
+# T-Fixup's two steps each alone (fairseq_tfixup/baselines/ablations.py). Run by the convergence study.
+ABLATIONS = {
+    "sgd": Method("transformer", (), "Post-LN + SGD", warmup=True, optimizer="sgd"),
+    "noln": Method("transformer_noln", (), "no LN, default init", warmup=True),
+    "tfixup_ln": Method("transformer_tfixup_ln", (), "T-Fixup init + Post-LN", warmup=False),
+}
+
 
 def method(name: str) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (fairseq_tfixup/presets.py)")
-    return METHODS[name]
+    table = {**METHODS, **ABLATIONS}
+    if name not in table:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(table)} (fairseq_tfixup/presets.py)")
+    return table[name]
 
 
 def dims_flags(embed: int, ffn: int, heads: int, encoder_layers: int, decoder_layers: int) -> List[str]:
