@@ -158,42 +158,61 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     for rec in records.values():
         b_upd, b_loss = best(rec["valid_curve"])
         rows.append({**{k: rec[k] for k in ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s")},
-                     "best_valid": b_loss, "best_at": b_upd,
+                     "schedule": METHODS[rec["method"]][1], "best_valid": b_loss, "best_at": b_upd,
                      "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
                      "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold})
-    # per (group, lr, seed): T-Fixup's updates to the baseline's best, over the baseline's
+    # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
-        base = records.get(r["id"].replace(f"-{r['method']}-", f"-{BASELINE}-"))
-        r["updates_to_baseline_best"] = r["ratio_to_baseline"] = None
-        if base and base["valid_curve"] and r["status"] == "ok":
-            b_upd, b_loss = best(base["valid_curve"])
-            u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
-            r["updates_to_baseline_best"] = u
-            r["ratio_to_baseline"] = round(u / b_upd, 3) if u is not None and b_upd else None
+        for b in BASELINE_SCHEDULES:
+            base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
+            r[f"ratio_to_{b}"] = r[f"updates_to_{b}_best"] = None
+            if base and base["valid_curve"] and r["status"] == "ok":
+                b_upd, b_loss = best(base["valid_curve"])
+                u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
+                r[f"updates_to_{b}_best"] = u
+                r[f"ratio_to_{b}"] = round(u / b_upd, 3) if u is not None and b_upd else None
+        # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
+        r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline = {}
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
-            ratios = [r["ratio_to_baseline"] for r in rows
-                      if r["group"] == group and r["lr"] == lr and r["method"] == "tfixup"]
-            if not ratios:
+            here = [r for r in rows if r["group"] == group and r["lr"] == lr]
+            tfixup = [r for r in here if r["method"] == "tfixup"]
+            if not tfixup:
                 continue
-            got = [x for x in ratios if x is not None]
-            stuck = {m: f"{sum(r['stuck'] for r in rows if r['group'] == group and r['lr'] == lr and r['method'] == m)}"
-                        f"/{sum(r['group'] == group and r['lr'] == lr and r['method'] == m for r in rows)}"
-                     for m in METHODS if any(r['method'] == m and r['group'] == group and r['lr'] == lr for r in rows)}
-            headline[f"{group} lr {lr:g}"] = {"stuck": stuck,
-                "seeds": len(ratios), "reached": len(got),
-                "ratio_mean": round(statistics.mean(got), 3) if got else None,
-                "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
-                "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
-            }
+            stuck = {m: f"{sum(r['stuck'] for r in here if r['method'] == m)}/{sum(r['method'] == m for r in here)}"
+                     for m in METHODS if any(r["method"] == m for r in here)}
+            per_baseline = {}
+            for b in BASELINE_SCHEDULES:
+                bests = [r["best_valid"] for r in here if r["method"] == b and r["best_valid"] is not None]
+                if not bests:
+                    continue
+                got = [r[f"ratio_to_{b}"] for r in tfixup if r[f"ratio_to_{b}"] is not None]
+                per_baseline[b] = {
+                    "baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
+                    "seeds": len(tfixup), "reached": len(got),
+                    "ratio_mean": round(statistics.mean(got), 3) if got else None,
+                    "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
+                    "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
+            # the baseline's better schedule: the lower mean best valid loss over its seeds
+            better = min(per_baseline, key=lambda b: per_baseline[b]["baseline_best_valid_mean"], default=None)
+            headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
+                                              **(per_baseline[better] if better else {})}
+    sgd_choice = {}
+    for m in (m for m in METHODS if METHODS[m][0] == "sgd"):
+        grid = [r for r in rows if r["method"] == m and r["best_valid"] is not None]
+        if grid:
+            pick = min(grid, key=lambda r: r["best_valid"])
+            sgd_choice[m] = {"lr": pick["lr"], "best_valid": pick["best_valid"], "stuck": pick["stuck"],
+                             "grid": {f"{r['lr']:g}": r["best_valid"] for r in sorted(grid, key=lambda r: r["lr"])}}
     return {
         "benchmark": "convergence", "mode": cfg["mode"], "command": common.command_line(),
         "machine": common.machine(), "threads": 1, "data": common.data_description(data),
         "data_counts": common.data_counts(data), "config": cfg,
         "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
-        "headline": headline, "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
+        "headline": headline, "sgd_lr_chosen_on_valid": sgd_choice,
+        "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
         "records": records,
     }
 
@@ -205,8 +224,13 @@ def report(res: dict) -> str:
     text += (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, label "
-        f"smoothing 0.1, no clipping. No-warmup runs: lr*sqrt(P/(P+t)), P = {cfg['decay_period']} (the paper's). "
-        f"Baseline: linear warmup over {cfg['warmup']} updates from 1e-7, then inverse sqrt. "
+        f"smoothing 0.1, no clipping (SGD arms: plain SGD, no momentum). Every run has the same peak lr at its "
+        f"lr. Schedules: **no warmup** lr*sqrt(P/(P+t)), P = {cfg['decay_period']} (the paper's; T-Fixup's); "
+        f"**warmup** (fairseq's inverse_sqrt) linear from 1e-7 over W = {cfg['warmup']} updates, then "
+        f"lr*sqrt(W/t); **matched warmup** (inverse_sqrt_matched) linear from 1e-7 over W = {cfg['warmup']} "
+        f"updates onto the no-warmup curve, then that curve: after update W the rate equals T-Fixup's at every "
+        f"update, so the method and the warmup are the only differences; **P = W**: no warmup with "
+        f"P = {cfg['warmup']}, T-Fixup on nearly the old baseline's curve. "
         f"Valid loss (label-smoothed, bits) every {cfg['valid_every']} updates on "
         f"{res['data_counts'].get('valid')} valid sentences.\n\n"
         f"**Unigram level** of this valid set (computed from the data, bench/unigram.py): "
@@ -214,24 +238,83 @@ def report(res: dict) -> str:
         f"model fit on valid itself). A run is **stuck** when its best valid loss is not at least "
         f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n")
     if res["headline"]:
-        text += "## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
+        text += ("## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
+                 "Against the Post-LN baseline on each schedule, and on its better one (the lower mean best valid "
+                 "loss over its seeds).\n\n")
+        rows = []
+        for k, h in res["headline"].items():
+            cells = [k, h.get("seeds")]
+            for b in BASELINE_SCHEDULES:
+                pb = h["per_baseline"].get(b)
+                cells += [None, None] if pb is None else [
+                    f"{pb['baseline_best_valid_mean']:.3f} ({pb['baseline_seeds']} seeds)",
+                    _ratio_text(pb)]
+            cells += [METHODS[h["better_baseline"]][2] if h.get("better_baseline") else None, _ratio_text(h),
+                      ", ".join(f"{METHODS[m][2]} {v}" for m, v in h["stuck"].items())]
+            rows.append(cells)
         text += common.md_table(
-            ["runs", "seeds", "T-Fixup reached it", "ratio mean", "sd", "min", "max", "stuck runs per method"],
-            [[k, h["seeds"], h["reached"], h["ratio_mean"], h["ratio_sd"], h["ratio_min"], h["ratio_max"],
-              ", ".join(f"{METHODS[m][2]} {v}" for m, v in h["stuck"].items())]
-             for k, h in res["headline"].items()]) + "\n\n"
+            ["runs", "T-Fixup seeds", "warmup baseline's best", "T-Fixup's ratio to it", "matched baseline's best",
+             "T-Fixup's ratio to it", "better schedule", "ratio to the better", "stuck runs per method"],
+            rows) + "\n\n"
+    fig3c = [r for r in res["rows"] if r["group"] == "fig3c"]
+    if fig3c:
+        text += ("## Fig. 3c arms\n\nEach against the same model's Adam runs above (seed 1). SGD: the learning "
+                 "rate chosen on valid from the grid " + ", ".join(f"{x:g}" for x in cfg.get("sgd_lrs", []))
+                 + ".\n\n" + common.md_table(
+                     ["arm", "lr", "best valid", "at update", "final valid", "stuck", "chosen on valid"],
+                     [[METHODS[r["method"]][2], r["lr"], r["best_valid"], r["best_at"], r["final_valid"],
+                       "STUCK" if r["stuck"] else "no",
+                       "yes" if res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"] else ""]
+                      for r in fig3c]) + "\n\n")
     text += "## Every run\n\n" + common.md_table(
         ["group", "lr", "method", "seed", "updates", "status", "best valid", "at update", "final valid", "stuck",
-         "updates to baseline best", "ratio", "wall s"],
+         "ratio to warmup baseline", "ratio to matched baseline", "wall s"],
         [[r["group"], r["lr"], METHODS[r["method"]][2], r["seed"], r["updates"], r["status"], r["best_valid"],
-          r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r["updates_to_baseline_best"],
-          r["ratio_to_baseline"], r["wall_s"]] for r in res["rows"]]) + "\n"
+          r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"),
+          r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]] for r in res["rows"]]) + "\n"
     return text
+
+
+def _ratio_text(h: dict):
+    if not h or h.get("ratio_mean") is None:
+        return None if not h else f"not reached ({h.get('reached', 0)}/{h.get('seeds', 0)})"
+    sd = f" ± {h['ratio_sd']:.2f}" if h.get("ratio_sd") is not None else ""
+    return f"{h['ratio_mean']:.2f}x{sd} ({h['reached']}/{h['seeds']} reached)"
 
 
 def color(name: str) -> str:
     """The method's color in every benchmark figure; Post-LN without warmup is told apart from the baseline."""
     return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.METHOD_COLORS[METHODS[name][0]]
+
+
+# fairseq's inverse_sqrt dashed, T-Fixup's curve (no warmup or matched warmup) solid, P = W dotted
+LINESTYLE = {"warmup": "--", "matched": "-", "nowarmup": "-", "nowarmup_w": ":"}
+HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln", "tfixup_pw", "radam"]
+FIG3C_REFERENCE = ["tfixup", "postln_matched", "postln"]
+
+
+def panels(res: dict) -> list:
+    """(title, [(record, label)]) per panel: per lr the headline methods, the other methods on both
+    schedules and the Fig. 3c arms (with SGD at the lr chosen on valid); the long runs."""
+    recs = [r for r in res["records"].values() if r["valid_curve"]]
+    lrs = sorted({r["lr"] for r in recs if r["group"] == "main"}, reverse=True)
+    out = []
+    for lr in lrs:
+        main = [r for r in recs if r["group"] == "main" and r["lr"] == lr]
+        out.append((f"lr {lr:g}: T-Fixup and the Post-LN/Pre-LN baselines",
+                    [r for r in main if r["method"] in HEADLINE_PANEL]))
+        out.append((f"lr {lr:g}: the other methods (dashed: inverse_sqrt, solid: matched)",
+                    [r for r in main if r["method"] not in HEADLINE_PANEL or r["method"] == "tfixup"]))
+        arms = [r for r in recs if r["group"] == "fig3c" and (
+            r["lr"] == lr if METHODS[r["method"]][0] != "sgd"
+            else res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"])]
+        if arms:
+            ref = [r for r in main if r["method"] in FIG3C_REFERENCE and r["seed"] == 1]
+            out.append((f"lr {lr:g} (Adam): Fig. 3c arms; SGD at its lr chosen on valid", ref + arms))
+    long = [r for r in recs if r["group"] == "long"]
+    if long:
+        out.append((f"long runs, lr {max(r['lr'] for r in long):g}", long))
+    return out
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -240,28 +323,31 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["group"], r["lr"]) for r in res["records"].values()}, key=lambda p: (p[0] != "main", -p[1]))
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(5.2 * max(1, len(panels)), 4.2), squeeze=False)
-    for ax, (group, lr) in zip(axes[0], panels):
+    shown = panels(res) or [("no runs yet", [])]
+    ncols = min(3, len(shown))
+    nrows = -(-len(shown) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.3 * nrows), squeeze=False)
+    for ax in grid.flatten()[len(shown):]:
+        ax.set_visible(False)
+    for ax, (title, recs) in zip(grid.flatten(), shown):
         labelled = set()
-        for rec in res["records"].values():
-            if rec["group"] != group or rec["lr"] != lr or not rec["valid_curve"]:
-                continue
-            u, l = zip(*rec["valid_curve"])
+        for rec in recs:
             m = rec["method"]
-            ax.plot(u, l, color=color(m), lw=1.2, alpha=0.8,
-                    label=None if m in labelled else METHODS[m][2])
+            label = METHODS[m][2] + (f" (lr {rec['lr']:g})" if METHODS[m][0] == "sgd" else "")
+            ax.plot(*zip(*rec["valid_curve"]), color=color(m), ls=LINESTYLE[METHODS[m][1]], lw=1.2, alpha=0.8,
+                    label=None if m in labelled else label)
             labelled.add(m)
         ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
         ax.axhline(res["stuck_threshold"], color="gray", ls=":", lw=1, label="stuck above this")
-        ax.set_title(f"{group} runs, lr {lr:g}", fontsize=9)
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("updates")
         ax.set_ylabel("valid loss (bits, label-smoothed)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6.5)
     cfg = res["config"]
     fig.suptitle(f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
                  f"{cfg['layers']}+{cfg['layers']} layers", fontsize=10)
+    fig.tight_layout()
     common.save_figure(fig, path)
     plt.close(fig)
 
@@ -278,7 +364,7 @@ def parser():
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--lrs", type=float, nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(METHODS),
-                   help="run only these: the headline's methods with every seed, the others with the first")
+                   help="run now only the study's runs of these methods (the report covers the whole study)")
     return p
 
 
@@ -289,10 +375,12 @@ def make_config(args) -> dict:
               "seeds", "lrs"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    if args.methods:  # both lists: --methods tfixup once also ran every one-seed method
-        cfg["methods"] = [m for m in args.methods if m in MODES[args.mode]["methods"]]
-        cfg["one_seed_methods"] = [m for m in args.methods if m not in MODES[args.mode]["methods"]]
     return cfg
+
+
+def selected(runs: list, methods) -> list:
+    """The runs of ``methods`` (all when none are named), in the study's order."""
+    return [r for r in runs if not methods or r.meta["method"] in methods]
 
 
 def main(argv=None):
@@ -308,7 +396,8 @@ def main(argv=None):
     cfg["n_runs"] = len(all_runs)
     runlib.run_study("convergence" + args.tag, args.out, all_runs,
                      lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "valid loss curves", args.jobs, args.threads, report_only=args.report_only)
+                     plot, report, "valid loss curves", args.jobs, args.threads,
+                     todo=selected(all_runs, args.methods), report_only=args.report_only)
     return 0
 
 

@@ -61,16 +61,19 @@ def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
 
 
 def test_convergence_methods_option_runs_only_those():
-    """--methods names the runs: a headline method with every seed, another with the first seed only
-    (it once added every one-seed method besides)."""
+    """--methods names the runs to run now: a headline method with every seed, another with the
+    first seed only; the study (and its report) stays whole."""
     cfg = convergence.make_config(convergence.parser().parse_args(
-        ["--data", "d", "--out", "o", "--lrs", "5e-4", "--methods", "tfixup", "preln", "--long-updates", "0"]))
-    ids = [r.id for r in convergence.make_runs(cfg, pathlib.Path("d"))]
+        ["--data", "d", "--out", "o", "--lrs", "5e-4", "--long-updates", "0"]))
+    every = convergence.make_runs(cfg, pathlib.Path("d"))
+    ids = [r.id for r in convergence.selected(every, ["tfixup", "preln", "sgd"])]
     assert ids == ["main-tfixup-lr0.0005-s1", "main-tfixup-lr0.0005-s2", "main-tfixup-lr0.0005-s3",
-                   "main-preln-lr0.0005-s1"]
+                   "main-preln-lr0.0005-s1", "fig3c-sgd-lr0.03-s1", "fig3c-sgd-lr0.1-s1", "fig3c-sgd-lr0.3-s1"]
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
-    assert len(every) == 2 * (3 * 3 + 8) + 3  # per lr: 3 methods x 3 seeds, 8 one-seed methods; 3 long runs
+    # per lr: 4 methods x 3 seeds, 15 one-seed methods; 3 Fig. 3c Adam arms per lr, 2 SGD arms x 3 lrs;
+    # a long run per headline method
+    assert len(every) == 2 * (4 * 3 + 15) + 2 * 3 + 2 * 3 + 4
 
 
 def test_every_study_runs_every_method_with_its_own_color():
@@ -83,14 +86,14 @@ def test_every_study_runs_every_method_with_its_own_color():
     studied = {
         "quality": {m for _, m in quality.MODES["default"]["runs"]},
         "convergence": {convergence.METHODS[r.meta["method"]][0]
-                        for r in convergence.make_runs(everything, pathlib.Path("d"))},
+                        for r in convergence.make_runs(everything, pathlib.Path("d"))} - set(presets.ABLATIONS),
         "depth": {depth.METHODS[r.meta["method"]][0]
                   for r in depth.make_runs(dict(depth.MODES["default"], lr=5e-4, decay_period=4000, seed=1),
                                            pathlib.Path("d"))},
     }
     for study, methods in studied.items():
         assert methods == set(presets.METHODS), study
-    assert set(common.METHOD_COLORS) == set(presets.METHODS)
+    assert set(common.METHOD_COLORS) == set(presets.METHODS) | set(presets.ABLATIONS)
     colors = list(common.METHOD_COLORS.values()) + [common.POSTLN_NO_WARMUP_COLOR]
     assert len(set(colors)) == len(colors)
 
