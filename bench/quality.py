@@ -42,20 +42,36 @@ import time
 from bench import common, runs as runlib
 from pipeline import score
 
-METHODS = {  # name: (config in configs/, its METHOD if the config's is not it, label)
-    "tfixup": ("iwslt14_de_en_tfixup", None, "T-Fixup, no warmup"),
-    "postln": ("iwslt14_de_en_postln", None, "Post-LN + warmup"),
-    "preln": ("iwslt14_de_en_preln", None, "Pre-LN + warmup"),
+# name: (config in configs/, its METHOD if the config's is not it, schedule, label). Schedules: None is the
+# config's own (T-Fixup: no warmup, P = 4000; the baselines: fairseq's inverse_sqrt after warmup),
+# "matched" a warmup onto T-Fixup's curve (inverse_sqrt_matched), "nowarmup_w" no warmup with P = W.
+METHODS = {
+    "tfixup": ("iwslt14_de_en_tfixup", None, None, "T-Fixup, no warmup"),
+    "postln": ("iwslt14_de_en_postln", None, None, "Post-LN + warmup"),
+    "preln": ("iwslt14_de_en_preln", None, None, "Pre-LN + warmup"),
     # the other methods (fairseq_tfixup/presets.py), each with its own paper's warmup
-    "radam": ("iwslt14_de_en_postln", "radam", "RAdam (Post-LN), no warmup"),
-    "dsinit": ("iwslt14_de_en_postln", "dsinit", "DS-Init + warmup"),
-    "rfixup": ("iwslt14_de_en_postln", "rfixup", "R-Fixup + warmup"),
-    "dlcl": ("iwslt14_de_en_postln", "dlcl", "DLCL + warmup"),
-    "dlcl_preln": ("iwslt14_de_en_postln", "dlcl_preln", "DLCL-Pre-LN + warmup"),
-    "deepnorm": ("iwslt14_de_en_postln", "deepnorm", "DeepNorm + warmup"),
-    "admin": ("iwslt14_de_en_postln", "admin", "Admin + warmup"),
+    "radam": ("iwslt14_de_en_postln", "radam", None, "RAdam (Post-LN), no warmup"),
+    "dsinit": ("iwslt14_de_en_postln", "dsinit", None, "DS-Init + warmup"),
+    "rfixup": ("iwslt14_de_en_postln", "rfixup", None, "R-Fixup + warmup"),
+    "dlcl": ("iwslt14_de_en_postln", "dlcl", None, "DLCL + warmup"),
+    "dlcl_preln": ("iwslt14_de_en_postln", "dlcl_preln", None, "DLCL-Pre-LN + warmup"),
+    "deepnorm": ("iwslt14_de_en_postln", "deepnorm", None, "DeepNorm + warmup"),
+    "admin": ("iwslt14_de_en_postln", "admin", None, "Admin + warmup"),
+    # every warmup method again on the matched schedule: after warmup, T-Fixup's rate at every update
+    "postln_matched": ("iwslt14_de_en_postln", None, "matched", "Post-LN + matched warmup"),
+    "preln_matched": ("iwslt14_de_en_preln", None, "matched", "Pre-LN + matched warmup"),
+    "dsinit_matched": ("iwslt14_de_en_postln", "dsinit", "matched", "DS-Init + matched warmup"),
+    "rfixup_matched": ("iwslt14_de_en_postln", "rfixup", "matched", "R-Fixup + matched warmup"),
+    "dlcl_matched": ("iwslt14_de_en_postln", "dlcl", "matched", "DLCL + matched warmup"),
+    "dlcl_preln_matched": ("iwslt14_de_en_postln", "dlcl_preln", "matched", "DLCL-Pre-LN + matched warmup"),
+    "deepnorm_matched": ("iwslt14_de_en_postln", "deepnorm", "matched", "DeepNorm + matched warmup"),
+    "admin_matched": ("iwslt14_de_en_postln", "admin", "matched", "Admin + matched warmup"),
+    "tfixup_pw": ("iwslt14_de_en_tfixup", None, "nowarmup_w", "T-Fixup, no warmup, P = W"),
 }
+MATCHED = ["postln_matched", "preln_matched", "dsinit_matched", "rfixup_matched", "dlcl_matched",
+           "dlcl_preln_matched", "deepnorm_matched", "admin_matched"]
 BASELINE = "postln"
+BASELINE_SCHEDULES = ("postln", "postln_matched")  # the Post-LN baseline on either schedule
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
 
 MODES = {
@@ -66,24 +82,33 @@ MODES = {
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     runs=[("multi30k", "tfixup"), ("multi30k", "postln"), ("multi30k", "preln"),
                           ("iwslt", "tfixup"), ("iwslt", "postln")]
-                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin")]),
+                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin")]
+                    # the matched schedule (second seeds: the first 10 epochs of bench.plateau's runs)
+                    + [("multi30k", m) for m in MATCHED + ["tfixup_pw"]]
+                    + [("multi30k", "tfixup", 2), ("multi30k", "postln_matched", 2)]),
 }
 
 
-def overrides(cfg: dict, method: str) -> dict:
+def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
     """The config values this study sets, the same for every method but the schedule."""
     o = {"EMBED_DIM": cfg["embed"], "FFN_DIM": cfg["ffn"], "HEADS": cfg["heads"],
          "ENCODER_LAYERS": cfg["layers"], "DECODER_LAYERS": cfg["layers"], "MAX_TOKENS": cfg["max_tokens"],
          "BATCH_SHARDS": 1, "MAX_EPOCH": cfg["max_epoch"], "MAX_UPDATE": cfg["max_update"],
          "DROPOUT": cfg["dropout"], "KEEP_LAST": cfg["keep_last"], "AVG_CANDIDATES": cfg["avg"],
-         "BEAM": cfg["beam"], "SAVE_INTERVAL_UPDATES": 0, "LOG_INTERVAL": cfg["log_interval"], "SEED": 1,
+         "BEAM": cfg["beam"], "SAVE_INTERVAL_UPDATES": 0, "LOG_INTERVAL": cfg["log_interval"], "SEED": seed,
          # pinned here, not left to the configs: one protocol for every run of the study, and
          # the same as the convergence study's (no gradient clipping)
          "CLIP_NORM": 0, "LR": "5e-4"}
+    _, arch_method, schedule, _ = METHODS[method]
     if method != "tfixup":
         o["WARMUP_UPDATES"] = cfg["warmup"]  # the configs' 4000 would not end within a CPU run
-    if METHODS[method][1]:
-        o["METHOD"] = METHODS[method][1]
+    if schedule == "matched":
+        o["SCHEDULE"] = "matched"  # onto T-Fixup's curve, DECAY_PERIOD (4000) as T-Fixup's
+    elif schedule == "nowarmup_w":
+        o["DECAY_PERIOD"] = cfg["warmup"]
+        del o["WARMUP_UPDATES"]
+    if arch_method:
+        o["METHOD"] = arch_method
     return o
 
 
@@ -95,14 +120,23 @@ def extra_train_args(cfg: dict) -> list:
             "--required-batch-size-multiple", "1"]
 
 
+def run_id(corpus: str, method: str, seed: int = 1) -> str:
+    return f"{corpus}-{method}" + (f"-s{seed}" if seed != 1 else "")
+
+
+def make_run(cfg: dict, data: dict, corpus: str, method: str, seed: int = 1) -> runlib.Run:
+    args = [f"{k}={v}" for k, v in sorted(overrides(cfg, method, seed).items())] + extra_train_args(cfg)
+    return runlib.Run(run_id(corpus, method, seed), dict(corpus=corpus, method=method, seed=seed), args,
+                      str(data[corpus]))
+
+
 def make_runs(cfg: dict, data: dict) -> list:
-    out = []
-    for corpus, method in cfg["runs"]:
-        if corpus not in data:
-            continue
-        args = [f"{k}={v}" for k, v in sorted(overrides(cfg, method).items())] + extra_train_args(cfg)
-        out.append(runlib.Run(f"{corpus}-{method}", dict(corpus=corpus, method=method), args, str(data[corpus])))
-    return out
+    return [make_run(cfg, data, *spec) for spec in cfg["runs"] if spec[0] in data]
+
+
+def is_setting(arg: str) -> bool:
+    """A run argument that is a config value (KEY=VALUE, for --set), not a fairseq-train flag."""
+    return re.match(r"^[A-Z_]+=", arg) is not None
 
 
 def _sh(script: str, *args) -> list:
@@ -135,8 +169,9 @@ def wall_curve(epochs: list) -> list:
     return sorted(walls.items())
 
 
-def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
-    """train.sh then evaluate.sh for one (corpus, method); the record holds curves, results and samples."""
+def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = False) -> dict:
+    """train.sh then evaluate.sh for one (corpus, method, seed); the record holds curves, results and samples.
+    ``keep``: leave the checkpoints, for a run that goes on training (bench/plateau.py)."""
     out = work / run.id
     resumable = (out / "checkpoints" / "checkpoint_last.pt").is_file() and (out / "config.resolved.json").is_file()
     if out.exists() and not resumable:
@@ -145,7 +180,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
         common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
     out.mkdir(parents=True, exist_ok=True)
     exp = METHODS[run.meta["method"]][0]
-    sets = [a for a in run.args if re.match(r"^[A-Z_]+=", a)]
+    sets = [a for a in run.args if is_setting(a)]
     extra = [a for a in run.args if a not in sets]
     set_flags = [x for s in sets for x in ("--set", s)]
     train_cmd = _sh("train.sh", "--cpu", *set_flags, exp, run.data, out, "--", *extra)
@@ -186,9 +221,13 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int) -> dict:
     record["test"] = {k: res.get(k) for k in ("bleu_tok", "bleu_detok", "sacrebleu_signature", "sentences",
                                               "num_updates", "beam", "lenpen")}
     record["test"]["averaging"] = res.get("averaging", {}).get("chosen")
+    record["test"]["lowercase"] = res["config"]["LOWERCASE"] == "1"
     record["samples"] = samples(out / "eval" / "generate-test.txt", 3)
-    shutil.rmtree(out / "checkpoints", ignore_errors=True)  # GBs; the record keeps what was measured
-    (out / "eval" / "averaged.pt").unlink(missing_ok=True)
+    # the detokenized test hypotheses, by sentence id: paired bootstrap between runs (bench/plateau.py)
+    record["test_hypotheses"] = test_hypotheses(out / "eval" / "generate-test.txt", res["config"]["TGT"])
+    if not keep:
+        shutil.rmtree(out / "checkpoints", ignore_errors=True)  # GBs; the record keeps what was measured
+        (out / "eval" / "averaged.pt").unlink(missing_ok=True)
     return record
 
 
@@ -199,38 +238,64 @@ def samples(generate_txt: pathlib.Path, n: int) -> list:
     return [{"id": i, "source": s.get(i), "reference": t.get(i), "hypothesis": h.get(i)} for i in sorted(h)[:n]]
 
 
+def test_hypotheses(generate_txt: pathlib.Path, lang: str) -> list:
+    """The detokenized hypotheses in sentence-id order, as evaluate.sh scored them (sacreBLEU)."""
+    hyps, _, _ = score.read_generate_output(generate_txt.read_text(encoding="utf-8"))
+    return score.detokenize(hyps, lang)
+
+
 def first_reaching(curve: list, target: float):
     return next((u for u, v in curve if v is not None and v >= target), None)
+
+
+def preset(method: str) -> str:
+    """The method of fairseq_tfixup/presets.py a study method trains (its color in the figures)."""
+    config, arch_method, _, _ = METHODS[method]
+    return arch_method or config.rsplit("_", 1)[1]
+
+
+def best_bleu(rec: dict):
+    """(updates, valid BLEU) of a run's best valid BLEU, or (None, None)."""
+    pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
+    return max(pts, key=lambda p: p[1]) if pts else (None, None)
 
 
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     rows = []
     for rec in records.values():
         test = rec.get("test") or {}
-        bleus = [b for _, b in rec.get("bleu_curve", []) if b is not None]
-        base = records.get(f"{rec['corpus']}-{BASELINE}")
-        base_best = max((b for _, b in base.get("bleu_curve", []) if b is not None), default=None) if base else None
-        upd = first_reaching(rec.get("bleu_curve", []), base_best) if base_best is not None else None
         walls = dict(rec.get("wall_curve", []))
-        rows.append({
-            "corpus": rec["corpus"], "method": rec["method"], "status": rec["status"],
+        row = {
+            "id": rec["id"], "corpus": rec["corpus"], "method": rec["method"], "seed": rec.get("seed", 1),
+            "schedule": METHODS[rec["method"]][2] or "config", "status": rec["status"],
             "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
             "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
-            "best_valid_bleu": max(bleus, default=None),
+            "best_valid_bleu": best_bleu(rec)[1],
             "best_valid_loss": min((l for _, l in rec.get("valid_curve", [])), default=None),
             "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
             "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
             "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1), "train_segments": rec.get("train_segments", 1),
-            "updates_to_baseline_best_valid_bleu": upd,
-            "wall_min_to_baseline_best_valid_bleu": round(walls[upd] / 60, 1) if upd in walls else None,
             "averaged_k": (test.get("averaging") or {}).get("k"),
-        })
+        }
+        # updates to each Post-LN baseline's (seed 1) best valid BLEU, and as a fraction of the baseline's own
+        for b in BASELINE_SCHEDULES:
+            base = records.get(run_id(rec["corpus"], b))
+            b_upd, b_best = best_bleu(base) if base else (None, None)
+            upd = first_reaching(rec.get("bleu_curve", []), b_best) if b_best is not None else None
+            row[f"updates_to_{b}_best_valid_bleu"] = upd
+            row[f"ratio_to_{b}"] = round(upd / b_upd, 2) if upd is not None and b_upd else None
+            row[f"wall_min_to_{b}_best_valid_bleu"] = round(walls[upd] / 60, 1) if upd in walls else None
+        # kept under the old names: against fairseq's inverse_sqrt baseline
+        row["updates_to_baseline_best_valid_bleu"] = row[f"updates_to_{BASELINE}_best_valid_bleu"]
+        row["wall_min_to_baseline_best_valid_bleu"] = row[f"wall_min_to_{BASELINE}_best_valid_bleu"]
+        rows.append(row)
     return {
         "benchmark": "quality", "mode": cfg["mode"], "command": common.command_line(),
         "machine": common.machine(), "threads": 1,
         "data": "; ".join(f"{CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})" for c, p in data.items()),
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
-        "rows": sorted(rows, key=lambda r: (r["corpus"], list(METHODS).index(r["method"]))), "records": records,
+        "rows": sorted(rows, key=lambda r: (r["corpus"], list(METHODS).index(r["method"]), r["seed"])),
+        "records": records,
     }
 
 
@@ -240,28 +305,50 @@ def report(res: dict) -> str:
     text += (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, lr 5e-4, Adam (0.9, 0.98); "
-        f"T-Fixup: no LayerNorm, no warmup (lr*sqrt(4000/(4000+t))); baselines: warmup {cfg['warmup']} updates, "
-        f"then inverse sqrt. Training stops when valid loss has not improved for {cfg['patience']} epochs "
+        f"T-Fixup: no LayerNorm, no warmup (lr*sqrt(4000/(4000+t))); baselines: linear warmup over "
+        f"{cfg['warmup']} updates, then either fairseq's inverse_sqrt (lr*sqrt({cfg['warmup']}/t)) or, **matched**, "
+        f"T-Fixup's curve lr*sqrt(4000/(4000+t)) (inverse_sqrt_matched: after warmup the same rate as T-Fixup at "
+        f"every update); P = W: T-Fixup without warmup, P = {cfg['warmup']}. "
+        f"Training stops when valid loss has not improved for {cfg['patience']} epochs "
         f"(at most {cfg['max_epoch']} epochs); train min: wall clock of all its train.sh calls (a run in N parts "
         f"was resumed from its last checkpoint N-1 times, on a machine whose load differed), min to it: fairseq's "
         f"train_wall (training only, over all its calls) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
         f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
-        f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu).\n\n")
+        f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu). Updates to a "
+        f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n")
     text += common.md_table(
         ["corpus", "method", "status", "test BLEU (tok)", "test sacreBLEU", "best valid BLEU", "best valid loss",
-         "updates", "epochs", "stopped by", "train min", "updates to baseline's best valid BLEU", "min to it", "K"],
-        [[r["corpus"], METHODS[r["method"]][2], r["status"], r["test_bleu_tok"], r["test_bleu_detok"],
+         "updates", "epochs", "stopped by", "train min", "to Post-LN + warmup's best valid BLEU (updates, x)",
+         "min to it", "to Post-LN + matched warmup's (updates, x)", "K"],
+        [[r["corpus"], METHODS[r["method"]][3] + (f" (seed {r['seed']})" if r["seed"] != 1 else ""), r["status"],
+          r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
-          r["updates_to_baseline_best_valid_bleu"], r["wall_min_to_baseline_best_valid_bleu"],
+          _reach(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _reach(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
-    for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(METHODS).index(r["method"]))):
+    for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(METHODS).index(r["method"]),
+                                                              r.get("seed", 1))):
         for s in rec.get("samples", []):
-            text += (f"- **{rec['corpus']}, {METHODS[rec['method']][2]}**, sentence {s['id']}\n"
+            text += (f"- **{rec['corpus']}, {METHODS[rec['method']][3]}**, sentence {s['id']}\n"
                      f"  - source: {s['source']}\n  - reference: {s['reference']}\n  - hypothesis: {s['hypothesis']}\n")
     return text
+
+
+def linestyle(method: str) -> str:
+    """Dashed: a warmup onto fairseq's inverse_sqrt; solid: T-Fixup's curve (no warmup, or matched warmup);
+    dotted: no warmup with P = W."""
+    schedule = METHODS[method][2]
+    if schedule == "nowarmup_w":
+        return ":"
+    return "--" if schedule is None and common.presets.method(preset(method)).warmup else "-"
+
+
+def _reach(row: dict, baseline: str):
+    upd = row.get(f"updates_to_{baseline}_best_valid_bleu")
+    ratio = row.get(f"ratio_to_{baseline}")
+    return None if upd is None else f"{upd} ({ratio:.2f}x)" if ratio is not None else str(upd)
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -273,15 +360,19 @@ def plot(res: dict, path: pathlib.Path) -> None:
     corpora = sorted({r["corpus"] for r in res["records"].values()})
     fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
     for j, corpus in enumerate(corpora):
-        for rec in res["records"].values():
+        labelled = set()
+        for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
             if rec["corpus"] != corpus:
                 continue
-            label, color = METHODS[rec["method"]][2], common.METHOD_COLORS[rec["method"]]
+            m = rec["method"]
+            label = None if m in labelled else METHODS[m][3]
+            labelled.add(m)
+            style = dict(color=common.METHOD_COLORS[preset(m)], label=label, marker=".", ls=linestyle(m))
             if rec.get("valid_curve"):
-                axes[0][j].plot(*zip(*rec["valid_curve"]), color=color, label=label, marker=".")
+                axes[0][j].plot(*zip(*rec["valid_curve"]), **style)
             pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
             if pts:
-                axes[1][j].plot(*zip(*pts), color=color, label=label, marker=".")
+                axes[1][j].plot(*zip(*pts), **style)
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
         axes[0][j].set_ylabel("valid loss (bits, label-smoothed)")
         axes[1][j].set_ylabel("valid BLEU (greedy)")

@@ -1,0 +1,246 @@
+"""Final quality at CPU scale (paper Table 1's claim): Multi30k runs trained until valid BLEU stops improving.
+
+The quality study (bench/quality.py) stops every run at 10 epochs, all still improving. Here each run
+goes on to its plateau: it **continues** the quality study's run of the same method and seed, in the same
+folder (work/bench/quality/RUN): its first 10 epochs are that run, recorded as the quality study's row;
+then ``scripts/train.sh`` resumes it with MAX_EPOCH = ``--cap`` and fairseq's patience on valid BLEU
+(``--patience``, ``--best-checkpoint-metric bleu``): training ends when valid BLEU (greedy, every epoch)
+has not improved for that many epochs, or at the cap. ``scripts/evaluate.sh`` then averages the last K
+epoch checkpoints (K chosen on valid loss), translates the test set (beam 4, the config's length
+penalty) and scores it (tokenized BLEU, sacreBLEU with its signature).
+
+Runs: T-Fixup without warmup (two seeds), Post-LN with a warmup onto T-Fixup's curve (the matched
+schedule, ``inverse_sqrt_matched``; two seeds) and Pre-LN with the same warmup (one seed); same model
+(128-256-4, 6+6), data, batch, lr and evaluation. The report gives final test BLEU per method (mean and
+spread over seeds), epochs to the plateau, updates and minutes to the baseline's final valid BLEU, and
+for each T-Fixup vs baseline pair of the same seed the gap in sacreBLEU with its 95% paired-bootstrap
+interval (pipeline/score.py ``paired_bootstrap``).
+
+Resumable at two levels: finished runs are recorded under OUT/plateau/runs/; a run cut short resumes
+from its last checkpoint (train.sh).
+
+    python -m bench.plateau --smoke --out /tmp/plateau --iwslt DATA      # < 2 min, for the tests
+    python -m bench.plateau --out results/bench --multi30k work/data-bin/multi30k.de-en
+"""
+
+import json
+import pathlib
+import statistics
+import sys
+
+from bench import common, quality, runs as runlib
+from pipeline import score
+
+MODES = {
+    "smoke": dict(cap=2, patience=1, max_update=40, runs=[("iwslt", "tfixup", 1)]),
+    "default": dict(cap=50, patience=5, max_update=0,
+                    # the baseline first: its 10 epochs are also the quality study's matched-schedule row
+                    runs=[("multi30k", "postln_matched", 1), ("multi30k", "tfixup", 1), ("multi30k", "preln_matched", 1),
+                          ("multi30k", "postln_matched", 2), ("multi30k", "tfixup", 2)]),
+}
+BASELINES = ("postln_matched", "preln_matched")
+
+
+def continued(cfg: dict, qrun: runlib.Run) -> runlib.Run:
+    """The quality run ``qrun`` trained on: MAX_EPOCH = the cap, patience on valid BLEU."""
+    sets = [a for a in qrun.args if quality.is_setting(a)]
+    extra = [a for a in qrun.args if a not in sets]
+    i = extra.index("--patience")
+    extra = extra[:i] + extra[i + 2:] + ["--patience", str(cfg["patience"]), "--best-checkpoint-metric", "bleu",
+                                         "--maximize-best-checkpoint-metric"]
+    longer = {"MAX_EPOCH": cfg["cap"], "MAX_UPDATE": cfg["max_update"]}
+    sets = [s for s in sets if s.split("=", 1)[0] not in longer] + [f"{k}={v}" for k, v in longer.items()]
+    return runlib.Run(qrun.id, dict(qrun.meta), sorted(sets) + extra, qrun.data)
+
+
+def make_runs(cfg: dict, qcfg: dict, data: dict) -> list:
+    """(plateau run, the quality run it continues) per (corpus, method, seed) of the mode."""
+    out = []
+    for corpus, method, seed in cfg["runs"]:
+        if corpus in data:
+            qrun = quality.make_run(qcfg, data, corpus, method, seed)
+            run = continued(cfg, qrun)
+            out.append((runlib.Run(f"{corpus}-{method}-s{seed}", run.meta, run.args, run.data), qrun))
+    return out
+
+
+def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) -> dict:
+    """The quality run (its record into OUT/quality/runs/ unless there), kept, then trained on to the plateau."""
+    qwork, qstore = runlib.work_dir("quality"), out / "quality" / "runs"
+    qrec_path = qstore / f"{qrun.id}.json"
+    qrec = json.loads(qrec_path.read_text()) if qrec_path.is_file() else None
+    recorded = qrec is not None and qrec.get("key") == qrun.key()
+    if recorded and (qwork / qrun.id / "checkpoints" / "checkpoint_last.pt").is_file():
+        common.log(f"{run.id}: continuing {qwork / qrun.id} past the quality study's cap")
+        at_cap = qrec
+    else:  # the first epochs (or the rest of them): the quality study's run, its checkpoints kept
+        at_cap = quality.execute(qrun, qwork, threads, keep=True)
+        if at_cap["status"] != "ok":
+            return {**at_cap, "id": run.id, "key": run.key(), "stage": "the quality run"}
+        if not recorded:
+            common.write_json(qrec_path, at_cap)
+    rec = quality.execute(runlib.Run(qrun.id, run.meta, run.args, run.data), qwork, threads)
+    rec.update(id=run.id, key=run.key(), continues=qrun.id, at_cap={k: at_cap.get(k) for k in ("test", "epochs")})
+    return rec
+
+
+def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
+    rows = []
+    for rec in records.values():
+        test = rec.get("test") or {}
+        bleu = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
+        best_u, best_b = max(bleu, key=lambda p: p[1]) if bleu else (None, None)
+        updates_per_epoch = (rec["wall_curve"][0][0] if rec.get("wall_curve") else None)
+        rows.append({"id": rec["id"], "method": rec["method"], "seed": rec.get("seed", 1), "status": rec["status"],
+                     "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
+                     "at_cap_bleu_tok": ((rec.get("at_cap") or {}).get("test") or {}).get("bleu_tok"),
+                     "best_valid_bleu": best_b, "best_valid_bleu_epoch": best_u // updates_per_epoch
+                     if best_u and updates_per_epoch else None, "final_valid_bleu": bleu[-1][1] if bleu else None,
+                     "epochs": rec.get("epochs"), "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
+                     "stopped_by": rec.get("stopped_by"), "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1),
+                     "averaged_k": (test.get("averaging") or {}).get("k")})
+    # updates and minutes for each run to reach each baseline's final (plateau) best valid BLEU, same seed
+    for r in rows:
+        rec = records[r["id"]]
+        walls = dict(rec.get("wall_curve", []))
+        for b in BASELINES:
+            base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
+            target = max((v for _, v in base.get("bleu_curve", []) if v is not None), default=None) if base else None
+            upd = quality.first_reaching(rec.get("bleu_curve", []), target) if target is not None else None
+            r[f"updates_to_{b}_best"] = upd
+            r[f"min_to_{b}_best"] = round(walls[upd] / 60, 1) if upd in walls else None
+    per_method = {}
+    for m in dict.fromkeys(r["method"] for r in rows):
+        got = [r["test_bleu_detok"] for r in rows if r["method"] == m and r["test_bleu_detok"] is not None]
+        per_method[m] = {"seeds": len(got), "sacrebleu_mean": round(statistics.mean(got), 2) if got else None,
+                         "sacrebleu_min": min(got, default=None), "sacrebleu_max": max(got, default=None),
+                         "epochs": [r["epochs"] for r in rows if r["method"] == m]}
+    gaps = []
+    refs = {c: _raw_refs(pathlib.Path(p)) for c, p in data.items()}
+    for rec in records.values():
+        if rec["method"] != "tfixup" or not rec.get("test_hypotheses"):
+            continue
+        for b in BASELINES:
+            base = records.get(rec["id"].replace("-tfixup-", f"-{b}-"))
+            if base and base.get("test_hypotheses") and refs.get(rec["corpus"]):
+                lowercase = (rec.get("test") or {}).get("lowercase", True)
+                gaps.append({"tfixup": rec["id"], "baseline": base["id"],
+                             **score.paired_bootstrap(rec["test_hypotheses"], base["test_hypotheses"],
+                                                      refs[rec["corpus"]], lowercase=lowercase)})
+    return {"benchmark": "plateau", "mode": cfg["mode"], "command": common.command_line(),
+            "machine": common.machine(), "threads": 1,
+            "data": "; ".join(f"{quality.CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})"
+                              for c, p in data.items()),
+            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+            "rows": sorted(rows, key=lambda r: (list(quality.METHODS).index(r["method"]), r["seed"])),
+            "per_method": per_method, "gaps": gaps, "records": records}
+
+
+def _raw_refs(data: pathlib.Path):
+    path = data / "test.raw.en"
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else None
+
+
+def report(res: dict) -> str:
+    cfg, q = res["config"], res["config"]["quality"]
+    label = lambda m: quality.METHODS[m][3]  # noqa: E731
+    text = runlib.report_head("Final quality: Multi30k De-En, trained to the plateau (CPU)", res, res["n_runs"])
+    text += (
+        f"Model {q['embed']}-{q['ffn']}-{q['heads']}, {q['layers']}+{q['layers']} layers, {q['max_tokens']} tokens "
+        f"per update, dropout {q['dropout']}, lr 5e-4, Adam (0.9, 0.98). T-Fixup: no LayerNorm, no warmup, "
+        f"lr*sqrt(4000/(4000+t)); baselines: linear warmup over {q['warmup']} updates onto the same curve "
+        f"(matched schedule). Each run continues the quality study's {q['max_epoch']}-epoch run (its row there), then trains "
+        f"until valid BLEU (greedy, every epoch) has not improved for {cfg['patience']} epochs, at most "
+        f"{cfg['cap']} epochs. Test: average of the last K epoch checkpoints (K in {q['avg']}, chosen on valid "
+        f"loss), beam {q['beam']}, length penalty 0.3 (the IWSLT recipe's), the whole test set; sacreBLEU on "
+        f"lowercased text (signature below).\n\n"
+        "## Final test BLEU per method\n\n")
+    text += common.md_table(
+        ["method", "seeds", "test sacreBLEU mean", "min", "max", "epochs run"],
+        [[label(m), v["seeds"], v["sacrebleu_mean"], v["sacrebleu_min"], v["sacrebleu_max"],
+          ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
+    if res["gaps"]:
+        text += ("## T-Fixup vs each baseline, same seed: sacreBLEU gap with its 95% paired-bootstrap interval\n\n"
+                 + common.md_table(["T-Fixup run", "baseline run", "gap", "95% interval", "p(gap <= 0)", "samples"],
+                                   [[g["tfixup"], g["baseline"], g["gap"], f"[{g['ci95'][0]}, {g['ci95'][1]}]",
+                                     g["p_gap_le_0"], g["samples"]] for g in res["gaps"]]) + "\n\n")
+    text += "## Every run\n\n" + common.md_table(
+        ["run", "status", "test BLEU (tok)", "test sacreBLEU", f"tok BLEU at {q['max_epoch']} epochs", "best valid BLEU",
+         "at epoch", "epochs", "stopped by", "train min", "updates (min) to Post-LN's final best valid BLEU",
+         "updates (min) to Pre-LN's", "K"],
+        [[r["id"], r["status"], r["test_bleu_tok"], r["test_bleu_detok"], r["at_cap_bleu_tok"], r["best_valid_bleu"],
+          r["best_valid_bleu_epoch"], r["epochs"], r["stopped_by"], r["train_wall_min"],
+          _upd_min(r, "postln_matched"), _upd_min(r, "preln_matched"), r["averaged_k"]] for r in res["rows"]]) + "\n\n"
+    sigs = sorted({(rec.get("test") or {}).get("sacrebleu_signature") for rec in res["records"].values()} - {None})
+    text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n"
+    return text
+
+
+def _upd_min(row: dict, baseline: str):
+    upd = row.get(f"updates_to_{baseline}_best")
+    return None if upd is None else f"{upd} ({row.get(f'min_to_{baseline}_best')})"
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    labelled = set()
+    for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
+        m = rec["method"]
+        style = dict(color=common.METHOD_COLORS[quality.preset(m)], ls="-" if rec.get("seed", 1) == 1 else "--",
+                     label=None if m in labelled else quality.METHODS[m][3], marker=".", markersize=3)
+        labelled.add(m)
+        if rec.get("valid_curve"):
+            loss_ax.plot(*zip(*rec["valid_curve"]), **style)
+        pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
+        if pts:
+            bleu_ax.plot(*zip(*pts), **style)
+    loss_ax.set_ylabel("valid loss (bits, label-smoothed)")
+    bleu_ax.set_ylabel("valid BLEU (greedy)")
+    for ax in (loss_ax, bleu_ax):
+        ax.set_xlabel("updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
+    fig.suptitle("Multi30k De-En, 128-256-4, 6+6: trained until valid BLEU stops improving", fontsize=10)
+    common.save_figure(fig, path)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "plateau.{json,md,png}, plateau/runs/, quality/runs/")
+    p.add_argument("--multi30k", help="data-bin of the full Multi30k De-En (scripts/prepare-corpus.sh)")
+    p.add_argument("--iwslt", help="data-bin of the IWSLT'14 sample (smoke mode)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1, one thread each)")
+    p.add_argument("--cap", type=int, help="the most epochs a run trains (default: the mode's)")
+    p.add_argument("--patience", type=int, help="epochs without a better valid BLEU that end a run")
+    p.add_argument("--only", nargs="+", help="run ids to run now (e.g. multi30k-tfixup-s1)")
+    args = p.parse_args(argv)
+    if args.mode == "quick":
+        p.error("plateau has --smoke and the default mode only")
+    cfg = dict(MODES[args.mode], mode=args.mode)
+    for k in ("cap", "patience"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    qcfg = dict(quality.MODES[args.mode], mode=args.mode)
+    cfg["quality"] = qcfg
+    data = {c: pathlib.Path(getattr(args, c)) for c in ("multi30k", "iwslt") if getattr(args, c)}
+    if not data:
+        p.error("give --multi30k DATA (or --iwslt DATA with --smoke)")
+    pairs = make_runs(cfg, qcfg, data)
+    continues = {run.id: qrun for run, qrun in pairs}
+    runs = [run for run, _ in pairs]
+    out = pathlib.Path(args.out)
+    runlib.run_study("plateau" + args.tag, out, runs,
+                     lambda recs: summarise(cfg, recs, {c: str(v) for c, v in data.items()}, len(runs)),
+                     plot, report, "valid loss and valid BLEU vs updates, to the plateau", args.jobs,
+                     execute=lambda r, work: execute(r, continues[r.id], out, args.threads),
+                     todo=[r for r in runs if not args.only or r.id in args.only], report_only=args.report_only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
