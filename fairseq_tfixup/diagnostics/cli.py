@@ -4,6 +4,7 @@
     tfixup-diagnose ln-norms   --data DATA_BIN --model postln,tfixup --out DIR
     tfixup-diagnose grad-norms --data DATA_BIN --model postln,preln,tfixup --out DIR
     tfixup-diagnose hessian    [--data DATA_BIN] --model postln,preln,tfixup --out DIR
+    tfixup-diagnose update-size --data DATA_BIN --model tfixup,postln,preln,noln --out DIR
 
 Each writes a PNG plus the raw arrays (.npz) and a .json summary to --out.
 """
@@ -18,7 +19,9 @@ import tempfile
 import warnings
 
 from fairseq_tfixup.diagnostics.models import ModelSpec
-from fairseq_tfixup.presets import METHODS, SCHEDULES
+from fairseq_tfixup.presets import ABLATIONS, METHODS, SCHEDULES
+
+MODELS = [*METHODS, *ABLATIONS]  # any method of the paper's tables, and the Fig. 3c ablations
 
 
 def comma_list(kind, choices=None):
@@ -43,8 +46,8 @@ def common_parser(default_models: str, default_dropout: float) -> argparse.Argum
     p = argparse.ArgumentParser(add_help=False)
     g = p.add_argument_group("model and data")
     g.add_argument("--data", help="fairseq data-bin folder (e.g. from scripts/prepare-iwslt14.sh)")
-    g.add_argument("--model", type=comma_list(str, list(METHODS)), default=default_models.split(","),
-                   help=f"comma list of {', '.join(METHODS)} (default {default_models})")
+    g.add_argument("--model", type=comma_list(str, MODELS), default=default_models.split(","),
+                   help=f"comma list of {', '.join(MODELS)} (default {default_models})")
     g.add_argument("--dim", type=int, default=128, help="embedding dim, encoder and decoder (default 128)")
     g.add_argument("--ffn-dim", type=int, default=256, help="FFN inner dim (default 256)")
     g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
@@ -110,6 +113,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default $TFIXUP_SHARED_DATA)")
     p.add_argument("--cache", default=str(pathlib.Path(tempfile.gettempdir()) / "tfixup-diagnose"),
                    help="where the Multi30k data-bin is built when --data is not given")
+    p = sub.add_parser("update-size", parents=[common_parser("tfixup,postln,preln,noln", 0.0)],
+                       help="T-Fixup §3.2's goal: the output change after one SGD / Adam step at init, vs depth")
+    p.add_argument("--depths", type=comma_list(int), default=[1, 2, 4, 8, 16, 32, 64, 128, 200],
+                   help="comma list of layers per side (default 1,2,4,8,16,32,64,128,200)")
+    p.add_argument("--eta", type=float, default=1e-4, help="SGD step size (default 1e-4: the first-order regime)")
+    p.add_argument("--adam-lr", type=float, default=5e-4, help="Adam's learning rate (default 5e-4)")
+    p.add_argument("--split", default="valid", help="data split (default valid)")
+    p.add_argument("--sentences", type=int, default=64, help="first N sentence pairs of the split (default 64)")
+    p.add_argument("--inits", type=int, default=2, help="random initialisations averaged (default 2)")
     return parser
 
 
@@ -162,6 +174,11 @@ def run(a) -> None:
         from fairseq_tfixup.diagnostics.grad_norms import run_grad_norms
 
         run_grad_norms(a.data, depths=a.depths, split=a.split, n_sentences=a.sentences, inits=a.inits, **common)
+    elif a.command == "update-size":
+        from fairseq_tfixup.diagnostics.update_size import run_update_size
+
+        run_update_size(a.data, depths=a.depths, eta=a.eta, adam_lr=a.adam_lr, split=a.split,
+                        n_sentences=a.sentences, inits=a.inits, **common)
 
 
 def main(argv=None) -> int:

@@ -7,8 +7,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-COLORS = {"postln": "tab:red", "preln": "tab:blue", "tfixup": "tab:green"}
-LABELS = {"postln": "Post-LN", "preln": "Pre-LN", "tfixup": "T-Fixup"}
+COLORS = {"postln": "tab:red", "preln": "tab:blue", "tfixup": "tab:green", "noln": "tab:gray",
+          "tfixup_ln": "tab:brown"}
+LABELS = {"postln": "Post-LN", "preln": "Pre-LN", "tfixup": "T-Fixup", "noln": "no LN, default init",
+          "tfixup_ln": "T-Fixup init + Post-LN"}
 
 
 def label(model: str) -> str:
@@ -98,6 +100,25 @@ def grad_norms(per_layer: dict, layer_names: list, depths: list, last_fc2: dict,
     b.set_title("last-layer FFN gradient vs depth (dotted: ∝ 1/√L)", fontsize=9)
     b.grid(alpha=0.3, which="both")
     b.legend()
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def update_size(depths: list, curves: dict, summary: dict, eta: float, adam_lr: float, title: str):
+    """curves: model -> array[depth, (SGD ||df||/eta, Adam ||df||)]. Two log-log panels with fitted slopes."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    d = np.asarray(depths, dtype=float)
+    for j, (key, what) in enumerate((("sgd_loglog_slope", f"SGD step: ‖Δf‖ / η  (η = {eta:g})"),
+                                     ("adam_loglog_slope", f"Adam's first step: ‖Δf‖  (lr = {adam_lr:g})"))):
+        ax = axes[j]
+        for m, values in curves.items():
+            ax.loglog(d, values[:, j], "o-", color=COLORS.get(m), label=f"{label(m)} (slope {summary[m][key]:+.2f})")
+        ax.set_xlabel("layers per side N (encoder = decoder)")
+        ax.set_ylabel(what)
+        ax.set_title(what, fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
