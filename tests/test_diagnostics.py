@@ -198,3 +198,26 @@ def test_cli_module_help_runs(capsys, monkeypatch):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "grad-hist" in out and "hessian" in out
+
+
+def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iwslt_bin, tmp_path):
+    from fairseq_tfixup.diagnostics import update_size
+
+    spec = models.ModelSpec(model="tfixup", dim=16, ffn_dim=32, heads=2, encoder_layers=2, decoder_layers=2)
+    args, task, model, criterion = models.build(str(iwslt_bin), spec, seed=3)
+    model.train()
+    batches = data.fixed_batches(task, args, "valid", 8)
+    before = [p.detach().clone() for p in model.parameters()]
+    small = update_size.one_step(model, criterion, batches, update_size.sgd(1e-5)) / 1e-5
+    half = update_size.one_step(model, criterion, batches, update_size.sgd(5e-6)) / 5e-6
+    assert small > 0 and half == pytest.approx(small, rel=1e-2)  # ||df|| = Theta(eta): linear as eta -> 0
+    for p, b in zip(model.parameters(), before):
+        torch.testing.assert_close(p, b, rtol=0, atol=0)  # the probe leaves the model as it was
+    assert update_size.loglog_slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
+    assert update_size.loglog_slope([1, 2, 4], [5.0, 5.0, 5.0]) == pytest.approx(0.0, abs=1e-12)
+
+    assert cli.main(["update-size", "--data", str(iwslt_bin), "--model", "tfixup,noln", "--depths", "1,2",
+                     "--inits", "1", "--sentences", "4", *TINY, "--out", str(tmp_path)]) == 0
+    meta = json.loads((tmp_path / "update_size.json").read_text())
+    assert set(meta["models"]) == {"tfixup", "noln"} and (tmp_path / "update_size.png").stat().st_size > 0
+    assert all(np.isfinite(m["sgd_loglog_slope"]) and np.isfinite(m["adam_loglog_slope"]) for m in meta["models"].values())
