@@ -90,7 +90,7 @@ MODES = {
     "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
                     lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln", "postln_matched"],
                     one_seed_methods=["preln"] + BASELINES + MATCHED + ["tfixup_pw"],
-                    fig3c_methods=FIG3C_ADAM + FIG3C_SGD, sgd_lrs=[0.03, 0.1, 0.3],
+                    fig3c_methods=FIG3C_ADAM + FIG3C_SGD, sgd_lrs=[0.1, 0.3, 1.0],
                     warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),
 }
 

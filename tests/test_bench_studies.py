@@ -68,7 +68,7 @@ def test_convergence_methods_option_runs_only_those():
     every = convergence.make_runs(cfg, pathlib.Path("d"))
     ids = [r.id for r in convergence.selected(every, ["tfixup", "preln", "sgd"])]
     assert ids == ["main-tfixup-lr0.0005-s1", "main-tfixup-lr0.0005-s2", "main-tfixup-lr0.0005-s3",
-                   "main-preln-lr0.0005-s1", "fig3c-sgd-lr0.03-s1", "fig3c-sgd-lr0.1-s1", "fig3c-sgd-lr0.3-s1"]
+                   "main-preln-lr0.0005-s1", "fig3c-sgd-lr0.1-s1", "fig3c-sgd-lr0.3-s1", "fig3c-sgd-lr1-s1"]
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
     # per lr: 4 methods x 3 seeds, 15 one-seed methods; 3 Fig. 3c Adam arms per lr, 2 SGD arms x 3 lrs;
