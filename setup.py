@@ -27,7 +27,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.8",
-    packages=find_packages(include=["fairseq_tfixup", "fairseq_tfixup.*"]),
+    packages=find_packages(include=["tfixup", "tfixup.*", "fairseq_tfixup", "fairseq_tfixup.*"]),
     install_requires=[
         'fairseq==0.12.2; python_version < "3.11"',
         'fairseq-fixed==0.12.3.1; python_version >= "3.11"',

@@ -33,7 +33,7 @@ MODES = {
 }
 
 
-def plan(cfg: dict, k: int) -> tuple:
+def budget(cfg: dict, k: int) -> tuple:
     """(update budget, validation interval) for multiplier k: 2x the ideal budget updates/k/2, and
     a validation interval that resolves it as finely as 1x's."""
     updates = cfg["updates"] if k == 1 else max(2, math.ceil(cfg["updates"] / k))
@@ -41,14 +41,12 @@ def plan(cfg: dict, k: int) -> tuple:
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    fam = common.FAMILIES["tfixup"]
     out = []
     for k in cfg["multipliers"]:
-        updates, every = plan(cfg, k)
-        args = (["--arch", fam["arch"]] + fam["flags"]
-                + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
-                + common.schedule_flags(0, cfg["decay_period"])
-                + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1)
+        updates, every = budget(cfg, k)
+        recipe = common.recipe(cfg, "tfixup", lr=cfg["lr"], seed=cfg["seed"], max_update=updates,
+                               decay_period=cfg["decay_period"])
+        args = (common.train_args(recipe)
                 + ["--update-freq", k, "--validate-interval-updates", every, "--validate-interval", 100000,
                    "--save-interval", 100000, "--no-save", "--log-interval", every])
         out.append(runlib.Run(f"tfixup-x{k}", dict(multiplier=k, updates=updates), args, str(data)))
@@ -121,11 +119,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.legend(fontsize=8)
     axes[0].set_title("valid loss vs updates", fontsize=9)
     axes[1].set_title("same, vs data seen (curves coincide if per-token progress is unchanged)", fontsize=8)
-    common.save_figure(fig, path)
-    plt.close(fig)
+    common.save_figure(path, fig)
 
 
-def main(argv=None):
+def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "batch.{json,md,png}, batch/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--multipliers", type=int, nargs="+")
@@ -133,13 +130,29 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--decay-period", type=int, default=4000)
     p.add_argument("--seed", type=int, default=1)
-    args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("batch has --smoke and the default mode only")
+    return p
+
+
+def make_config(args) -> dict:
     cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
     for k in ("multipliers", "updates"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
+    return cfg
+
+
+def plan(data, mode: str = "default") -> list:
+    """The study's runs with the command line's defaults (what ``main`` runs without overrides)."""
+    return make_runs(make_config(parser().parse_args(
+        ["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))), pathlib.Path(data))
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.mode == "quick":
+        p.error("batch has --smoke and the default mode only")
+    cfg = make_config(args)
     if 1 not in cfg["multipliers"]:
         p.error("--multipliers must include 1 (the run that sets the target)")
     data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)

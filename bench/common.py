@@ -19,9 +19,10 @@ import subprocess
 import sys
 import time
 
-# the plugin's fairseq-free modules from its files: a study's own process only launches
-# fairseq-train runs and reads their logs, without paying fairseq's ~6 s import (pipeline/plugin.py)
-from pipeline.plugin import atomic, presets
+# fairseq-free: a study's own process only launches fairseq-train runs and reads their logs, without
+# paying fairseq's ~6 s import
+from pipeline import fairseq_log
+from tfixup import atomic, methods as presets
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = presets.USER_DIR
@@ -96,65 +97,31 @@ def data_description(path: pathlib.Path) -> str:
 # ---------------------------------------------------------------- models
 
 
-# Model families compared: fairseq_tfixup/presets.py METHODS (T-Fixup, stock Post-LN, Pre-LN, ...).
-FAMILIES = {name: {"arch": m.arch, "flags": list(m.flags), "optimizer": m.optimizer}
-            for name, m in {**presets.METHODS, **presets.ABLATIONS}.items()}
-dims_flags = presets.dims_flags
+def recipe(cfg: dict, method: str, **kw) -> "presets.Recipe":
+    """A study's recipe for ``method``: the study's size (embed, ffn, heads, layers per side), warmup W
+    and tokens per update, and ``kw`` (lr, seed, max_update, dropout, schedule, ...)."""
+    return presets.Recipe(method, cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"],
+                          **{"warmup": cfg.get("warmup", 4000), "max_tokens": cfg["max_tokens"], **kw})
 
-# One color per method (fairseq_tfixup/presets.py METHODS) in every benchmark figure, so that a
-# method looks the same in the convergence, quality and depth plots; C2 is left for Post-LN without
-# warmup where a study runs Post-LN both ways.
-METHOD_COLORS = {"tfixup": "C3", "postln": "C0", "preln": "C1", "radam": "C4", "dsinit": "C5", "rfixup": "C6",
-                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k",
-                 # the convergence study's Fig. 3c arms
-                 "sgd": "tab:olive", "noln": "tab:gray", "tfixup_ln": "tab:brown"}
+
+def train_args(r) -> list:
+    """A study run's fairseq-train arguments: the project's one builder (tfixup/methods.py
+    ``train_args``), on CPU, JSON log lines (read back by parse_train_log), no data-loader process."""
+    return presets.train_args(r, USER_DIR, cpu=True, log_format="json", num_workers=0)
+
+
+def color(method: str) -> str:
+    """A method's color in every benchmark figure (its row in tfixup/methods.py); C2 is left for
+    Post-LN without warmup where a study runs Post-LN both ways."""
+    return presets.method(method).color
+
+
 POSTLN_NO_WARMUP_COLOR = "C2"
-
-
-def schedule_flags(warmup: int, decay_period: int) -> list:
-    """Warmup: fairseq's inverse_sqrt (linear warmup from 1e-7, then lr*sqrt(W/t)).
-    No warmup: this plugin's inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)) from update 0."""
-    return presets.schedule_flags("warmup", warmup) if warmup > 0 else presets.schedule_flags("nowarmup", decay_period)
-
-
-def common_train_flags(lr: float, max_tokens: int, max_update: int, seed: int, dropout: float,
-                       optimizer: str = "adam") -> list:
-    return [
-        "--cpu", "--user-dir", str(USER_DIR), "--task", "translation",
-        "--share-decoder-input-output-embed",
-        "--optimizer", optimizer,
-        # plain SGD (the paper's Fig. 3c arm): no momentum; adam and radam take Adam's betas
-        *(["--momentum", "0.0"] if optimizer == "sgd" else ["--adam-betas", "(0.9, 0.98)"]), "--clip-norm", "0.0",
-        "--lr", str(lr), "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--dropout", str(dropout), "--weight-decay", "0.0001",
-        "--max-tokens", str(max_tokens), "--max-update", str(max_update), "--seed", str(seed),
-        "--log-format", "json", "--num-workers", "0",
-    ]
 
 
 # ---------------------------------------------------------------- fairseq-train runs
 
-_LOG_LINE = re.compile(r"\| (train_inner|valid|train) \| (\{.*\})\s*$")
-
-
-def _num(v):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return v
-
-
-def parse_train_log(text: str) -> dict:
-    """fairseq-train's JSON log lines -> {"train": [...], "valid": [...], "epoch": [...]}."""
-    out = {"train": [], "valid": [], "epoch": []}
-    for line in text.splitlines():
-        m = _LOG_LINE.search(line)
-        if not m:
-            continue
-        rec = {k: _num(v) for k, v in json.loads(m.group(2)).items()}
-        kind = {"train_inner": "train", "valid": "valid", "train": "epoch"}[m.group(1)]
-        out[kind].append(rec)
-    return out
+parse_train_log = fairseq_log.parse_train_log  # the one reader of fairseq's logs
 
 
 # ---------------------------------------------------------------- outputs
@@ -215,8 +182,7 @@ def write_json(path: pathlib.Path, obj) -> None:
 write_text = atomic.write_text
 
 
-def save_figure(fig, path: pathlib.Path) -> None:
-    atomic.write_file(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png"))
+save_figure = atomic.save_figure
 
 
 def md_table(headers: list, rows: list) -> str:

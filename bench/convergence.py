@@ -36,109 +36,90 @@ import sys
 from bench import common, runs as runlib
 from bench.unigram import unigram_level
 
-# name: (method in fairseq_tfixup/presets.py, schedule, label). Schedules, all with the same peak lr:
+# Schedules, all with the same peak lr:
 #   warmup     fairseq's inverse_sqrt: linear warmup over W updates, then lr * sqrt(W / t)
 #   matched    inverse_sqrt_matched: linear warmup over W onto T-Fixup's curve, then lr * sqrt(P / (P + t))
 #   nowarmup   inverse_sqrt_nowarmup: lr * sqrt(P / (P + t)) from update 0 (T-Fixup's, the paper's P)
 #   nowarmup_w inverse_sqrt_nowarmup with P = W: T-Fixup on (nearly) the old baseline's curve after warmup
-METHODS = {
-    "tfixup": ("tfixup", "nowarmup", "T-Fixup, no warmup"),
-    "postln_warmup": ("postln", "warmup", "Post-LN + warmup (baseline)"),
-    "postln": ("postln", "nowarmup", "Post-LN, no warmup"),
-    "preln": ("preln", "nowarmup", "Pre-LN, no warmup"),
-    # the other methods of the paper's tables, and two later ones, each with its own paper's warmup
-    "radam": ("radam", "nowarmup", "RAdam (Post-LN), no warmup"),
-    "dsinit_warmup": ("dsinit", "warmup", "DS-Init + warmup"),
-    "rfixup_warmup": ("rfixup", "warmup", "R-Fixup + warmup"),
-    "dlcl_warmup": ("dlcl", "warmup", "DLCL + warmup"),
-    "dlcl_preln_warmup": ("dlcl_preln", "warmup", "DLCL-Pre-LN + warmup"),
-    "deepnorm_warmup": ("deepnorm", "warmup", "DeepNorm + warmup"),
-    "admin_warmup": ("admin", "warmup", "Admin + warmup"),
-    # the same warmups onto T-Fixup's curve: after warmup, the same rate as T-Fixup at every update
-    "postln_matched": ("postln", "matched", "Post-LN + matched warmup (baseline)"),
-    "dsinit_matched": ("dsinit", "matched", "DS-Init + matched warmup"),
-    "rfixup_matched": ("rfixup", "matched", "R-Fixup + matched warmup"),
-    "dlcl_matched": ("dlcl", "matched", "DLCL + matched warmup"),
-    "dlcl_preln_matched": ("dlcl_preln", "matched", "DLCL-Pre-LN + matched warmup"),
-    "deepnorm_matched": ("deepnorm", "matched", "DeepNorm + matched warmup"),
-    "admin_matched": ("admin", "matched", "Admin + matched warmup"),
-    "tfixup_pw": ("tfixup", "nowarmup_w", "T-Fixup, no warmup, P = W"),
-    # the arms of the paper's Fig. 3c (and T-Fixup's init with LayerNorm kept, the authors' issue #7)
-    "sgd_matched": ("sgd", "matched", "Post-LN + SGD + matched warmup"),
-    "sgd": ("sgd", "nowarmup", "Post-LN + SGD, no warmup"),
-    "noln_matched": ("noln", "matched", "no LN, default init + matched warmup"),
-    "noln": ("noln", "nowarmup", "no LN, default init, no warmup"),
-    "tfixup_ln": ("tfixup_ln", "nowarmup", "T-Fixup init + Post-LN, no warmup"),
-}
-BASELINES = ["radam", "dsinit_warmup", "rfixup_warmup", "dlcl_warmup", "dlcl_preln_warmup", "deepnorm_warmup",
-             "admin_warmup"]
-MATCHED = ["dsinit_matched", "rfixup_matched", "dlcl_matched", "dlcl_preln_matched", "deepnorm_matched",
-           "admin_matched"]
+SUFFIX = {"warmup": "_warmup", "matched": "_matched", "nowarmup": "", "nowarmup_w": "_pw"}
+SCHEDULE_LABEL = {"warmup": " + warmup", "matched": " + matched warmup", "nowarmup": ", no warmup",
+                  "nowarmup_w": ", no warmup, P = W"}
+
+
+def study_arms() -> dict:
+    """arm name -> (method, schedule, label, group), derived from tfixup/methods.py: every method
+    of the study, one trained with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with
+    the matched warmup and without (group fig3c), one trained without warmup without it; then the
+    study's own arms: Post-LN and Pre-LN without warmup (the paper's question), T-Fixup with P = W."""
+    out = {}
+
+    def add(name, kind, group):
+        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + SCHEDULE_LABEL[kind], group)
+
+    for name in presets.studied("convergence"):
+        group = "fig3c" if name in presets.ABLATIONS else "main"
+        if not presets.method(name).warmup:
+            add(name, "nowarmup", group)
+        for kind in (("warmup", "matched") if group == "main" else ("matched", "nowarmup")):
+            if presets.method(name).warmup:
+                add(name, kind, group)
+    for name, kind in (("postln", "nowarmup"), ("preln", "nowarmup"), ("tfixup", "nowarmup_w")):
+        add(name, kind, "main")
+    return out
+
+
+presets = common.presets
+METHODS = study_arms()
 BASELINE = "postln_warmup"
 # the warmup baseline on each schedule: T-Fixup's ratio is given against each, and against the better one
 BASELINE_SCHEDULES = ("postln_warmup", "postln_matched")
-FIG3C_ADAM = ["noln_matched", "noln", "tfixup_ln"]
-FIG3C_SGD = ["sgd_matched", "sgd"]
+HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched"]  # every seed; the other arms the first seed
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
-                  methods=["tfixup", BASELINE], one_seed_methods=[], fig3c_methods=[], sgd_lrs=[],
+                  headline=["tfixup", BASELINE], others=False, sgd_lrs=[],
                   warmup=4, max_tokens=512, long_updates=0, valid_lines=50, test_lines=10),
     # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup
     # baseline to leave the unigram stage (the report's "stuck" column says whether it did);
     # the long runs show what happens after
     "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
-                    lrs=[1e-3, 5e-4], methods=["tfixup", BASELINE, "postln", "postln_matched"],
-                    one_seed_methods=["preln"] + BASELINES + MATCHED + ["tfixup_pw"],
-                    fig3c_methods=FIG3C_ADAM + FIG3C_SGD, sgd_lrs=[0.1, 0.3, 1.0],
+                    lrs=[1e-3, 5e-4], headline=HEADLINE, others=True, sgd_lrs=[0.1, 0.3, 1.0],
                     warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),
 }
 
 
-def schedule_flags(kind: str, cfg: dict) -> list:
-    """The flags of a schedule of METHODS (same peak lr for every kind; W = cfg warmup, P = cfg decay_period)."""
-    w, p = cfg["warmup"], cfg["decay_period"]
-    if kind == "nowarmup_w":
-        return common.presets.schedule_flags("nowarmup", w)
-    if kind == "matched":
-        return common.presets.schedule_flags("matched", w, decay_period=p)
-    return common.schedule_flags(w if kind == "warmup" else 0, p)
-
-
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """The study's runs, the most informative first: per lr (1e-3 before 5e-4), the headline's
-    methods with every seed, then the other methods with the first seed; then the Fig. 3c arms
-    (Adam ones at each lr, SGD ones at each of its own lrs); the long runs last."""
+    arms with every seed, then the other main arms with the first seed; then the Fig. 3c arms (Adam
+    ones at each lr, SGD ones at each of its own lrs); the long runs last."""
     out = []
 
-    def add(method, lr, seed, updates, tag):
-        family, kind, _ = METHODS[method]
-        fam = common.FAMILIES[family]
-        args = (["--arch", fam["arch"]] + fam["flags"]
-                + common.dims_flags(cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"])
-                + schedule_flags(kind, cfg)
-                + common.common_train_flags(lr, cfg["max_tokens"], updates, seed, cfg["dropout"], fam["optimizer"])
-                + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-                   "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
-        out.append(runlib.Run(f"{tag}-{method}-lr{lr:g}-s{seed}", dict(
-            method=method, lr=lr, seed=seed, updates=updates, group=tag), args, str(data)))
+    def add(arm, lr, seed, updates, tag):
+        name, kind, _, _ = METHODS[arm]
+        recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
+                               schedule="nowarmup" if kind == "nowarmup_w" else kind,
+                               decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
+        args = common.train_args(recipe) + [
+            "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+            "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+        out.append(runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(
+            method=arm, lr=lr, seed=seed, updates=updates, group=tag), args, str(data)))
 
+    others = [a for a in METHODS if a not in cfg["headline"]] if cfg["others"] else []
     for lr in cfg["lrs"]:
         for seed in cfg["seeds"]:
-            for m in cfg["methods"]:
-                add(m, lr, seed, cfg["updates"], "main")
-        for m in cfg["one_seed_methods"]:
-            add(m, lr, cfg["seeds"][0], cfg["updates"], "main")
-    for m in cfg["fig3c_methods"]:
-        if METHODS[m][0] == "sgd":
-            for lr in cfg["sgd_lrs"]:
-                add(m, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
-        else:
-            for lr in cfg["lrs"]:
-                add(m, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
+            for arm in cfg["headline"]:
+                add(arm, lr, seed, cfg["updates"], "main")
+        for arm in others:
+            if METHODS[arm][3] == "main":
+                add(arm, lr, cfg["seeds"][0], cfg["updates"], "main")
+    for arm in others:
+        if METHODS[arm][3] == "fig3c":
+            for lr in (cfg["sgd_lrs"] if METHODS[arm][0] == "sgd" else cfg["lrs"]):
+                add(arm, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
     if cfg["long_updates"]:
-        for m in cfg["methods"]:
-            add(m, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
+        for arm in cfg["headline"]:
+            add(arm, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
     return out
 
 
@@ -284,7 +265,7 @@ def _ratio_text(h: dict):
 
 def color(name: str) -> str:
     """The method's color in every benchmark figure; Post-LN without warmup is told apart from the baseline."""
-    return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.METHOD_COLORS[METHODS[name][0]]
+    return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.color(METHODS[name][0])
 
 
 # fairseq's inverse_sqrt dashed, T-Fixup's curve (no warmup or matched warmup) solid, P = W dotted
@@ -348,8 +329,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     fig.suptitle(f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
                  f"{cfg['layers']}+{cfg['layers']} layers", fontsize=10)
     fig.tight_layout()
-    common.save_figure(fig, path)
-    plt.close(fig)
+    common.save_figure(path, fig)
 
 
 def parser():
@@ -376,6 +356,12 @@ def make_config(args) -> dict:
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
     return cfg
+
+
+def plan(data, mode: str = "default") -> list:
+    """The study's runs with the command line's defaults (what ``main`` runs without overrides)."""
+    return make_runs(make_config(parser().parse_args(
+        ["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))), pathlib.Path(data))
 
 
 def selected(runs: list, methods) -> list:

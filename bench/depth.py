@@ -27,24 +27,18 @@ import sys
 from bench import common, runs as runlib
 from bench.unigram import unigram_level
 
-METHODS = {  # name: (method in fairseq_tfixup/presets.py, label); every run without warmup
-    "tfixup": ("tfixup", "T-Fixup"),
-    "postln": ("postln", "Post-LN"),
-    "preln": ("preln", "Pre-LN"),
-    "radam": ("radam", "RAdam (Post-LN)"),
-    "dsinit": ("dsinit", "DS-Init"),
-    "rfixup": ("rfixup", "R-Fixup"),
-    "dlcl": ("dlcl", "DLCL"),
-    "dlcl_preln": ("dlcl_preln", "DLCL-Pre-LN"),
-    "deepnorm": ("deepnorm", "DeepNorm"),
-    "admin": ("admin", "Admin"),
-}
+def study_arms() -> dict:
+    """name -> (method in tfixup/methods.py, label): every method of the study, every run without warmup."""
+    return {m: (m, common.presets.method(m).label) for m in common.presets.studied("depth")}
+
+
+METHODS = study_arms()
 CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at every depth
 
 MODES = {
     "smoke": dict(depths=[2], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
                   valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
-    "default": dict(depths=[6, 20, 50, 100, 200], methods=list(METHODS), updates=600, deep_updates=300,
+    "default": dict(depths=[6, 20, 50, 100, 200], methods=None, updates=600, deep_updates=300,
                     deep_from=200, valid_every=50, max_tokens=1024, valid_lines=1000, test_lines=0),
 }
 
@@ -54,11 +48,10 @@ def budget(cfg: dict, depth: int) -> int:
 
 
 def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
-    fam = common.FAMILIES[METHODS[m][0]]
     updates = budget(cfg, depth)
-    args = (["--arch", fam["arch"]] + fam["flags"] + common.dims_flags(64, 128, 2, depth, depth)
-            + common.schedule_flags(0, cfg["decay_period"])
-            + common.common_train_flags(cfg["lr"], cfg["max_tokens"], updates, cfg["seed"], 0.1, fam["optimizer"])
+    recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), METHODS[m][0], lr=cfg["lr"],
+                           seed=cfg["seed"], max_update=updates, schedule="nowarmup", decay_period=cfg["decay_period"])
+    args = (common.train_args(recipe)
             + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
                "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
     return runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data))
@@ -66,8 +59,9 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """The paper's three methods at every depth first, then the other methods at every depth."""
-    core = [m for m in cfg["methods"] if m in CORE]
-    rest = [m for m in cfg["methods"] if m not in CORE]
+    methods = cfg["methods"] or list(METHODS)  # None: every method of the study
+    core = [m for m in methods if m in CORE]
+    rest = [m for m in methods if m not in CORE]
     return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in core]
             + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest])
 
@@ -85,7 +79,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                      "s_per_update": rec.get("s_per_update")})
     rows.sort(key=lambda r: (r["depth"], list(METHODS).index(r["method"])))
     deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
-               for m in cfg["methods"]}
+               for m in (cfg["methods"] or list(METHODS))}
     return {
         "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
         "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
@@ -121,7 +115,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {m: common.METHOD_COLORS[preset] for m, (preset, _) in METHODS.items()}
+    colors = {m: common.color(preset) for m, (preset, _) in METHODS.items()}
     methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
     ncols = min(4, len(methods) + 1)  # a grid: one row of 11 panels was too wide to read
     nrows = -(-(len(methods) + 1) // ncols)
@@ -159,11 +153,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()  # rows of panels: keep titles clear of the axis labels above them
-    common.save_figure(fig, path)
-    plt.close(fig)
+    common.save_figure(path, fig)
 
 
-def main(argv=None):
+def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}, depth/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--depths", type=int, nargs="+", help="layers per side (override the mode's)")
@@ -175,13 +168,29 @@ def main(argv=None):
     p.add_argument("--decay-period", type=int, default=4000, help="P of inverse_sqrt_nowarmup (default 4000)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--margin", type=float, default=1.0, help="bits below the unigram level that count as trained")
-    args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("depth has --smoke and the default mode only")
+    return p
+
+
+def make_config(args) -> dict:
     cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
     for k in ("depths", "methods", "updates", "deep_updates", "deep_from"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
+    return cfg
+
+
+def plan(data, mode: str = "default") -> list:
+    """The study's runs with the command line's defaults (what ``main`` runs without overrides)."""
+    return make_runs(make_config(parser().parse_args(
+        ["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))), pathlib.Path(data))
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    if args.mode == "quick":
+        p.error("depth has --smoke and the default mode only")
+    cfg = make_config(args)
     data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
     level = unigram_level(data, "de", "en")
     all_runs = make_runs(cfg, data)

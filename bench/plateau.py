@@ -64,6 +64,12 @@ def make_runs(cfg: dict, qcfg: dict, data: dict) -> list:
     return out
 
 
+def plan(data: dict, mode: str = "default") -> list:
+    """The study's runs (``data``: corpus -> data-bin), without the quality runs they continue."""
+    return [run for run, _ in make_runs(dict(MODES[mode], mode=mode), dict(quality.MODES[mode], mode=mode),
+                                         {c: pathlib.Path(p) for c, p in data.items()})]
+
+
 def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) -> dict:
     """The quality run (its record into OUT/quality/runs/ unless there), kept, then trained on to the plateau."""
     qwork, qstore = runlib.work_dir("quality"), out / "quality" / "runs"
@@ -191,7 +197,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     labelled = set()
     for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
         m = rec["method"]
-        style = dict(color=common.METHOD_COLORS[quality.preset(m)], ls="-" if rec.get("seed", 1) == 1 else "--",
+        style = dict(color=common.color(quality.preset(m)), ls="-" if rec.get("seed", 1) == 1 else "--",
                      label=None if m in labelled else quality.METHODS[m][3], marker=".", markersize=3)
         labelled.add(m)
         if rec.get("valid_curve"):
@@ -206,8 +212,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
     fig.suptitle("Multi30k De-En, 128-256-4, 6+6: trained until valid BLEU stops improving", fontsize=10)
-    common.save_figure(fig, path)
-    plt.close(fig)
+    common.save_figure(path, fig)
 
 
 def main(argv=None):

@@ -42,34 +42,29 @@ import time
 from bench import common, runs as runlib
 from pipeline import score
 
-# name: (config in configs/, its METHOD if the config's is not it, schedule, label). Schedules: None is the
-# config's own (T-Fixup: no warmup, P = 4000; the baselines: fairseq's inverse_sqrt after warmup),
-# "matched" a warmup onto T-Fixup's curve (inverse_sqrt_matched), "nowarmup_w" no warmup with P = W.
-METHODS = {
-    "tfixup": ("iwslt14_de_en_tfixup", None, None, "T-Fixup, no warmup"),
-    "postln": ("iwslt14_de_en_postln", None, None, "Post-LN + warmup"),
-    "preln": ("iwslt14_de_en_preln", None, None, "Pre-LN + warmup"),
-    # the other methods (fairseq_tfixup/presets.py), each with its own paper's warmup
-    "radam": ("iwslt14_de_en_postln", "radam", None, "RAdam (Post-LN), no warmup"),
-    "dsinit": ("iwslt14_de_en_postln", "dsinit", None, "DS-Init + warmup"),
-    "rfixup": ("iwslt14_de_en_postln", "rfixup", None, "R-Fixup + warmup"),
-    "dlcl": ("iwslt14_de_en_postln", "dlcl", None, "DLCL + warmup"),
-    "dlcl_preln": ("iwslt14_de_en_postln", "dlcl_preln", None, "DLCL-Pre-LN + warmup"),
-    "deepnorm": ("iwslt14_de_en_postln", "deepnorm", None, "DeepNorm + warmup"),
-    "admin": ("iwslt14_de_en_postln", "admin", None, "Admin + warmup"),
-    # every warmup method again on the matched schedule: after warmup, T-Fixup's rate at every update
-    "postln_matched": ("iwslt14_de_en_postln", None, "matched", "Post-LN + matched warmup"),
-    "preln_matched": ("iwslt14_de_en_preln", None, "matched", "Pre-LN + matched warmup"),
-    "dsinit_matched": ("iwslt14_de_en_postln", "dsinit", "matched", "DS-Init + matched warmup"),
-    "rfixup_matched": ("iwslt14_de_en_postln", "rfixup", "matched", "R-Fixup + matched warmup"),
-    "dlcl_matched": ("iwslt14_de_en_postln", "dlcl", "matched", "DLCL + matched warmup"),
-    "dlcl_preln_matched": ("iwslt14_de_en_postln", "dlcl_preln", "matched", "DLCL-Pre-LN + matched warmup"),
-    "deepnorm_matched": ("iwslt14_de_en_postln", "deepnorm", "matched", "DeepNorm + matched warmup"),
-    "admin_matched": ("iwslt14_de_en_postln", "admin", "matched", "Admin + matched warmup"),
-    "tfixup_pw": ("iwslt14_de_en_tfixup", None, "nowarmup_w", "T-Fixup, no warmup, P = W"),
-}
-MATCHED = ["postln_matched", "preln_matched", "dsinit_matched", "rfixup_matched", "dlcl_matched",
-           "dlcl_preln_matched", "deepnorm_matched", "admin_matched"]
+# The study's configs: T-Fixup's and Pre-LN's own, every other method the Post-LN config with its METHOD.
+CONFIGS = {"tfixup": "iwslt14_de_en_tfixup", "preln": "iwslt14_de_en_preln"}
+
+
+def study_arms() -> dict:
+    """arm name -> (config in configs/, its METHOD if the config's is not it, schedule, label), derived from
+    tfixup/methods.py: every method of the study on its own paper's schedule (schedule None: the
+    config's; T-Fixup and RAdam without warmup, P = 4000, the others fairseq's inverse_sqrt after warmup)
+    and, trained with warmup, again on the matched schedule (``NAME_matched``: a warmup onto T-Fixup's
+    curve); and T-Fixup without warmup with P = W (``tfixup_pw``)."""
+    out = {}
+    for name in common.presets.studied("quality"):
+        m = common.presets.method(name)
+        config = CONFIGS.get(name, "iwslt14_de_en_postln")
+        method = None if name in CONFIGS or name == "postln" else name
+        out[name] = (config, method, None, m.label + (" + warmup" if m.warmup else ", no warmup"))
+        if m.warmup:
+            out[f"{name}_matched"] = (config, method, "matched", m.label + " + matched warmup")
+    out["tfixup_pw"] = (CONFIGS["tfixup"], None, "nowarmup_w", "T-Fixup, no warmup, P = W")
+    return out
+
+
+METHODS = study_arms()
 BASELINE = "postln"
 BASELINE_SCHEDULES = ("postln", "postln_matched")  # the Post-LN baseline on either schedule
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
@@ -80,12 +75,10 @@ MODES = {
                   beam=1, log_interval=10),
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
-                    runs=[("multi30k", "tfixup"), ("multi30k", "postln"), ("multi30k", "preln"),
-                          ("iwslt", "tfixup"), ("iwslt", "postln")]
-                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin")]
-                    # the matched schedule (second seeds: the first 10 epochs of bench.plateau's runs)
-                    + [("multi30k", m) for m in MATCHED + ["tfixup_pw"]]
-                    + [("multi30k", "tfixup", 2), ("multi30k", "postln_matched", 2)]),
+                    # every arm on Multi30k (runs=None: METHODS when planned); T-Fixup and the baseline on
+                    # the IWSLT'14 sample; second seeds (the first 10 epochs of bench.plateau's runs)
+                    runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
+                                          ("multi30k", "postln_matched", 2)]),
 }
 
 
@@ -130,8 +123,14 @@ def make_run(cfg: dict, data: dict, corpus: str, method: str, seed: int = 1) -> 
                       str(data[corpus]))
 
 
+def plan(data: dict, mode: str = "default") -> list:
+    """The study's runs (``data``: corpus -> data-bin)."""
+    return make_runs(dict(MODES[mode], mode=mode), {c: pathlib.Path(p) for c, p in data.items()})
+
+
 def make_runs(cfg: dict, data: dict) -> list:
-    return [make_run(cfg, data, *spec) for spec in cfg["runs"] if spec[0] in data]
+    specs = cfg["runs"] if cfg["runs"] is not None else [("multi30k", arm) for arm in METHODS]
+    return [make_run(cfg, data, *spec) for spec in specs + cfg.get("more_runs", []) if spec[0] in data]
 
 
 def is_setting(arg: str) -> bool:
@@ -249,9 +248,9 @@ def first_reaching(curve: list, target: float):
 
 
 def preset(method: str) -> str:
-    """The method of fairseq_tfixup/presets.py a study method trains (its color in the figures)."""
+    """The method of tfixup/methods.py a study method trains (its color in the figures)."""
     config, arch_method, _, _ = METHODS[method]
-    return arch_method or config.rsplit("_", 1)[1]
+    return arch_method or {v: k for k, v in CONFIGS.items()}.get(config, "postln")
 
 
 def best_bleu(rec: dict):
@@ -367,7 +366,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
             m = rec["method"]
             label = None if m in labelled else METHODS[m][3]
             labelled.add(m)
-            style = dict(color=common.METHOD_COLORS[preset(m)], label=label, marker=".", ls=linestyle(m))
+            style = dict(color=common.color(preset(m)), label=label, marker=".", ls=linestyle(m))
             if rec.get("valid_curve"):
                 axes[0][j].plot(*zip(*rec["valid_curve"]), **style)
             pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
@@ -380,8 +379,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
             ax.set_xlabel("updates")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    common.save_figure(fig, path)
-    plt.close(fig)
+    common.save_figure(path, fig)
 
 
 def main(argv=None):

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import pathlib
-import re
 import shlex
 import shutil
 import signal
@@ -29,6 +28,7 @@ import threading
 import time
 
 from bench import common
+from pipeline import fairseq_log
 
 
 @dataclasses.dataclass
@@ -140,8 +140,8 @@ def _progress(run_id: str, work: pathlib.Path) -> str:
             tail = f.read().decode(errors="replace")
     except OSError:
         return "starting"
-    ups = re.findall(r'"num_updates": "(\d+)"', tail)
-    return f"update {ups[-1]}" if ups else "starting"
+    updates = fairseq_log.last_value(tail, "num_updates", kinds=("train_inner",))
+    return "starting" if updates == "?" else f"update {float(updates):.0f}"
 
 
 def load_records(store: pathlib.Path) -> dict:

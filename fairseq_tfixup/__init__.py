@@ -19,7 +19,7 @@ when installed next to fairseq) or ``common.user_dir`` in a hydra config.
 
 __version__ = "0.1.0"
 
-from fairseq_tfixup import checkpoints
+from tfixup import checkpoints
 
 # torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
 # checkpoints hold, and nothing that can run code (see checkpoints.py).

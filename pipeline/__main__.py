@@ -15,7 +15,7 @@ from pipeline import config as config_mod
 
 
 def cmd_average(args, validate_args):
-    from pipeline.plugin import atomic
+    from tfixup import atomic
     from pipeline import average
 
     candidates = [int(k) for k in args.candidates.split()]
@@ -33,7 +33,7 @@ def cmd_generate(args, generate_args):
 
 def cmd_results(args, _):
     """results.json: the scores, and the config the run trained with (plus evaluation overrides)."""
-    from pipeline.plugin import atomic
+    from tfixup import atomic
     from pipeline import report, score
 
     cfg = config_mod.resolve_run(args.run, config_mod.parse_sets(args.set))
@@ -74,7 +74,7 @@ def cmd_report(args, _):
 
     text = report.build_report(args.experiments, args.results, args.title)
     if args.out:
-        from pipeline.plugin import atomic
+        from tfixup import atomic
 
         if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
             raise FileNotFoundError(f"--out {args.out}: no folder {os.path.dirname(os.path.abspath(args.out))}")
@@ -83,11 +83,10 @@ def cmd_report(args, _):
 
 
 def cmd_updates(args, _):
-    from pipeline.plugin import checkpoints
     from pipeline import recover
 
     try:
-        print(checkpoints.num_updates(args.checkpoint))
+        print(recover.num_updates(args.checkpoint))
     except recover.LOAD_ERRORS as e:
         raise ValueError(recover.corrupt_last_advice(args.checkpoint, recover.first_line(e), args.advise)) from None
 

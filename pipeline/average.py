@@ -15,8 +15,8 @@ import torch
 
 from fairseq import checkpoint_utils
 
-from fairseq_tfixup import checkpoints
-from pipeline import fairseq_log
+from tfixup import checkpoints
+from pipeline import fairseq_log, recover
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
@@ -76,7 +76,6 @@ def save_average(paths: Sequence[str], out: str) -> None:
     checkpoint_utils.torch_persistent_save(average_checkpoints(paths), out)
 
 
-_VALID_LOSS = re.compile(r"\|\s*valid on '[^']*' subset\s*\|\s*loss ([0-9.]+)|\|\s*loss ([0-9.]+)\s*\|\s*nll_loss")
 
 
 @functools.lru_cache(maxsize=4)
@@ -107,10 +106,9 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
             validate.main(*_validate_config(argv))
     except Exception as e:  # one line naming the checkpoint, as the fairseq-validate process gave
         raise RuntimeError(f"fairseq-validate failed on {checkpoint}: {type(e).__name__}: {e}") from e
-    for line in reversed(log.getvalue().splitlines()):
-        m = _VALID_LOSS.search(line)
-        if m:
-            return float(m.group(1) or m.group(2))
+    valid = fairseq_log.records(log.getvalue(), "valid")
+    if valid and isinstance(valid[-1].get("valid_loss"), float):
+        return valid[-1]["valid_loss"]
     raise RuntimeError(f"no valid loss in fairseq-validate's output for {checkpoint}")
 
 
@@ -138,4 +136,4 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     return {"chosen": best, "tried": tried, "num_updates": updates}
 
 
-num_updates = checkpoints.num_updates
+num_updates = recover.num_updates

@@ -30,7 +30,6 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-from pipeline import plugin
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = pathlib.Path(os.environ.get("TFIXUP_CONFIGS", REPO / "configs"))
@@ -203,57 +202,42 @@ def batch(values: Mapping[str, str], world: int, per_process_batch: bool):
 
 
 def presets():
-    """fairseq_tfixup/presets.py, the one method table (plain Python: loaded from its file, so that a
-    table lookup on every dry run does not import fairseq; pipeline/plugin.py)."""
-    return plugin.load("presets")
+    """tfixup/methods.py, the one method table (plain Python: a table lookup on every dry run imports
+    no fairseq)."""
+    from tfixup import methods
+
+    return methods
 
 
-def schedule(values: Mapping[str, str]) -> str:
-    kind = values["SCHEDULE"]
-    if kind == "auto":
-        kind = "warmup" if presets().method(values["METHOD"]).warmup else "nowarmup"
-    return kind
-
-
-def optimizer(values: Mapping[str, str]) -> str:
-    """OPTIMIZER, or with ``auto`` the method's own (adam; radam for RAdam)."""
-    return presets().method(values["METHOD"]).optimizer if values["OPTIMIZER"] == "auto" else values["OPTIMIZER"]
+def recipe(values: Mapping[str, str], max_tokens) -> "presets().Recipe":
+    """The config's training recipe, for the project's one fairseq-train argument builder."""
+    v = values
+    return presets().Recipe(
+        v["METHOD"], v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"], v["LR"],
+        schedule=v["SCHEDULE"], warmup=v["WARMUP_UPDATES"], decay_period=v["DECAY_PERIOD"],
+        warmup_init_lr=v["WARMUP_INIT_LR"], arch=v["ARCH"], share=v["SHARE_EMBED"], optimizer=v["OPTIMIZER"],
+        adam_betas=v["ADAM_BETAS"], clip_norm=v["CLIP_NORM"], dropout=v["DROPOUT"],
+        attention_dropout=v["ATTENTION_DROPOUT"], activation_dropout=v["ACTIVATION_DROPOUT"],
+        weight_decay=v["WEIGHT_DECAY"], label_smoothing=v["LABEL_SMOOTHING"], max_tokens=max_tokens,
+        max_update=v["MAX_UPDATE"], max_epoch=v["MAX_EPOCH"], seed=v["SEED"])
 
 
 def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "cpu",
                per_process_batch: bool = False) -> List[str]:
     """fairseq-train's arguments for this config (after the program name; no distributed flags).
     ``device``: cpu or cuda (fp16 when FP16=1; fairseq 0.12's --bf16 means TPU, so no bf16 here)."""
-    p = presets()
     v = cfg.values
     if not (v["SRC"] and v["TGT"]):
         raise ConfigError(f"{cfg.path}: set SRC and TGT")
     if v["MAX_EPOCH"] == "0" and v["MAX_UPDATE"] == "0":
         raise ConfigError(f"{cfg.path}: set MAX_EPOCH or MAX_UPDATE")
     tokens, update_freq = batch(v, world, per_process_batch)
-    kind = schedule(v)
-    period = v["DECAY_PERIOD"] if kind == "nowarmup" else v["WARMUP_UPDATES"]
-    args = [data, "--user-dir", str(p.USER_DIR), "--task", "translation",
-            "--source-lang", v["SRC"], "--target-lang", v["TGT"],
-            *p.model_flags(v["METHOD"], v["ARCH"]),
-            *p.dims_flags(v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"]),
-            *{"decoder": ["--share-decoder-input-output-embed"], "all": ["--share-all-embeddings"],
-              "none": []}[v["SHARE_EMBED"]],
-            "--dropout", v["DROPOUT"], "--attention-dropout", v["ATTENTION_DROPOUT"],
-            "--activation-dropout", v["ACTIVATION_DROPOUT"], "--weight-decay", v["WEIGHT_DECAY"],
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", v["LABEL_SMOOTHING"],
-            "--optimizer", optimizer(v), "--adam-betas", v["ADAM_BETAS"], "--clip-norm", v["CLIP_NORM"],
-            "--lr", v["LR"], *p.schedule_flags(kind, period, v["WARMUP_INIT_LR"], v["DECAY_PERIOD"]),
-            "--max-tokens", str(tokens), "--update-freq", str(update_freq), "--seed", v["SEED"],
-            "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"],
-            "--log-format", "simple", "--log-interval", v["LOG_INTERVAL"],
+    args = [data, *presets().train_args(recipe(v, tokens), log_format="simple"),
+            "--source-lang", v["SRC"], "--target-lang", v["TGT"], "--update-freq", str(update_freq),
+            "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"], "--log-interval", v["LOG_INTERVAL"],
             # fairseq's default multiple of 8 drops the last sentences of the valid set (fairseq
             # issue #5036): checkpoint_best would be chosen on fewer sentences than K is
             "--required-batch-size-multiple", "1"]
-    if v["MAX_EPOCH"] != "0":
-        args += ["--max-epoch", v["MAX_EPOCH"]]
-    if v["MAX_UPDATE"] != "0":
-        args += ["--max-update", v["MAX_UPDATE"]]
     if v["SAVE_INTERVAL_UPDATES"] != "0":
         args += ["--save-interval-updates", v["SAVE_INTERVAL_UPDATES"], "--keep-interval-updates", v["KEEP_LAST"]]
     args += {"cpu": ["--cpu"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
@@ -263,7 +247,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
 def record(cfg: Config, commands: Sequence[str], path) -> None:
     """Write OUT/config.resolved.json: the resolved config and the exact command(s). A rerun
     (resume) may change only how long it trains; any other change is refused."""
-    from pipeline.plugin import atomic
+    from tfixup import atomic
 
     path = pathlib.Path(path)
     if path.is_file():

@@ -15,6 +15,8 @@ import pickle
 import re
 import shlex
 
+from pipeline.fairseq_log import last_value
+
 # what a checkpoint that cannot be read raises (torch's zip reader, the unpickler, a missing key)
 LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, ValueError, pickle.UnpicklingError)
 
@@ -24,17 +26,22 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def num_updates(path) -> int:
+    """The update count a checkpoint was saved at, read safely, without reading its tensors."""
+    from tfixup import checkpoints
+
+    return int(checkpoints.load(path, mmap=True)["optimizer_history"][-1]["num_updates"])
+
+
 def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
     """(path, updates) of the checkpoint with the most updates that loads, or None; among
     equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
-    from pipeline.plugin import checkpoints
-
     found = []
     for path in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt")):
         if os.path.basename(path) in exclude:
             continue
         try:
-            found.append((checkpoints.num_updates(path), "best" not in os.path.basename(path), path))
+            found.append((num_updates(path), "best" not in os.path.basename(path), path))
         except LOAD_ERRORS:
             continue
     if not found:
@@ -55,20 +62,12 @@ def corrupt_last_advice(last: str, reason: str, command: str) -> str:
             f"resume from it with: mv {q(last)} {q(last + '.corrupt')} && cp {q(path)} {q(last)} && {command}")
 
 
-# fairseq's progress lines: "epoch 001:  10 / 52 loss=12.3, ..., lr=0.0005, ..., num_updates=10"
-# (--log-format simple) or the json/tqdm forms: key=value or "key": value
-_FIELD = r"""(?:^|[\s,{|])"?%s"?\s*[=:]\s*"?([-+0-9.eE]+|nan|inf|-inf)"""
 _NAN = re.compile(r"gradients are Nan/Inf|Minimum loss scale reached|NaN or Inf found in input tensor|"
                   r"loss is nan|FloatingPointError")
 _DATA = re.compile(r"Dataset not found|Unable to infer|size mismatch for .*embed_tokens|"
                    r"index out of range in self|Tried to load .* but found|No such file or directory: .*\.(idx|bin)")
 _CKPT = re.compile(r"Cannot load model parameters from checkpoint|PytorchStreamReader failed|"
                    r"Weights only load failed|UnpicklingError|failed finding central directory")
-
-
-def _last(text, key):
-    hits = re.findall(_FIELD % re.escape(key), text, flags=re.M)
-    return hits[-1] if hits else "?"
 
 
 def train_failure(log_text: str, rc: int, ckpt_dir: str, command: str) -> str:
@@ -80,16 +79,14 @@ def train_failure(log_text: str, rc: int, ckpt_dir: str, command: str) -> str:
     if _NAN.search(run):
         m = re.search(r"gradients are Nan/Inf|Minimum loss scale reached", run)
         what = m.group(0) if m else "NaN/Inf"
-        return (f"training diverged ({what}) after update {_last(run, 'num_updates')} (last logged: loss "
-                f"{_last(run, 'loss')}, lr {_last(run, 'lr')}): rerunning will diverge again; lower LR (--set LR=...), use a longer "
+        return (f"training diverged ({what}) after update {last_value(run, 'num_updates')} (last logged: loss "
+                f"{last_value(run, 'loss')}, lr {last_value(run, 'lr')}): rerunning will diverge again; lower LR (--set LR=...), use a longer "
                 "DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
                 "(--set FP16=0) instead of fp16")
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
     if _CKPT.search(run) and os.path.exists(last):
         try:
-            from pipeline.plugin import checkpoints
-
-            checkpoints.num_updates(last)
+            num_updates(last)
         except LOAD_ERRORS as e:
             return corrupt_last_advice(last, first_line(e), command)
     m = _DATA.search(run)

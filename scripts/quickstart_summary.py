@@ -18,7 +18,8 @@ import sys
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
-from bench.common import parse_train_log, save_figure
+from pipeline.fairseq_log import parse_train_log
+from tfixup.atomic import save_figure
 from bench.quality import samples
 
 
@@ -51,8 +52,7 @@ def plot(curve: list, title: str, path: pathlib.Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
-    plt.close(fig)
+    save_figure(path, fig)
 
 
 def main(argv=None) -> int:

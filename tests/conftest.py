@@ -79,10 +79,10 @@ def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pa
 
 
 def build_model(data_dir, arch, *flags, seed=1):
-    """Build a translation model the way fairseq-train does (fairseq_tfixup.presets.build)."""
-    from fairseq_tfixup import presets
+    """Build a translation model the way fairseq-train does (fairseq_tfixup.diagnostics.models)."""
+    from fairseq_tfixup.diagnostics.models import build_from_flags
 
-    args, task, model, _ = presets.build(data_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags], seed=seed)
+    args, task, model, _ = build_from_flags(data_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags], seed=seed)
     return model, task, args
 
 

@@ -57,7 +57,7 @@ def test_speed_times_fairseq_trainer(iwslt_bin, tmp_path):
     from fairseq.optim.adam import FairseqAdam
     from fairseq.trainer import Trainer
 
-    from fairseq_tfixup import presets
+    from fairseq_tfixup.diagnostics.models import parse_train_args
 
     cfg = speed.MODES["smoke"]
     trainers = {m: speed.build_trainer(m, "tiny", iwslt_bin, cfg, "cpu", "fp32", str(tmp_path)) for m in speed.MODELS}
@@ -69,7 +69,7 @@ def test_speed_times_fairseq_trainer(iwslt_bin, tmp_path):
     batch = speed.real_batches(trainers["tfixup"], 1)[0]
     trainers["tfixup"].train_step([batch])
     assert trainers["tfixup"].get_num_updates() == 1
-    fp16 = convert_namespace_to_omegaconf(presets.parse_train_args(
+    fp16 = convert_namespace_to_omegaconf(parse_train_args(
         iwslt_bin, speed.train_flags("tfixup", "tiny", 512, "cuda", "fp16", str(tmp_path))))
     assert fp16.common.fp16 and not fp16.common.cpu
     assert not list(tmp_path.iterdir()), "the trainer wrote into its save dir"

@@ -71,31 +71,11 @@ def test_convergence_methods_option_runs_only_those():
                    "main-preln-lr0.0005-s1", "fig3c-sgd-lr0.1-s1", "fig3c-sgd-lr0.3-s1", "fig3c-sgd-lr1-s1"]
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
-    # per lr: 4 methods x 3 seeds, 15 one-seed methods; 3 Fig. 3c Adam arms per lr, 2 SGD arms x 3 lrs;
-    # a long run per headline method
-    assert len(every) == 2 * (4 * 3 + 15) + 2 * 3 + 2 * 3 + 4
+    main = [a for a, (_, _, _, group) in convergence.METHODS.items() if group == "main"]
+    # per lr: 4 headline arms x 3 seeds, the other main arms once; 3 Fig. 3c Adam arms per lr, 2 SGD arms
+    # x 3 lrs; a long run per headline arm
+    assert len(every) == 2 * (4 * 3 + len(main) - 4) + 2 * 3 + 2 * 3 + 4
 
-
-def test_every_study_runs_every_method_with_its_own_color():
-    """Issue 12: each method of fairseq_tfixup/presets.py is a row of the quality, convergence and
-    depth studies, drawn in one color of its own in all three figures."""
-    from bench import common
-    from fairseq_tfixup import presets
-
-    everything = convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"]))
-    studied = {
-        "quality": {m for _, m in quality.MODES["default"]["runs"]},
-        "convergence": {convergence.METHODS[r.meta["method"]][0]
-                        for r in convergence.make_runs(everything, pathlib.Path("d"))} - set(presets.ABLATIONS),
-        "depth": {depth.METHODS[r.meta["method"]][0]
-                  for r in depth.make_runs(dict(depth.MODES["default"], lr=5e-4, decay_period=4000, seed=1),
-                                           pathlib.Path("d"))},
-    }
-    for study, methods in studied.items():
-        assert methods == set(presets.METHODS), study
-    assert set(common.METHOD_COLORS) == set(presets.METHODS) | set(presets.ABLATIONS)
-    colors = list(common.METHOD_COLORS.values()) + [common.POSTLN_NO_WARMUP_COLOR]
-    assert len(set(colors)) == len(colors)
 
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
     monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
@@ -139,7 +119,7 @@ def test_batch_scaling_factor(tmp_path, monkeypatch):
     assert [r["updates_to_target"] for r in res["rows"]] == [400, 200, 150]
     assert res["factor_per_doubling"] == [0.5, 0.75] and res["factor_per_doubling_mean"] == pytest.approx(0.625)
     assert not res["any_diverged"]
-    assert batch.plan(cfg, 1) == (800, 50) and batch.plan(cfg, 8) == (100, 6)
+    assert batch.budget(cfg, 1) == (800, 50) and batch.budget(cfg, 8) == (100, 6)
 
 
 def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):

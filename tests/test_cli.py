@@ -15,7 +15,9 @@ import torch
 from fairseq import checkpoint_utils
 
 import fairseq_tfixup  # noqa: F401  (registers transformer_tfixup for in-process loading)
-from fairseq_tfixup import checkpoints
+from tfixup import checkpoints
+from pipeline import recover
+from pipeline.fairseq_log import records
 from conftest import USER_DIR
 
 MODEL = ["--arch", "transformer_tfixup_iwslt_de_en", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",
@@ -57,13 +59,6 @@ def generate_args(data, checkpoint):
             "--cpu", *LENGTH_CAP]
 
 
-def records(log, kind):
-    """The JSON records fairseq logs for `kind` (train_inner, valid, train), in its plain
-    (`| valid | {...}`) or hydra (`[valid][INFO] - {...}`) log format."""
-    pattern = re.compile(rf"(?:\| {kind} \| |\[{kind}\]\[INFO\] - )(\{{.*\}})$")
-    return [json.loads(m.group(1)) for m in map(pattern.search, log.splitlines()) if m]
-
-
 # One fresh interpreter trains the module's model and translates the test slice with fairseq's own
 # entry points (fairseq-train's and fairseq-generate's cli_main: what those commands run), recording
 # every attempt to import torchaudio on the way (a failed one leaves nothing in sys.modules). One
@@ -81,8 +76,8 @@ data, train_args, generate_args = sys.argv[1], json.loads(sys.argv[2]), json.loa
 from fairseq_cli import train  # first: it sets up logging before importing fairseq, as fairseq-train does
 from fairseq_cli import generate
 import fairseq_tfixup
-from fairseq_tfixup import presets
-presets.build(data, ["-s", "de", "-t", "en", "--arch", "transformer_tfixup_deep_narrow"], seed=1)
+from fairseq_tfixup.diagnostics.models import build_from_flags
+build_from_flags(data, ["-s", "de", "-t", "en", "--arch", "transformer_tfixup_deep_narrow"], seed=1)
 sys.argv = ["fairseq-train", *train_args]
 train.cli_main()
 print("=== GENERATE ===", flush=True)
@@ -153,9 +148,9 @@ def test_loading_a_checkpoint_does_not_rescale_trained_weights(trained, iwslt_bi
         torch.testing.assert_close(value, saved[name], rtol=0, atol=0, msg=name)
     # the check above means something: building the model alone (T-Fixup init, same seed) gives
     # other weights, so equal weights were loaded, not re-initialised or rescaled
-    from fairseq_tfixup import presets
+    from fairseq_tfixup.diagnostics.models import build_from_flags
 
-    _, _, fresh, _ = presets.build(iwslt_bin, [*MODEL, *RECIPE], seed=1)
+    _, _, fresh, _ = build_from_flags(iwslt_bin, [*MODEL, *RECIPE], seed=1)
     for name in ("encoder.layers.0.fc2.weight", "decoder.layers.1.self_attn.v_proj.weight"):
         assert not torch.allclose(dict(fresh.named_parameters())[name], saved[name]), name
 
@@ -217,4 +212,4 @@ checkpoint: {{save_dir: {tmp_path / 'ckpt'}, no_epoch_checkpoints: true}}
     assert int(records(log, "train_inner")[-1]["num_updates"]) == 3
     assert float(records(log, "train_inner")[-1]["lr"]) == pytest.approx(5e-4 * math.sqrt(100 / 103), rel=1e-4)
     # a hydra run's checkpoint loads safely (weights_only) with only what the plugin registers
-    assert checkpoints.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 3
+    assert recover.num_updates(tmp_path / "ckpt" / "checkpoint_last.pt") == 3

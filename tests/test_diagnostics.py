@@ -182,7 +182,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("tfixup-diagnose: error:") and "\n" not in err
     with pytest.raises(SystemExit) as e:
-        cli.main(["hessian", "--model", "postln,noln", "--out", str(tmp_path / "o")])
+        cli.main(["hessian", "--model", "postln,nosuch", "--out", str(tmp_path / "o")])
     assert e.value.code == 2
     assert not (tmp_path / "o").exists()
 

@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import REPO
+from pipeline import recover
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -219,9 +220,9 @@ def test_corrupt_checkpoint_last_names_intact_one_and_its_command_works(data, tm
                              env={**os.environ, **TINY, **more})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stderr and "(10 updates)" in resumed.stderr
-    from fairseq_tfixup import checkpoints
+    from tfixup import checkpoints
 
-    assert checkpoints.num_updates(last) == 15
+    assert recover.num_updates(last) == 15
     assert (ckpts / "checkpoint_last.pt.corrupt").exists()
 
 

@@ -124,10 +124,10 @@ def test_no_layer_norm_in_any_architecture(arch, dict_dir):
 ])
 def test_architectures_are_fairseqs_presets(tfixup, stock, dict_dir):
     """Every setting (sizes, dropout, ...) is fairseq's preset's; explicit flags still win."""
-    from fairseq_tfixup import presets
+    from fairseq_tfixup.diagnostics.models import parse_train_args
 
     def settings(arch, *flags):
-        return vars(presets.parse_train_args(dict_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags]))
+        return vars(parse_train_args(dict_dir, ["-s", "de", "-t", "en", "--arch", arch, *flags]))
 
     ours, theirs = settings(tfixup), settings(stock)
     assert {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)} == {"arch"}

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from fairseq_tfixup import checkpoints
+from tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"

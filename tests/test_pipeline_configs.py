@@ -31,7 +31,7 @@ def parse_train_command(argv):
 
 TABLE_SCRIPTS = ["table1.sh", "table2.sh", "table3.sh", "fig4b.sh"]
 
-# What each method of fairseq_tfixup/presets.py METHODS must give fairseq, stated here rather than read
+# What each method of tfixup/methods.py METHODS must give fairseq, stated here rather than read
 # from that table: (--arch, --optimizer, --lr-scheduler, Pre-LN). The T-Fixup paper trains T-Fixup and
 # RAdam without warmup, every other method with it; DLCL-Pre-LN is DLCL with both normalize-before flags.
 METHOD_FLAGS = {

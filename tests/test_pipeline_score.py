@@ -3,7 +3,7 @@
 
 import pytest
 
-from fairseq_tfixup import atomic
+from tfixup import atomic
 from pipeline import report, score
 
 GEN = """S-1\tein test .

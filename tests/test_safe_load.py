@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO, USER_DIR, write_dicts
+from pipeline import recover
 
 
 class RunsACommand:
@@ -53,7 +54,7 @@ def test_refused_after_importing_the_plugin(crafted):
     the plugin's and fairseq's each refuse the crafted checkpoint."""
     from fairseq import checkpoint_utils
 
-    from fairseq_tfixup import checkpoints  # imports the plugin, which registers its safe types
+    from tfixup import checkpoints  # imports the plugin, which registers its safe types
 
     path, marker = crafted
     assert not [k for k in os.environ if "NO_WEIGHTS_ONLY" in k], "safe loading switched off"
@@ -107,7 +108,7 @@ def test_a_checkpoint_with_numpy_metrics_loads_and_code_is_still_refused(tmp_pat
     """fairseq-train --eval-bleu keeps its BLEU meters' counts as numpy arrays in the checkpoint."""
     import numpy as np
 
-    from fairseq_tfixup import checkpoints
+    from tfixup import checkpoints
 
     path = tmp_path / "metrics.pt"
     counts = np.array([10, 7, 5, 3], dtype=np.int64)
@@ -115,7 +116,7 @@ def test_a_checkpoint_with_numpy_metrics_loads_and_code_is_still_refused(tmp_pat
                 "extra_state": {"metrics": {"valid": {"_bleu_counts": counts, "lp": np.float64(0.5).dtype}}}}, path)
     state = checkpoints.load(path)
     assert (state["extra_state"]["metrics"]["valid"]["_bleu_counts"] == counts).all()
-    assert checkpoints.num_updates(path) == 3
+    assert recover.num_updates(path) == 3
     bad = tmp_path / "bad.pt"
     torch.save({"model": {}, "payload": RunsACommand(tmp_path / "ran")}, bad)
     with pytest.raises(pickle.UnpicklingError, match="refused"):

@@ -20,7 +20,7 @@ from test_pipeline_configs import METHOD_FLAGS, TABLE_SCRIPTS, check_method_flag
 PAPERS = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared" / "data")).parent / "papers"
 
 # The paper's row labels (the cell text up to the citation) of the methods in
-# fairseq_tfixup/presets.py METHODS; DeepNorm and Admin came after the paper and have no cell.
+# tfixup/methods.py METHODS; DeepNorm and Admin came after the paper and have no cell.
 PAPER_LABEL = {"postln": "Baseline", "preln": "Pre-LN", "rfixup": "R-Fixup", "radam": "RAdam, no warmup",
                "tfixup": "T-Fixup", "dsinit": "DS-Init", "dlcl": "DLCL", "dlcl_preln": "DLCL-Pre-LN"}
 BEYOND_THE_PAPER = {"deepnorm", "admin"}

@@ -39,9 +39,9 @@ from fairseq.models import register_model
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_tfixup.baselines.layers import without_fused_encoder_path, wrap_layer
+from fairseq_tfixup.baselines.layers import wrap_layer
 from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, without_fused_encoder_path
 
 logger = logging.getLogger(__name__)
 

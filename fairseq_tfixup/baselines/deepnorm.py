@@ -29,7 +29,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from fairseq_tfixup.baselines import deepnorm_init
 from fairseq_tfixup.baselines.layers import wrap_layer
 from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, without_fused_encoder_path
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +38,7 @@ class DeepNormEncoderLayer(TransformerEncoderLayerBase):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.alpha = deepnorm_init.encoder_alpha(cfg.encoder.layers, cfg.decoder.layers)
-        # fairseq 0.12.2's fused inference kernel (eval mode, after load_state_dict) adds the
-        # residual itself, unscaled: never take it
-        self.can_use_fastpath = False
+        without_fused_encoder_path(self)  # that kernel adds the residual itself, unscaled
 
     def residual_connection(self, x, residual):
         return residual * self.alpha + x

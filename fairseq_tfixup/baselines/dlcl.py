@@ -27,9 +27,8 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerEncoderBase, TransformerModel, transformer_wmt_en_de
 from fairseq.modules import LayerNorm
 
-from fairseq_tfixup.baselines.layers import without_fused_encoder_path
 from fairseq_tfixup.baselines.post_ln import register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, without_fused_encoder_path
 
 
 def average_weights(num_layers: int) -> torch.Tensor:

@@ -14,12 +14,3 @@ def wrap_layer(layer, cfg):
         layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
     # like fairseq: a checkpointed layer is always wrapped by FSDP, whatever its size
     return fsdp_wrap(layer, min_num_params=0 if cfg.checkpoint_activations else cfg.min_params_to_wrap)
-
-
-def without_fused_encoder_path(layer):
-    """fairseq 0.12.2's encoder layer switches, in eval mode after ``load_state_dict``, to a fused
-    kernel (BetterTransformer) that computes stock Post-LN itself, and its encoder feeds that kernel
-    batch-first tensors; layers whose residual path or caller differs must never take it."""
-    if hasattr(layer, "can_use_fastpath"):
-        layer.can_use_fastpath = False
-    return layer

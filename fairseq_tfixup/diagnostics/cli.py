@@ -19,9 +19,9 @@ import tempfile
 import warnings
 
 from fairseq_tfixup.diagnostics.models import ModelSpec
-from fairseq_tfixup.presets import ABLATIONS, METHODS, SCHEDULES
+from tfixup.methods import METHODS, SCHEDULES
 
-MODELS = [*METHODS, *ABLATIONS]  # any method of the paper's tables, and the Fig. 3c ablations
+MODELS = list(METHODS)  # any method of the paper's tables, and the Fig. 3c ablations
 
 
 def comma_list(kind, choices=None):

@@ -17,14 +17,15 @@ def to_device(sample, device):
     return utils.move_to_cuda(sample, device=device) if str(device).startswith("cuda") else sample
 
 
-def training_batches(task, args, split: str = "train", seed: int = 1, device: str = "cpu") -> Iterator[dict]:
+def training_batches(task, max_tokens, max_sentences, max_positions, split: str = "train", seed: int = 1,
+                     device: str = "cpu") -> Iterator[dict]:
     """Endless shuffled batches of ``split`` bucketed by ``--max-tokens``, epoch after epoch (as fairseq-train)."""
     task.load_dataset(split)
     epoch = 1
     while True:
         itr = task.get_batch_iterator(
-            dataset=task.dataset(split), max_tokens=args.max_tokens, max_sentences=args.batch_size,
-            max_positions=(args.max_source_positions, args.max_target_positions),
+            dataset=task.dataset(split), max_tokens=max_tokens, max_sentences=max_sentences,
+            max_positions=max_positions,
             ignore_invalid_inputs=True, seed=seed, epoch=epoch,
         ).next_epoch_itr(shuffle=True)
         for sample in itr:

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List
 
 import numpy as np
 
-from fairseq_tfixup import atomic
+from tfixup import atomic
 from fairseq_tfixup.diagnostics import data, plots
 from fairseq_tfixup.diagnostics.models import ModelSpec, build
 

@@ -114,7 +114,7 @@ def run_hessian(data_bin, out, models=("postln", "preln", "tfixup"), spec=None, 
     import dataclasses
     import pathlib
 
-    from fairseq_tfixup import atomic
+    from tfixup import atomic
     from fairseq_tfixup.diagnostics import data, plots
     from fairseq_tfixup.diagnostics.models import ModelSpec, build
 

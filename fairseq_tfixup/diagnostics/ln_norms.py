@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from fairseq_tfixup import atomic
+from tfixup import atomic
 from fairseq_tfixup.diagnostics import plots
 from fairseq_tfixup.diagnostics.models import ModelSpec
 from fairseq_tfixup.diagnostics.train import Recorder, train

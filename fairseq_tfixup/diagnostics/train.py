@@ -1,22 +1,18 @@
-"""A minimal fairseq-train loop for the training-time diagnostics.
+"""Training for the training-time diagnostics: fairseq-train's own ``Trainer``, watched by recorders.
 
-It does what ``fairseq.trainer.Trainer.train_step`` does for one CPU/GPU worker with no
-mixed precision: criterion forward, backward of the summed loss, gradients divided by
-the sample size (so they are those of the mean token loss), optional clipping, optimizer
-step, then the scheduler's ``step_update``. Optimizer and scheduler are fairseq's own,
-built from the same flags as fairseq-train, so any ``--optimizer``/``--lr-scheduler`` works.
-Callbacks see the model right after the backward pass and right after the update.
+The model, task, criterion, optimizer and scheduler are fairseq's, built from the same flags as
+fairseq-train (``models.ModelSpec.flags``), and each update is ``Trainer.train_step``: so any
+``--optimizer``/``--lr-scheduler`` works and the update is exactly fairseq-train's. Recorders see the
+batch before the forward pass, the gradients once they are final (summed, divided by the sample size,
+clipped) and the model after the update. The gradients are seen through fairseq's own hook for that
+moment, the task's ``optimizer_step``, which ``Trainer.train_step`` calls just before the optimizer steps.
 """
 
-import dataclasses
 import time
 from typing import Callable, Iterable, Sequence
 
-import torch
-
 from fairseq_tfixup.diagnostics import data
-from fairseq_tfixup import presets
-from fairseq_tfixup.diagnostics.models import ModelSpec, build
+from fairseq_tfixup.diagnostics.models import ModelSpec, parse_train_args
 
 
 class Recorder:
@@ -33,56 +29,61 @@ class Recorder:
     def detach(self) -> None: ...
 
 
-def build_optimizer(args, model):
-    from fairseq import optim
+def build_trainer(data_bin, flags: Sequence[str]):
+    """(cfg, task, trainer) as fairseq_cli/train.py's main() builds them (seeded from --seed)."""
+    import numpy as np
+    from fairseq import tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.optim import lr_scheduler
+    from fairseq.trainer import Trainer
 
-    cfg = convert_namespace_to_omegaconf(args)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = optim.build_optimizer(cfg.optimizer, params)
-    scheduler = lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer)
-    scheduler.step_update(0)  # as Trainer does before the first update
-    return cfg, optimizer, scheduler
+    cfg = convert_namespace_to_omegaconf(parse_train_args(data_bin, flags))
+    np.random.seed(cfg.common.seed)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    return cfg, task, trainer
 
 
 def train(data_bin, spec: ModelSpec, schedule: str, steps: int, recorders: Sequence[Recorder],
           warmup_updates: int = 4000, split: str = "train", seed: int = 1, device: str = "cpu",
           log: Callable[[str], None] = print) -> dict:
-    """Train ``steps`` updates from a fresh seeded model; returns per-step loss and lr."""
-    spec = dataclasses.replace(spec, extra=list(spec.extra))
-    args, task, model, criterion = build(data_bin, spec, seed=seed, device=device,
-                                         extra_flags=presets.schedule_flags(schedule, warmup_updates))
-    cfg, optimizer, scheduler = build_optimizer(args, model)
-    batches: Iterable = data.training_batches(task, args, split=split, seed=seed, device=device)
-    for r in recorders:
-        r.attach(model, task)
+    """Train ``steps`` updates from a fresh seeded model; returns per-step loss (bits per token, as
+    fairseq logs it) and lr."""
+    cfg, task, trainer = build_trainer(data_bin, [*spec.flags(schedule, warmup_updates, cpu=device == "cpu"),
+                                                  "--seed", str(seed)])
     losses, lrs = [], []
+    fairseq_step = task.optimizer_step
+
+    def optimizer_step(optimizer, model, update_num):
+        for r in recorders:
+            r.after_backward(update_num + 1, model)
+        lrs.append(optimizer.get_lr())
+        return fairseq_step(optimizer, model, update_num)
+
+    task.optimizer_step = optimizer_step
+    from fairseq import utils
+
+    max_positions = utils.resolve_max_positions(task.max_positions(), trainer.model.max_positions())
+    batches: Iterable = data.training_batches(task, cfg.dataset.max_tokens, cfg.dataset.batch_size, max_positions,
+                                              split=split, seed=seed)
+    for r in recorders:
+        r.attach(trainer.model, task)
     t0 = time.time()
-    model.train()
     try:
         for step in range(1, steps + 1):
             sample = next(batches)
             for r in recorders:
                 r.before_forward(step, sample)
-            optimizer.zero_grad()
-            loss, sample_size, _ = criterion(model, sample)
-            optimizer.backward(loss)
-            optimizer.multiply_grads(1.0 / float(sample_size))
-            optimizer.clip_grad_norm(cfg.optimization.clip_norm)
-            for r in recorders:
-                r.after_backward(step, model)
-            lrs.append(optimizer.get_lr())
-            optimizer.step()
-            scheduler.step_update(step)
-            for r in recorders:
-                r.after_update(step, model)
-            losses.append(loss.item() / float(sample_size))
-            if not torch.isfinite(loss):
-                log(f"  step {step}: loss is {loss.item()}; stopping")
+            try:
+                stats = trainer.train_step([sample])
+            except FloatingPointError as e:  # fairseq's "gradients are Nan/Inf"
+                log(f"  step {step}: {e}; stopping")
                 break
+            for r in recorders:
+                r.after_update(step, trainer.model)
+            losses.append(float(stats["loss"]))
             if step % 10 == 0 or step == steps:
-                log(f"  {spec.model}/{schedule} step {step}/{steps}: loss {losses[-1]:.3f} "
+                log(f"  {spec.model}/{schedule} step {step}/{steps}: loss {losses[-1]:.3f} bits "
                     f"lr {lrs[-1]:.2e} ({time.time() - t0:.0f} s)")
     finally:
         for r in recorders:

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import torch
 
-from fairseq_tfixup import atomic
+from tfixup import atomic
 from fairseq_tfixup.diagnostics import data, plots
 from fairseq_tfixup.diagnostics.models import ModelSpec, build
 

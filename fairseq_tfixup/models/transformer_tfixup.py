@@ -47,9 +47,13 @@ def without_layer_norms(layer: nn.Module) -> nn.Module:
     for name, child in list(layer.named_children()):
         if is_layer_norm(child):
             setattr(layer, name, nn.Identity())
-    # fairseq 0.12.2's encoder layer has a fused inference path (BetterTransformer,
-    # taken in eval mode after load_state_dict) that applies its post-LN norms
-    # itself; it must never run without them.
+    return without_fused_encoder_path(layer)  # that path applies post-LN norms itself
+
+
+def without_fused_encoder_path(layer: nn.Module) -> nn.Module:
+    """fairseq 0.12.2's encoder layer switches, in eval mode after ``load_state_dict``, to a fused
+    kernel (BetterTransformer) that computes stock Post-LN itself, and its encoder feeds that kernel
+    batch-first tensors; a layer whose norms, residual path or caller differ must never take it."""
     if hasattr(layer, "can_use_fastpath"):
         layer.can_use_fastpath = False
     return layer
@@ -159,10 +163,11 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
         if cls.apply_init:
             apply_tfixup_(model, n_enc, n_dec)
+        name = "T-Fixup" if cls.removes_layer_norm and cls.apply_init else arch
         logger.info(
-            "%s: %s; %s", arch, "no LayerNorm" if cls.removes_layer_norm else "Post-LN (LayerNorms kept)",
+            "%s: %s; %s", name, "no LayerNorm" if cls.removes_layer_norm else "Post-LN (LayerNorms kept)",
             "fairseq's initialisation (no T-Fixup scaling)" if not cls.apply_init else
-            "T-Fixup scaled encoder blocks by %.4f, decoder blocks by %.4f, embeddings by %.4f (encoder) / %.4f "
+            "scaled encoder blocks by %.4f, decoder blocks by %.4f, embeddings by %.4f (encoder) / %.4f "
             "(decoder)" % (tfixup_init.encoder_scale(n_enc), tfixup_init.decoder_scale(n_dec),
                            tfixup_init.embedding_scale(n_enc), tfixup_init.embedding_scale(n_dec)))
         return model

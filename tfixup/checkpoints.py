@@ -1,4 +1,5 @@
-"""Safe loading of fairseq checkpoints under torch >= 2.6.
+"""Safe loading of fairseq checkpoints under torch >= 2.6 (torch and numpy only: the plugin registers
+these types when imported, the harness loads checkpoints without importing fairseq).
 
 torch >= 2.6 loads with ``weights_only=True``: its unpickler accepts tensors,
 containers and plain values, plus the types registered with
@@ -59,9 +60,3 @@ def load(path, mmap: bool = False) -> dict:
         cause = next((l.strip() for l in str(e).splitlines() if "GLOBAL" in l or "global" in l), "")
         raise pickle.UnpicklingError(f"{path}: refused by torch.load(weights_only=True): {cause} "
                                      "(not a checkpoint fairseq wrote, or not a checkpoint)") from None
-
-
-def num_updates(path) -> int:
-    """The update count a checkpoint was saved at, without reading its tensors."""
-    state = load(path, mmap=True)
-    return int(state["optimizer_history"][-1]["num_updates"])

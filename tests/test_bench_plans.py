@@ -1,0 +1,51 @@
+"""Every committed run record is a run of its study's plan, made by the same command (its key): a change
+to a study or to the command builder that would silently turn the committed results into records of
+other runs (and rerun them) fails here. And every method row of tfixup/methods.py is planned by
+each study it names, with no code of the study naming it."""
+
+import dataclasses
+import json
+import pathlib
+
+import pytest
+
+from conftest import REPO
+from bench import batch, common, convergence, depth, plateau, quality
+from tfixup import methods as presets
+
+RESULTS = REPO / "results" / "bench"
+IWSLT, MULTI30K = pathlib.Path("/data/iwslt14-v1000"), pathlib.Path("/data/multi30k.de-en")
+PLANS = {
+    "convergence": lambda: convergence.plan(IWSLT), "depth": lambda: depth.plan(IWSLT),
+    "batch": lambda: batch.plan(IWSLT), "quality": lambda: quality.plan({"multi30k": MULTI30K, "iwslt": IWSLT}),
+    "plateau": lambda: plateau.plan({"multi30k": MULTI30K}),
+}
+
+
+@pytest.mark.parametrize("study", PLANS)
+def test_every_committed_record_is_a_planned_run_with_its_key(study):
+    planned = {r.id: r.key() for r in PLANS[study]()}
+    assert len(planned) == len(PLANS[study]())  # ids are unique
+    for path in sorted((RESULTS / study / "runs").glob("*.json")):
+        rec = json.loads(path.read_text())
+        assert rec["id"] == path.stem and rec["id"] in planned, path.name
+        assert rec["key"] == planned[rec["id"]], f"{path.name}: planned with another command than it ran"
+
+
+def test_a_new_method_row_appears_in_every_study_it_names(monkeypatch):
+    """Adding a method is its module plus one row: a throwaway row shows up in each study's plan."""
+    row = dataclasses.replace(presets.METHODS["postln"], label="Throwaway")
+    monkeypatch.setitem(presets.METHODS, "throwaway", row)
+    for module in (convergence, quality, depth):
+        monkeypatch.setattr(module, "METHODS", module.study_arms())
+    arms = {"convergence": {r.meta["method"] for r in convergence.plan(IWSLT)},
+            "quality": {r.meta["method"] for r in quality.plan({"multi30k": MULTI30K})},
+            "depth": {r.meta["method"] for r in depth.plan(IWSLT)}}
+    assert {"throwaway_warmup", "throwaway_matched"} <= arms["convergence"]
+    assert {"throwaway", "throwaway_matched"} <= arms["quality"]
+    assert "throwaway" in arms["depth"]
+
+
+def test_every_method_has_a_color_of_its_own():
+    colors = [m.color for m in presets.METHODS.values()] + [common.POSTLN_NO_WARMUP_COLOR]
+    assert len(set(colors)) == len(colors)

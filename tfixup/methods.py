@@ -1,0 +1,180 @@
+"""The methods the papers compare, as fairseq flags: the method table and the one builder of this
+project's fairseq-train arguments.
+
+``METHODS`` maps a method name to its row: fairseq ``--arch`` and flags, optimizer, warmup, label, the
+T-Fixup paper's row label, color and the studies that run it. Everything that names a method (configs'
+``METHOD``, the benchmarks, ``tfixup-diagnose --model``, the tests) reads this table, so adding a method
+is its module plus one row. Plain Python, no fairseq import: the harness reads it on every dry run.
+"""
+
+import pathlib
+from dataclasses import dataclass
+from typing import List, Tuple
+
+# the fairseq plugin, installed beside this package (or beside it in the checkout)
+USER_DIR = pathlib.Path(__file__).resolve().parent.parent / "fairseq_tfixup"
+
+
+STUDIES = ("convergence", "quality", "depth")  # the studies of bench/ that run every method of a table
+
+
+@dataclass(frozen=True)
+class Method:
+    """Everything that names a method: a study, figure, config check or test reads it from its row."""
+
+    arch: str  # fairseq --arch; sizes come from dims_flags
+    label: str  # for tables and plots
+    color: str  # its color in every benchmark figure
+    warmup: bool  # trained with warmup in its own paper (the baselines) or without (T-Fixup, RAdam)
+    flags: Tuple[str, ...] = ()  # further fairseq flags that make the method
+    optimizer: str = "adam"  # fairseq --optimizer
+    paper_label: str = ""  # its row label in the T-Fixup paper's Tables 1-3 ("": not in them)
+    studies: Tuple[str, ...] = STUDIES  # the studies that run it
+
+
+PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
+
+# The methods of the T-Fixup paper's Tables 1-3 (and two later ones, DeepNorm and Admin), each with
+# the warmup its own paper trains with (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
+# of its Fig. 3c that are no method of its tables (plain SGD; T-Fixup's two steps each alone,
+# fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
+METHODS = {
+    "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup"),
+    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline"),
+    "preln": Method("transformer", "Pre-LN", "C1", warmup=True, flags=PRE_LN, paper_label="Pre-LN"),
+    "radam": Method("transformer", "RAdam (Post-LN)", "C4", warmup=False, optimizer="radam",
+                    paper_label="RAdam, no warmup"),
+    "dsinit": Method("transformer_dsinit", "DS-Init", "C5", warmup=True, paper_label="DS-Init"),
+    "rfixup": Method("transformer_rfixup", "R-Fixup", "C6", warmup=True, paper_label="R-Fixup"),
+    "dlcl": Method("transformer_dlcl", "DLCL", "C7", warmup=True, paper_label="DLCL"),
+    "dlcl_preln": Method("transformer_dlcl", "DLCL-Pre-LN", "C8", warmup=True, flags=PRE_LN,
+                         paper_label="DLCL-Pre-LN"),
+    "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True),
+    "admin": Method("transformer_admin", "Admin", "k", warmup=True),
+    "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
+                  studies=("convergence",)),
+    "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",)),
+    "tfixup_ln": Method("transformer_tfixup_ln", "T-Fixup init + Post-LN", "tab:brown", warmup=False,
+                        studies=("convergence",)),
+}
+ABLATIONS = ("sgd", "noln", "tfixup_ln")  # Fig. 3c's arms: no configs, no paper table rows
+
+
+def method(name: str) -> Method:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)} (tfixup/methods.py)")
+    return METHODS[name]
+
+
+def studied(study: str) -> List[str]:
+    """The methods a study runs, in the table's order."""
+    return [name for name, m in METHODS.items() if study in m.studies]
+
+
+def dims_flags(embed: int, ffn: int, heads: int, encoder_layers: int, decoder_layers: int) -> List[str]:
+    """Encoder and decoder sizes as fairseq flags."""
+    return [
+        "--encoder-embed-dim", str(embed), "--decoder-embed-dim", str(embed),
+        "--encoder-ffn-embed-dim", str(ffn), "--decoder-ffn-embed-dim", str(ffn),
+        "--encoder-attention-heads", str(heads), "--decoder-attention-heads", str(heads),
+        "--encoder-layers", str(encoder_layers), "--decoder-layers", str(decoder_layers),
+    ]
+
+
+def model_flags(name: str, arch: str = "") -> List[str]:
+    """``--arch`` (the method's, or ``arch``) and the method's flags."""
+    m = method(name)
+    return ["--arch", arch or m.arch, *m.flags]
+
+
+def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7", decay_period: int = 4000) -> List[str]:
+    """``warmup``: fairseq's inverse_sqrt, linear warmup over ``period`` updates from
+    ``warmup_init_lr``, then lr * sqrt(period / t). ``nowarmup``: this plugin's
+    inverse_sqrt_nowarmup, lr * sqrt(P / (P + t)) from update 0, P = ``period``.
+    ``matched``: this plugin's inverse_sqrt_matched, linear warmup over ``period`` updates onto
+    the no-warmup curve with P = ``decay_period``, then that curve.
+    ``warmup_init_lr`` is flag text: str(1e-7) would spell it "1e-07", a different command to
+    the benchmarks' run store (bench/runs.py keys a run by its command)."""
+    if kind == "warmup":
+        return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(period),
+                "--warmup-init-lr", str(warmup_init_lr)]
+    if kind == "nowarmup":
+        return ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", str(period)]
+    if kind == "matched":
+        return ["--lr-scheduler", "inverse_sqrt_matched", "--warmup-updates", str(period),
+                "--warmup-init-lr", str(warmup_init_lr), "--decay-period", str(decay_period)]
+    raise ValueError(f"unknown schedule {kind!r}; choose warmup, matched or nowarmup")
+
+
+SCHEDULES = ("warmup", "matched", "nowarmup")
+SHARE_FLAGS = {"decoder": ("--share-decoder-input-output-embed",), "all": ("--share-all-embeddings",), "none": ()}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A fairseq-train recipe of this project: the method, its size and how it is trained. Data,
+    device and bookkeeping (save dir, logging) are the caller's. Numbers may be given as flag text."""
+
+    method: str
+    embed: int
+    ffn: int
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    lr: object
+    schedule: str = "auto"  # auto (warmup for a method trained with warmup, else nowarmup), or SCHEDULES
+    warmup: object = 4000  # W: warmup updates (warmup, matched)
+    decay_period: object = 4000  # P of lr * sqrt(P / (P + t)) (nowarmup, matched)
+    warmup_init_lr: str = "1e-7"  # flag text: str(1e-7) spells "1e-07"
+    arch: str = ""  # another --arch for the method (e.g. a size preset)
+    share: str = "decoder"  # SHARE_FLAGS
+    optimizer: str = "auto"  # auto: the method's
+    adam_betas: str = "(0.9, 0.98)"
+    clip_norm: object = "0.0"
+    dropout: object = 0.1
+    attention_dropout: object = None  # None: fairseq's default (no flag)
+    activation_dropout: object = None
+    weight_decay: object = "0.0001"
+    label_smoothing: object = "0.1"
+    max_tokens: object = 4096
+    max_update: object = 0  # 0: no flag
+    max_epoch: object = 0
+    seed: object = 1
+
+    def kind(self) -> str:
+        return ("warmup" if method(self.method).warmup else "nowarmup") if self.schedule == "auto" else self.schedule
+
+    def opt(self) -> str:
+        return method(self.method).optimizer if self.optimizer == "auto" else self.optimizer
+
+
+def train_args(recipe: Recipe, user_dir=USER_DIR, cpu: bool = False, log_format: str = "",
+               num_workers=None) -> List[str]:
+    """The one builder of this project's fairseq-train arguments (after the data folder): the
+    benchmarks, scripts/train.sh's configs, the diagnostics and the tests all train through it."""
+    r, opt = recipe, recipe.opt()
+    kind = r.kind()
+    period = r.decay_period if kind == "nowarmup" else r.warmup
+    args = [*model_flags(r.method, r.arch),
+            *dims_flags(r.embed, r.ffn, r.heads, r.encoder_layers, r.decoder_layers),
+            *schedule_flags(kind, period, r.warmup_init_lr, r.decay_period),
+            *(["--cpu"] if cpu else []), "--user-dir", str(user_dir), "--task", "translation",
+            *SHARE_FLAGS[r.share], "--optimizer", opt,
+            # plain SGD (the paper's Fig. 3c arm): no momentum; adam and radam take Adam's betas
+            *(["--momentum", "0.0"] if opt == "sgd" else ["--adam-betas", r.adam_betas]),
+            "--clip-norm", str(r.clip_norm), "--lr", str(r.lr),
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(r.label_smoothing),
+            "--dropout", str(r.dropout)]
+    for flag, value in (("--attention-dropout", r.attention_dropout), ("--activation-dropout", r.activation_dropout)):
+        if value is not None:
+            args += [flag, str(value)]
+    args += ["--weight-decay", str(r.weight_decay), "--max-tokens", str(r.max_tokens)]
+    for flag, value in (("--max-update", r.max_update), ("--max-epoch", r.max_epoch)):
+        if str(value) != "0":
+            args += [flag, str(value)]
+    args += ["--seed", str(r.seed)]
+    if log_format:
+        args += ["--log-format", log_format]
+    if num_workers is not None:
+        args += ["--num-workers", str(num_workers)]
+    return args
