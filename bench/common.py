@@ -21,7 +21,7 @@ import time
 
 # fairseq-free: a study's own process only launches fairseq-train runs and reads their logs, without
 # paying fairseq's ~6 s import
-from pipeline import fairseq_log
+from pipeline import fairseq_log, manifest
 from tfixup import atomic, methods as presets
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -74,16 +74,8 @@ def prepare_data(valid_lines: int, test_lines: int, data: str = None, root: str 
 
 
 def data_counts(path: pathlib.Path) -> dict:
-    """Sentence pairs per split, read from fairseq's index files."""
-    counts = {}
-    for split in ("train", "valid", "test"):
-        idx = path / f"{split}.de-en.de.idx"
-        if idx.is_file():
-            # fairseq's MMapIndexedDataset index: 9-byte magic, version, dtype, then the count
-            with open(idx, "rb") as f:
-                f.seek(9 + 8 + 1)
-                counts[split] = int.from_bytes(f.read(8), "little")
-    return counts
+    """Sentence pairs per split (pipeline/manifest.py: the data-bin's manifest, else fairseq's reader)."""
+    return manifest.sentence_counts(path, "de", "en")
 
 
 def data_description(path: pathlib.Path) -> str:

@@ -14,6 +14,7 @@ import datetime
 import hashlib
 import json
 import os
+import pathlib
 import re
 import sys
 
@@ -104,6 +105,22 @@ def check(path_dir):
     return None
 
 
+def sentence_counts(path_dir, src: str = "", tgt: str = "") -> dict:
+    """Sentence pairs per split of a data-bin: from its manifest (what fairseq-preprocess reported when
+    it was made), else from fairseq's own index reader (imports fairseq)."""
+    m = read(path_dir)
+    if m and m.get("complete") is True and m.get("sentences"):
+        return {k: int(v) for k, v in m["sentences"].items()}
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    counts = {}
+    for split in ("train", "valid", "test"):
+        found = sorted(pathlib.Path(path_dir).glob(f"{split}.{src or '*'}-{tgt or '*'}.{src or '*'}.idx"))
+        if found:
+            counts[split] = len(MMapIndexedDataset.Index(str(found[0])))
+    return counts
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m pipeline.manifest")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -124,6 +141,9 @@ def main(argv=None):
     s.add_argument("--bpe-merges", type=int)
     s = sub.add_parser("check")
     s.add_argument("dir")
+    s = sub.add_parser("count", help="sentence pairs of a split")
+    s.add_argument("dir")
+    s.add_argument("split")
     args = p.parse_args(argv)
     try:
         if args.cmd == "params":
@@ -141,6 +161,8 @@ def main(argv=None):
             with open(args.out, "w", encoding="utf-8") as f:
                 json.dump(m, f, indent=1, sort_keys=True)
                 f.write("\n")
+        elif args.cmd == "count":
+            print(sentence_counts(args.dir).get(args.split, "?"))
         elif args.cmd == "check":
             if read(args.dir) is None:
                 sys.exit(2)

@@ -131,9 +131,9 @@ average_and_translate() {
 # Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
 # open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
 progress() {  # OUTPUT_FILE
-  local total="?" idx="$DATA/$SUBSET.$SRC_LANG-$TGT_LANG.$SRC_LANG.idx" n sleeper=
-  # fairseq's mmap .idx: magic (9 bytes), version (8), dtype (1), then the sentence count (uint64)
-  [ ! -f "$idx" ] || total=$(od -An -t u8 -j 18 -N 8 "$idx" | tr -d ' ')
+  local total n sleeper=
+  # the progress line only: a count it cannot read shows as "?"
+  total=$(python3 -m pipeline.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
   trap 'kill $sleeper 2>/dev/null; exit 0' TERM
   while [ ! -e "$1" ]; do
     sleep 0.5 & sleeper=$!
