@@ -60,6 +60,52 @@ def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
     assert "STUCK" in text and "0.375" in text
 
 
+def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp_path, monkeypatch):
+    """T-Fixup's ratio is given against the Post-LN baseline on fairseq's inverse_sqrt and on the matched
+    schedule, and the headline takes the schedule whose baseline reached the lower loss."""
+    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=3, dropout=0.1, decay_period=4000)
+    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
+    records = {r["id"]: r for r in (
+        rec("main-postln_warmup-lr0.001-s1", [(100, 9.0), (400, 8.0)], method="postln_warmup", **meta),
+        rec("main-postln_matched-lr0.001-s1", [(100, 8.9), (200, 7.8), (400, 7.6)], method="postln_matched", **meta),
+        rec("main-tfixup-lr0.001-s1", [(100, 8.0), (200, 7.7), (400, 7.0)], method="tfixup", **meta))}
+    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    head = res["headline"]["main lr 0.001"]
+    assert head["per_baseline"]["postln_warmup"]["ratio_mean"] == pytest.approx(100 / 400)
+    assert head["per_baseline"]["postln_matched"]["ratio_mean"] == pytest.approx(400 / 400)  # 7.6 at 400
+    assert head["better_baseline"] == "postln_matched" and head["ratio_mean"] == pytest.approx(1.0)
+    assert "Post-LN + matched warmup" in convergence.report(res)
+
+
+def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_path, monkeypatch):
+    from bench import plateau
+
+    monkeypatch.setattr(plateau.common, "data_counts", lambda d: {"test": 3})
+    refs = ["a man rides a horse", "two dogs play in the snow", "a child eats an apple"] * 20
+    (tmp_path / "test.raw.en").write_text("\n".join(refs) + "\n")
+    good, bad = list(refs), [r.replace("a ", "the ") for r in refs]
+
+    def run(method, seed, bleu, hyps):
+        return {"id": f"multi30k-{method}-s{seed}", "corpus": "multi30k", "method": method, "seed": seed,
+                "status": "ok", "valid_curve": [(124, 6.0), (248, 5.0)], "bleu_curve": [(124, 20.0), (248, bleu)],
+                "wall_curve": [(124, 60.0), (248, 120.0)], "epochs": 2, "test_hypotheses": hyps,
+                "test": {"bleu_detok": bleu, "bleu_tok": bleu, "lowercase": True}}
+    records = {r["id"]: r for r in (run("tfixup", 1, 40.0, good), run("tfixup", 2, 38.0, good),
+                                    run("postln_matched", 1, 30.0, bad))}
+    cfg = dict(plateau.MODES["default"], mode="default", quality=dict(quality.MODES["default"], mode="default"))
+    res = plateau.summarise(cfg, records, {"multi30k": str(tmp_path)}, 3)
+    assert res["per_method"]["tfixup"] == {"seeds": 2, "sacrebleu_mean": 39.0, "sacrebleu_min": 38.0,
+                                           "sacrebleu_max": 40.0, "epochs": [2, 2]}
+    (gap,) = res["gaps"]
+    assert (gap["tfixup"], gap["baseline"]) == ("multi30k-tfixup-s1", "multi30k-postln_matched-s1")
+    assert gap["gap"] > 0 and gap["ci95"][0] <= gap["gap"] <= gap["ci95"][1] and gap["p_gap_le_0"] == 0
+    rows = {r["id"]: r for r in res["rows"]}
+    assert rows["multi30k-tfixup-s1"]["updates_to_postln_matched_best"] == 248  # first to 30 valid BLEU
+    assert "95% interval" in plateau.report(res)
+
+
 def test_convergence_methods_option_runs_only_those():
     """--methods names the runs to run now: a headline method with every seed, another with the
     first seed only; the study (and its report) stays whole."""
@@ -258,14 +304,67 @@ def test_convergence_smoke_then_resume(iwslt_bin, tmp_path):
         assert all(math.isfinite(l) for _, l in r["valid_curve"])
         assert "--decay-period 4000" in r["command"] or "--warmup-updates 4" in r["command"]
     assert "main lr 0.001" in res["headline"]
-    stored = sorted((out / "convergence" / "runs").glob("*.json"))
-    assert len(stored) == 2
-    mtimes = [p.stat().st_mtime for p in stored]
-    # a rerun finds both runs recorded and trains nothing
-    proc = subprocess.run(bench_cmd("convergence", iwslt_bin, out), cwd=REPO, env=BENCH_ENV,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0 and "2 of 2 runs already recorded" in proc.stderr
-    assert [p.stat().st_mtime for p in stored] == mtimes
+    assert len(list((out / "convergence" / "runs").glob("*.json"))) == 2
+
+
+def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path, monkeypatch):
+    """Orchestration with a fake executor (milliseconds, no fairseq-train): recorded runs are skipped, a
+    run recorded with another command runs again, a run whose executor fails leaves no record and the
+    others go on; the report is rewritten after every record."""
+    from bench import runs as runlib
+
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3, 4)]
+    store = tmp_path / "study" / "runs"
+    store.mkdir(parents=True)
+    runlib.common.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
+    runlib.common.write_json(store / "r2.json", {"id": "r2", "key": "another command", "status": "ok"})
+    ran, reports = [], []
+
+    def execute(run, work):
+        ran.append(run.id)
+        if run.id == "r3":
+            raise OSError("disk full")
+        return {"id": run.id, "key": run.key(), "status": "ok"}
+
+    res = runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},
+                           lambda res, path: path.write_bytes(b"png"),
+                           lambda res: reports.append(res["recorded"]) or "report", "caption", jobs=1,
+                           execute=execute)
+    assert sorted(ran) == ["r2", "r3", "r4"] and res == {"recorded": ["r1", "r2", "r4"]}
+    assert json.loads((store / "r2.json").read_text())["key"] == runs[1].key()
+    assert not (store / "r3.json").exists()
+    assert ["r1", "r2", "r4"] in reports
+
+
+def test_sigterm_stops_a_study_and_its_runs(tmp_path):
+    """SIGTERM to a study's process stops its running child (here a sleep standing in for fairseq-train,
+    in its own process group as every run is), records nothing for it, exits 130 with one line."""
+    script = f"""
+import pathlib, sys
+sys.path.insert(0, {str(REPO)!r})
+from bench import runs as runlib
+runs = [runlib.Run("r1", {{}}, [], "d")]
+def execute(run, work):
+    work.mkdir(parents=True, exist_ok=True)
+    runlib.run_logged(["sleep", "300"], work / "run.log", {{}})
+    return {{"id": run.id, "key": run.key(), "status": "ok"}}
+runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{}}, lambda res, path: None,
+                 lambda res: "", "caption", jobs=1, execute=execute)
+"""
+    env = dict(os.environ, TFIXUP_BENCH_WORK=str(tmp_path / "work"))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (tmp_path / "work" / "study" / "run.log").exists():
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-1500:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert not list((tmp_path / "study" / "runs").glob("*.json"))
+    assert not subprocess.run(["pgrep", "-x", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
 
 
 def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp_path, monkeypatch):
@@ -285,69 +384,37 @@ def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp
     assert sorted(p.name for p in store.iterdir()) == ["r1.json"]
 
 
-def test_sigterm_stops_a_study_and_its_runs(iwslt_bin, tmp_path):
-    out = tmp_path / "conv"
-    env = dict(BENCH_ENV, TFIXUP_BENCH_WORK=str(tmp_path / "work"))
-    proc = subprocess.Popen(bench_cmd("convergence", iwslt_bin, out, "--updates", "100000", "--seeds", "1", "2"),
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    work = tmp_path / "work" / "convergence"
-    deadline = time.time() + 600  # a loaded machine starts fairseq slowly
-    while time.time() < deadline and not list(work.glob("*/train.log")) and proc.poll() is None:
-        time.sleep(1)
-    assert list(work.glob("*/train.log")), "no run started within 10 minutes"
-    time.sleep(3)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-1500:]
-    assert "interrupted" in err and "Traceback" not in err
-    assert not list((out / "convergence" / "runs").glob("*.json"))
-    left = subprocess.run(["pgrep", "-f", f"{work}/"], capture_output=True, text=True).stdout.split()
-    assert not left, f"fairseq-train processes left running: {left}"
-
-
-def test_depth_and_batch_smoke(iwslt_bin, tmp_path):
-    # one method of the smoke's two (--methods): each run costs a fairseq-train; what "trained" means
-    # over methods and depths is test_depth_trained_means_below_the_unigram_level's
-    proc = subprocess.run(bench_cmd("depth", iwslt_bin, tmp_path / "depth", "--methods", "postln"), cwd=REPO,
-                          env=BENCH_ENV, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    res = check_outputs(tmp_path / "depth", "depth")
-    assert [(r["depth"], r["method"]) for r in res["rows"]] == [(2, "postln")]
-    for r in res["rows"]:
-        assert r["status"] == "ok" and r["updates"] == 8 and r["s_per_update"] > 0
-        assert r["trained"] == (r["final_valid"] <= res["trained_threshold"])
-    proc = subprocess.run(bench_cmd("batch", iwslt_bin, tmp_path / "batch"), cwd=REPO, env=BENCH_ENV,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    res = check_outputs(tmp_path / "batch", "batch")
-    assert [(r["multiplier"], r["tokens_per_update"], r["updates"]) for r in res["rows"]] == [(1, 512, 8), (2, 1024, 4)]
-    assert "--update-freq 2" in res["records"]["tfixup-x2"]["command"]
-    assert res["target_valid_loss"] == min(l for u, l in res["records"]["tfixup-x1"]["valid_curve"] if u <= 4)
-
-
-def test_quality_smoke_through_train_and_evaluate(iwslt_bin, tmp_path):
-    """train.sh -> evaluate.sh on the shared real data-bin (60 test sentences): curves, test BLEU
-    with its signature, samples."""
-    out = tmp_path / "quality"
-    cmd = [sys.executable, "-m", "bench.quality", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
+def test_plateau_smoke_continues_the_quality_run_through_train_and_evaluate(iwslt_bin, tmp_path):
+    """The plateau study's smoke, through train.sh -> evaluate.sh on the shared real data-bin (60 test
+    sentences): its first stage is the quality study's run (recorded there: curves, test BLEU with its
+    signature, samples), which it then trains on in the same folder, resumed, and evaluates again."""
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "bench.plateau", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=BENCH_ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    res = check_outputs(out, "quality")
+    qrec = json.loads((out / "quality" / "runs" / "iwslt-tfixup.json").read_text())
+    assert qrec["status"] == "ok", qrec.get("error_tail")
+    assert qrec["valid_curve"] and qrec["bleu_curve"] and qrec["valid_curve"][-1][0] == 20
+    assert all(b is not None and 0 <= b <= 100 for _, b in qrec["bleu_curve"])
+    assert qrec["test"]["sentences"] == 60 and 0 <= qrec["test"]["bleu_tok"] <= 100
+    assert qrec["test"]["sacrebleu_signature"].startswith("nrefs:1|case:lc")
+    assert len(qrec["samples"]) == 3 and all(s["source"] and s["reference"] for s in qrec["samples"])
+    assert len(qrec["test_hypotheses"]) == 60
+    assert "--eval-bleu" in qrec["train_command"] and "CLIP_NORM=0" in qrec["train_command"]
+    res = check_outputs(out, "plateau")
     (rec,) = res["records"].values()
     assert rec["status"] == "ok", rec.get("error_tail")
-    assert rec["valid_curve"] and rec["bleu_curve"] and rec["valid_curve"][-1][0] == 20
-    assert all(b is not None and 0 <= b <= 100 for _, b in rec["bleu_curve"])
-    assert rec["test"]["sentences"] == 60 and 0 <= rec["test"]["bleu_tok"] <= 100
-    assert rec["test"]["sacrebleu_signature"].startswith("nrefs:1|case:lc")
-    assert len(rec["samples"]) == 3 and all(s["source"] and s["reference"] for s in rec["samples"])
+    assert rec["continues"] == "iwslt-tfixup" and rec["at_cap"]["test"]["bleu_tok"] == qrec["test"]["bleu_tok"]
+    # resumed at the quality run's 20 updates, trained to 40 (smoke cap), one curve over both calls
+    assert [u for u, _ in rec["valid_curve"]][-1] == 40 and rec["train_segments"] == 2
+    assert "--best-checkpoint-metric bleu" in rec["train_command"] and "MAX_UPDATE=40" in rec["train_command"]
+    work = tmp_path / "bench-work" / "quality" / "iwslt-tfixup"
     # generation is capped at 1.2 x source + 10 tokens (fairseq applies it to the batch's longest
     # source); without the cap an untrained model writes 200 tokens per sentence
-    evaldir = tmp_path / "bench-work" / "quality" / "iwslt-tfixup" / "eval"
-    cmd = (evaldir / "generate-test.cmd").read_text().split()
+    cmd = (work / "eval" / "generate-test.cmd").read_text().split()
     assert cmd[cmd.index("--max-len-a") + 1] == "1.2" and cmd[cmd.index("--max-len-b") + 1] == "10"
-    lines = (evaldir / "generate-test.txt").read_text().splitlines()
+    lines = (work / "eval" / "generate-test.txt").read_text().splitlines()
     longest_source = max(len(l.split("\t")[1].split()) for l in lines if l.startswith("S-"))
     longest_hyp = max(len(l.split("\t")[2].split()) for l in lines if l.startswith("H-"))
     assert longest_hyp <= 2.4 * longest_source + 10  # a source word is rarely over 2 BPE pieces
-    assert "--eval-bleu" in rec["train_command"] and "CLIP_NORM=0" in rec["train_command"]
-    assert not (tmp_path / "bench-work" / "quality" / "iwslt-tfixup" / "checkpoints").exists()
+    assert not (work / "checkpoints").exists()  # removed once the plateau run is recorded
