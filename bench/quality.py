@@ -17,10 +17,8 @@ Corpora (prepare them first; both offline from ../shared/data):
              scripts/prepare-iwslt14.sh --valid-lines 1000
 
 Model: one size for every method, the CPU main job's (128-256-4, 6+6 layers,
-4096 tokens per update, dropout 0.3). It does not reach its plateau in 30
-minutes here: a first one-thread T-Fixup run on a loaded machine took 89
-minutes for 8 epochs of Multi30k with valid BLEU still rising (27.0, 27.8 at
-epochs 7, 8). The study therefore caps training at ``max_epoch`` (10) with
+4096 tokens per update, dropout 0.3). It does not reach its plateau within
+an hour on this project's CPU (docs/measurements.md); the study therefore caps training at ``max_epoch`` (10) with
 early stopping (``patience``) kept, and the report says per run whether
 patience or the cap stopped it. With a cap the comparison favours whichever
 method learns faster early: read the BLEU-vs-updates curves beside the table.

@@ -59,11 +59,11 @@ build_commands() {
   SRC_LANG=$src; TGT_LANG=$tgt
   BEAM=${v[4]}; LENPEN=${v[5]}
   # --required-batch-size-multiple 1: with fairseq's default of 8, batch_by_size (fairseq
-  # 0.12.x, data_utils_fast) silently drops the last sentences of a subset (measured: 4 of
-  # 100 IWSLT test sentences), and BLEU would be computed on part of the test set
+  # 0.12.x, data_utils_fast) silently drops the last sentences of a subset, and BLEU would be
+  # computed on part of the test set (docs/measurements.md, "Evaluation")
   # --num-workers 0: no data-loader process. Validating and translating share one process, and the
-  # validation's loader process made the next step wait ~5 s for it to stop (measured: 13.7 s vs 8.7 s
-  # for both steps); a batch is made in far less time than beam search takes to translate it.
+  # validation's loader process made the next step wait for it to stop; a batch is made in far less
+  # time than beam search takes to translate it.
   local common=(--user-dir "$TFIXUP_ROOT/fairseq_tfixup" --task translation --source-lang "$src" --target-lang "$tgt"
                 --max-tokens "$EVAL_MAX_TOKENS" --required-batch-size-multiple 1 --num-workers 0)
   if [ "$CPU" = 1 ]; then common+=(--cpu); elif [ "$fp16" = 1 ]; then common+=(--fp16); fi

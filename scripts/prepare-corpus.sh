@@ -106,7 +106,7 @@ for line in sys.stdin: sys.stdout.write(line.lower())'; }
 tokenize() {  # L FILE -> stdout
   local jobs=$WORKERS
   # sacremoses' worker processes each import it again: below ~10k lines (valid, test, smoke
-  # runs) one process is faster (measured: 1k lines 3.0 s with -j 1, 5.9 s with -j 2)
+  # runs) one process is faster (docs/measurements.md, "Data preparation")
   [ "$(wc -l < "$2")" -ge 10000 ] || jobs=1
   if [ "$TOKENIZER" = moses ]; then sacremoses -q -l "$1" -j "$jobs" tokenize < "$2"; else cat "$2"; fi
 }

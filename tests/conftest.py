@@ -9,7 +9,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_tfixup"
 
 
-# The longest test files, longest first (as timed with --durations on a 2-core machine, 2026-11-22).
+# The longest test files, longest first (as timed with pytest --durations on a 2-core machine).
 # scripts/test.sh hands whole files to its workers in collection order (--dist loadfile
 # --no-loadscope-reorder): started last, a long file kept one worker busy alone at the end.
 # The first two files do not wait for each other: only the first needs the shared IWSLT data-bin.
@@ -55,8 +55,8 @@ def shared_across_workers(tmp_path_factory, name: str, make) -> pathlib.Path:
 def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
     """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (the first 6000 train pairs,
     200 valid, 60 test), made once per test run and shared by every test file that trains on real data.
-    The whole 18.6k-pair sample took 9 s more to prepare (measured), on the first worker's critical path,
-    and the tests train for at most about one epoch of 6000."""
+    The whole 18.6k-pair sample takes longer to prepare, on the first worker's critical path, and the tests
+    train for at most about one epoch of 6000."""
     import subprocess
 
     def make(root):

@@ -1,6 +1,6 @@
 """``--optimizer radam``: Rectified Adam (Liu et al., ICLR 2020, "On the Variance
 of the Adaptive Learning Rate and Beyond"), the T-Fixup paper's "RAdam, no
-warmup" baseline (Table 1: IWSLT'14 De-En 34.8, WMT'17 En-De 28.5).
+warmup" baseline (Table 1: IWSLT'14 De-En 34.8, IWSLT'14 En-De 28.5).
 
 RAdam (Liu et al., Algorithm 2) is Adam whose adaptive step is multiplied by the
 rectification term r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf /
