@@ -38,6 +38,7 @@ import sys
 import time
 
 from bench import common, runs as runlib
+from bench.unigram import unigram_level
 from pipeline import score
 
 # The study's configs: T-Fixup's and Pre-LN's own, every other method the Post-LN config with its METHOD.
@@ -291,6 +292,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         "machine": common.machine(), "threads": 1,
         "data": "; ".join(f"{CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})" for c, p in data.items()),
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+        "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
         "rows": sorted(rows, key=lambda r: (r["corpus"], list(METHODS).index(r["method"]), r["seed"])),
         "records": records,
     }
@@ -312,7 +314,10 @@ def report(res: dict) -> str:
         f"train_wall (training only, over all its calls) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
         f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
         f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu). Updates to a "
-        f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n")
+        f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n"
+        + "".join(f"Unigram level of the {CORPORA[c]} valid set (bench/unigram.py, label-smoothed loss in bits of "
+                  f"the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid itself).\n"
+                  for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n")
     text += common.md_table(
         ["corpus", "method", "status", "test BLEU (tok)", "test sacreBLEU", "best valid BLEU", "best valid loss",
          "updates", "epochs", "stopped by", "train min", "to Post-LN + warmup's best valid BLEU (updates, x)",

@@ -170,6 +170,7 @@ def test_batch_scaling_factor(tmp_path, monkeypatch):
 
 def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):
     monkeypatch.setattr(quality.common, "data_counts", lambda d: {"valid": 1})
+    monkeypatch.setattr(quality, "unigram_level", lambda d, s, t: LEVEL)
     cfg = dict(quality.MODES["default"], mode="default")
     base = {"id": "multi30k-postln", "corpus": "multi30k", "method": "postln", "status": "ok",
             "valid_curve": [(100, 8.0), (200, 6.0)], "bleu_curve": [(100, 10.0), (200, 30.0)],
