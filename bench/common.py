@@ -105,7 +105,7 @@ dims_flags = presets.dims_flags
 # method looks the same in the convergence, quality and depth plots; C2 is left for Post-LN without
 # warmup where a study runs Post-LN both ways.
 METHOD_COLORS = {"tfixup": "C3", "postln": "C0", "preln": "C1", "radam": "C4", "dsinit": "C5", "rfixup": "C6",
-                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k"}
+                 "dlcl": "C7", "dlcl_preln": "C8", "deepnorm": "C9", "admin": "k", "lri": "m"}
 POSTLN_NO_WARMUP_COLOR = "C2"
 
 

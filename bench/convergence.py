@@ -49,9 +49,10 @@ METHODS = {  # name: (method in fairseq_tfixup/presets.py, warmup?, label)
     "dlcl_preln_warmup": ("dlcl_preln", True, "DLCL-Pre-LN + warmup"),
     "deepnorm_warmup": ("deepnorm", True, "DeepNorm + warmup"),
     "admin_warmup": ("admin", True, "Admin + warmup"),
+    "lri_warmup": ("lri", True, "LRI + warmup"),
 }
 BASELINES = ["radam", "dsinit_warmup", "rfixup_warmup", "dlcl_warmup", "dlcl_preln_warmup", "deepnorm_warmup",
-             "admin_warmup"]
+             "admin_warmup", "lri_warmup"]
 BASELINE = "postln_warmup"
 
 MODES = {

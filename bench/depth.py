@@ -38,6 +38,7 @@ METHODS = {  # name: (method in fairseq_tfixup/presets.py, label); every run wit
     "dlcl_preln": ("dlcl_preln", "DLCL-Pre-LN"),
     "deepnorm": ("deepnorm", "DeepNorm"),
     "admin": ("admin", "Admin"),
+    "lri": ("lri", "LRI"),
 }
 CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at every depth
 

@@ -54,6 +54,7 @@ METHODS = {  # name: (config in configs/, its METHOD if the config's is not it, 
     "dlcl_preln": ("iwslt14_de_en_postln", "dlcl_preln", "DLCL-Pre-LN + warmup"),
     "deepnorm": ("iwslt14_de_en_postln", "deepnorm", "DeepNorm + warmup"),
     "admin": ("iwslt14_de_en_postln", "admin", "Admin + warmup"),
+    "lri": ("iwslt14_de_en_postln", "lri", "LRI + warmup"),
 }
 BASELINE = "postln"
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
@@ -66,7 +67,8 @@ MODES = {
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     runs=[("multi30k", "tfixup"), ("multi30k", "postln"), ("multi30k", "preln"),
                           ("iwslt", "tfixup"), ("iwslt", "postln")]
-                    + [("multi30k", m) for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin")]),
+                    + [("multi30k", m)
+                       for m in ("radam", "dsinit", "rfixup", "dlcl", "dlcl_preln", "deepnorm", "admin", "lri")]),
 }
 
 

@@ -37,6 +37,7 @@ METHODS = {
     "dlcl_preln": Method("transformer_dlcl", PRE_LN, "DLCL-Pre-LN", warmup=True),
     "deepnorm": Method("transformer_deepnorm", (), "DeepNorm", warmup=True),
     "admin": Method("transformer_admin", (), "Admin", warmup=True),
+    "lri": Method("transformer_lri", (), "LRI", warmup=True),
 }
 
 

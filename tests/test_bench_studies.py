@@ -70,7 +70,7 @@ def test_convergence_methods_option_runs_only_those():
                    "main-preln-lr0.0005-s1"]
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
-    assert len(every) == 2 * (3 * 3 + 8) + 3  # per lr: 3 methods x 3 seeds, 8 one-seed methods; 3 long runs
+    assert len(every) == 2 * (3 * 3 + 9) + 3  # per lr: 3 methods x 3 seeds, 9 one-seed methods; 3 long runs
 
 
 def test_every_study_runs_every_method_with_its_own_color():

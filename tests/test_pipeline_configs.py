@@ -45,6 +45,7 @@ METHOD_FLAGS = {
     "dlcl_preln": ("transformer_dlcl", "adam", "inverse_sqrt", True),
     "deepnorm": ("transformer_deepnorm", "adam", "inverse_sqrt", False),
     "admin": ("transformer_admin", "adam", "inverse_sqrt", False),
+    "lri": ("transformer_lri", "adam", "inverse_sqrt", False),
 }
 
 

@@ -22,10 +22,11 @@ PAPERS = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared
 # The paper's row labels (the cell text up to the citation) of the methods in
 # fairseq_tfixup/presets.py METHODS; DeepNorm and Admin came after the paper and have no cell.
 PAPER_LABEL = {"postln": "Baseline", "preln": "Pre-LN", "rfixup": "R-Fixup", "radam": "RAdam, no warmup",
-               "tfixup": "T-Fixup", "dsinit": "DS-Init", "dlcl": "DLCL", "dlcl_preln": "DLCL-Pre-LN"}
+               "tfixup": "T-Fixup", "dsinit": "DS-Init", "dlcl": "DLCL", "dlcl_preln": "DLCL-Pre-LN",
+               "lri": "LRI"}
 BEYOND_THE_PAPER = {"deepnorm", "admin"}
 # methods of the paper's tables with no implementation here (docs/baselines.md)
-NOT_IMPLEMENTED = {"LRI"}
+NOT_IMPLEMENTED = set()
 # DLCL's paper deepens the encoder only (Wang et al. 2019); fairseq's 6-layer decoder
 DEEP_ENCODER_ONLY = {"dlcl", "dlcl_preln"}
 
