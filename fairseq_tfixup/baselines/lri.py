@@ -7,14 +7,15 @@ baseline (WMT'14 En-De base, 12 layers 28.7, 24 layers 29.5 BLEU).
 What the method is, and where each part comes from:
 
 * Computation order (paper Figure 1 and its caption). The paper compares the order of the
-  original paper, (a) "v1": out = LN(in_res + in_model), the Post-LN Transformer, with the one of
-  the official implementation, (b) "v2": out = in_res + in_model(LN(in_res)), Pre-LN. It
-  regards LN's output as the residual connection's output, since it is the next sublayer's
-  in_res; then each v1 sublayer reads y = LN(x) and gives y + F(y), with the LN output, not x,
-  on the shortcut. Its finding (abstract; the analysis itself is in the part of the paper not
-  available here, see below): v1's LayerNorm can shrink the residual connection, which keeps
-  deep v1 models from converging, and with the Lipschitz initialisation deep Transformers in
-  the *original* order v1 converge, up to 24 layers.
+  original paper, (a) "v1": out = LN(in_res + F(in_res)), the Post-LN Transformer, with the one
+  of the official implementation, (b) "v2": out = in_res + F(LN(in_res)), Pre-LN. It regards
+  LN's output as the residual connection's output, since it is the next sublayer's in_res;
+  then each v1 sublayer reads y = LN(x) and gives y + F(y), the LN output, not x, on the
+  shortcut. Its abstract: v2 eases the optimisation of deep Transformers, and with the
+  Lipschitz initialisation deep Transformers in the *original* order v1 converge too, with
+  BLEU gains up to 24 layers (a summary of the paper adds that v1's LayerNorm can shrink the
+  residual connection, which the initialisation is to prevent; that analysis itself is in the
+  part of the paper not available here, see below).
   The authors' code (github.com/hfxunlp/transformer, "Neutron") computes exactly that: every
   sublayer starts with its LayerNorm, ``norm_residual`` takes the shortcut from the LN output
   (v1; ``cnfg/hyp.py`` ``computation_order = "v1"``, the default there), and each stack ends
@@ -43,8 +44,8 @@ Which of the paper's result columns (v1 or v2 with the initialisation) the T-Fix
 LRI rows quote is not stated there either; v1 is the order the paper's abstract claims the
 initialisation makes trainable, and the authors' default.
 
-Refused: ``--encoder-normalize-before``/``--decoder-normalize-before`` (v2, the order LRI is
-not about). Sizes come from fairseq's presets (``post_ln.register_presets``). Schedule: with
+Refused: ``--encoder-normalize-before``/``--decoder-normalize-before`` (they would make the
+model order v2, Pre-LN). Sizes come from fairseq's presets (``post_ln.register_presets``). Schedule: with
 warmup, as the authors train (their ``GoogleLR``, 8000 warmup steps).
 """
 
