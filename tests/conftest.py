@@ -94,3 +94,46 @@ def dict_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def joined_dict_dir(tmp_path_factory):
     return write_dicts(tmp_path_factory.mktemp("joined_dicts"), joined=True)
+
+
+# ---------------------------------------------------------------- configs and table scripts
+
+TABLE_SCRIPTS = ["table1.sh", "table2.sh", "table3.sh", "fig4b.sh"]
+
+
+def parse_train_command(argv):
+    """fairseq's own parse of a ``fairseq-train ...`` command line (the plugin loaded by --user-dir)."""
+    from fairseq import options
+
+    assert argv[0] == "fairseq-train"
+    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv[1:])
+
+
+def script_experiments(script):
+    """The EXPERIMENTS a table script runs."""
+    import re
+
+    return re.search(r"EXPERIMENTS=\((.*?)\)", (REPO / "scripts" / script).read_text(), re.S).group(1).split()
+
+
+def table_experiments():
+    return [name for script in TABLE_SCRIPTS for name in script_experiments(script)]
+
+
+def check_method_flags(args, values):
+    """``args`` (fairseq-train's parsed namespace) trains the config's METHOD as its row in tfixup/methods.py
+    says (arch, optimizer, Pre-LN flags, warmup or not), at the config's depth."""
+    from tfixup import methods
+
+    m = methods.method(values["METHOD"])
+    scheduler = {"auto": "inverse_sqrt" if m.warmup else "inverse_sqrt_nowarmup", "warmup": "inverse_sqrt",
+                 "nowarmup": "inverse_sqrt_nowarmup", "matched": "inverse_sqrt_matched"}[values["SCHEDULE"]]
+    pre_ln = "--encoder-normalize-before" in m.flags
+    assert (args.arch, args.optimizer, args.lr_scheduler) == (values["ARCH"] or m.arch, m.optimizer, scheduler), \
+        values["METHOD"]
+    assert args.encoder_normalize_before == args.decoder_normalize_before == pre_ln, values["METHOD"]
+    assert (args.encoder_layers, args.decoder_layers) == (int(values["ENCODER_LAYERS"]), int(values["DECODER_LAYERS"]))
+    if scheduler == "inverse_sqrt":
+        assert args.warmup_updates == int(values["WARMUP_UPDATES"]) > 0
+    else:
+        assert args.warmup_updates == 0 and args.decay_period == int(values["DECAY_PERIOD"])

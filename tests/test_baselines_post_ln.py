@@ -8,7 +8,8 @@ import fairseq_tfixup  # noqa: F401  (registers the baselines)
 
 from conftest import build_model
 
-MODELS = {"transformer_dsinit": "DSInitTransformerModel", "transformer_deepnorm": "DeepNormTransformerModel"}
+MODELS = {"transformer_dsinit": "DSInitTransformerModel", "transformer_deepnorm": "DeepNormTransformerModel",
+          "transformer_lri": "LRITransformerModel"}
 # (embed, ffn, heads) that each architecture suffix gives, as its fairseq (or T-Fixup depth-study) preset does
 SIZES = {"": (512, 2048, 8), "_iwslt_de_en": (512, 1024, 4), "_wmt_en_de": (512, 2048, 8),
          "_vaswani_wmt_en_de_big": (1024, 4096, 16), "_deep_narrow": (64, 128, 2)}

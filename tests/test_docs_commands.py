@@ -75,6 +75,9 @@ COVERED = {
     "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_deepnorm_deep_narrow --encoder-layers 100 "
     "--decoder-layers 100 --optimizer adam --adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt "
     "--warmup-updates 4000 --warmup-init-lr 1e-7 ...": ("parse",),
+    "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_lri_wmt_en_de --encoder-layers 24 "
+    "--decoder-layers 24 --optimizer adam --adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt "
+    "--warmup-updates 4000 --warmup-init-lr 1e-7 ...": ("parse",),
     # docs/diagnostics.md
     "bash scripts/prepare-iwslt14.sh --out data-bin/iwslt14.de-en": ("flags",),
     "tfixup-diagnose grad-hist --data data-bin/iwslt14.de-en --model postln,tfixup --steps 100 --out diag": ("flags",),
@@ -108,6 +111,7 @@ COVERED = {
         ("dry",),
     "bash scripts/table3.sh --only wmt14_en_de_base_12l_dsinit --only wmt14_en_de_base_20l_dsinit -- --nproc 4":
         ("dry",),
+    "bash scripts/table3.sh --only wmt14_en_de_base_12l_lri --only wmt14_en_de_base_24l_lri -- --nproc 4": ("dry",),
     "bash scripts/prepare-iwslt14.sh --src de --out data-bin/iwslt14.tokenized.de-en": ("flags",),
     "bash scripts/train.sh iwslt14_de_en_radam data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_radam":
         ("dry",),

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, check_method_flags, parse_train_command, table_experiments
 from pipeline import config
 
 TRAIN = str(REPO / "scripts" / "train.sh")
@@ -20,53 +20,6 @@ def dry_run(name, *flags, env=None, data="/nonexistent/data-bin"):
                           capture_output=True, text=True, env={**os.environ, **(env or {})})
     assert proc.returncode == 0, proc.stderr
     return [shlex.split(line) for line in proc.stdout.splitlines()]
-
-
-def parse_train_command(argv):
-    from fairseq import options
-
-    assert argv[0] == "fairseq-train"
-    return options.parse_args_and_arch(options.get_training_parser(), input_args=argv[1:])
-
-
-TABLE_SCRIPTS = ["table1.sh", "table2.sh", "table3.sh", "fig4b.sh"]
-
-# What each method of tfixup/methods.py METHODS must give fairseq, stated here rather than read
-# from that table: (--arch, --optimizer, --lr-scheduler, Pre-LN). The T-Fixup paper trains T-Fixup and
-# RAdam without warmup, every other method with it; DLCL-Pre-LN is DLCL with both normalize-before flags.
-METHOD_FLAGS = {
-    "tfixup": ("transformer_tfixup", "adam", "inverse_sqrt_nowarmup", False),
-    "postln": ("transformer", "adam", "inverse_sqrt", False),
-    "preln": ("transformer", "adam", "inverse_sqrt", True),
-    "radam": ("transformer", "radam", "inverse_sqrt_nowarmup", False),
-    "dsinit": ("transformer_dsinit", "adam", "inverse_sqrt", False),
-    "rfixup": ("transformer_rfixup", "adam", "inverse_sqrt", False),
-    "dlcl": ("transformer_dlcl", "adam", "inverse_sqrt", False),
-    "dlcl_preln": ("transformer_dlcl", "adam", "inverse_sqrt", True),
-    "deepnorm": ("transformer_deepnorm", "adam", "inverse_sqrt", False),
-    "admin": ("transformer_admin", "adam", "inverse_sqrt", False),
-}
-
-
-def script_experiments(script):
-    """The EXPERIMENTS a table script runs."""
-    return re.search(r"EXPERIMENTS=\((.*?)\)", (REPO / "scripts" / script).read_text(), re.S).group(1).split()
-
-
-def table_experiments():
-    return [name for script in TABLE_SCRIPTS for name in script_experiments(script)]
-
-
-def check_method_flags(args, values):
-    """``args`` (fairseq-train's parsed namespace) is the config's METHOD, at its depth."""
-    arch, optimizer, scheduler, pre_ln = METHOD_FLAGS[values["METHOD"]]
-    assert (args.arch, args.optimizer, args.lr_scheduler) == (arch, optimizer, scheduler), values["METHOD"]
-    assert args.encoder_normalize_before == args.decoder_normalize_before == pre_ln, values["METHOD"]
-    assert (args.encoder_layers, args.decoder_layers) == (int(values["ENCODER_LAYERS"]), int(values["DECODER_LAYERS"]))
-    if scheduler == "inverse_sqrt":
-        assert args.warmup_updates == int(values["WARMUP_UPDATES"]) > 0
-    else:
-        assert args.warmup_updates == 0 and args.decay_period == int(values["DECAY_PERIOD"])
 
 
 def test_every_table_row_is_an_experiment_with_the_papers_number():

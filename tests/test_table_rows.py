@@ -14,18 +14,16 @@ import pytest
 
 from conftest import REPO
 from pipeline import config
-from test_pipeline_configs import METHOD_FLAGS, TABLE_SCRIPTS, check_method_flags, parse_train_command, \
-    script_experiments
+from conftest import TABLE_SCRIPTS, check_method_flags, parse_train_command, script_experiments
+from tfixup import methods
 
 PAPERS = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", REPO.parent / "shared" / "data")).parent / "papers"
 
-# The paper's row labels (the cell text up to the citation) of the methods in
-# tfixup/methods.py METHODS; DeepNorm and Admin came after the paper and have no cell.
-PAPER_LABEL = {"postln": "Baseline", "preln": "Pre-LN", "rfixup": "R-Fixup", "radam": "RAdam, no warmup",
-               "tfixup": "T-Fixup", "dsinit": "DS-Init", "dlcl": "DLCL", "dlcl_preln": "DLCL-Pre-LN"}
-BEYOND_THE_PAPER = {"deepnorm", "admin"}
-# methods of the paper's tables with no implementation here (docs/baselines.md)
-NOT_IMPLEMENTED = {"LRI"}
+# The paper's row labels (the cell text up to the citation) of the methods of tfixup/methods.py, from
+# their rows; a method of no table row (DeepNorm and Admin came after the paper) is beyond the paper,
+# unless it is one of the Fig. 3c ablations, which have no configs.
+PAPER_LABEL = {m: row.paper_label for m, row in methods.METHODS.items() if row.paper_label}
+BEYOND_THE_PAPER = {m for m, row in methods.METHODS.items() if not row.paper_label} - set(methods.ABLATIONS)
 # DLCL's paper deepens the encoder only (Wang et al. 2019); fairseq's 6-layer decoder
 DEEP_ENCODER_ONLY = {"dlcl", "dlcl_preln"}
 
@@ -78,12 +76,13 @@ def cell_key(values, table, columns):
     return table, PAPER_LABEL.get(values["METHOD"]), column
 
 
-def test_every_method_has_its_paper_label_and_flags():
-    """Each method of presets.METHODS is a paper row label here or beyond the paper, and has its
-    expected fairseq flags (METHOD_FLAGS); the methods marked not implemented are not methods."""
-    methods = set(config.presets().METHODS)
-    assert set(PAPER_LABEL) | BEYOND_THE_PAPER == methods == set(METHOD_FLAGS)
-    assert not {m.lower() for m in NOT_IMPLEMENTED} & methods
+def test_every_paper_row_label_names_a_method_and_every_config_a_row(paper):
+    """Every row label of the paper's tables is the paper label of a method row, so every method of the
+    paper's tables is implemented; every config's METHOD is a row, and no ablation is a config's."""
+    cells, _ = paper
+    assert {label for _, label, _ in cells} <= set(PAPER_LABEL.values())
+    used = {config.resolve(name, environ={}).values["METHOD"] for name in config.experiment_names()}
+    assert used <= set(methods.METHODS) - set(methods.ABLATIONS)
 
 
 def test_every_config_of_a_table_carries_its_cells_number_and_depth(paper):
@@ -91,7 +90,7 @@ def test_every_config_of_a_table_carries_its_cells_number_and_depth(paper):
     (empty where the paper prints none, '–' or no row), at the cell's depth."""
     cells, columns = paper
     labels = {label for _, label, _ in cells}
-    assert labels <= set(PAPER_LABEL.values()) | NOT_IMPLEMENTED, labels
+    assert labels <= set(PAPER_LABEL.values()), labels
     for name in config.experiment_names():
         v = config.resolve(name, environ={}).values
         for table in paper_tables(v):
@@ -114,7 +113,7 @@ def test_every_implemented_cell_of_the_paper_is_a_row_of_its_table_script(paper)
             v = config.resolve(name, environ={}).values
             assert table in paper_tables(v), (name, v["TABLE"])
             listed.add(cell_key(v, table, columns))
-        wanted = {key for key in cells if key[0] == table and key[1] not in NOT_IMPLEMENTED}
+        wanted = {key for key in cells if key[0] == table}
         assert wanted <= listed, sorted(wanted - listed)
 
 

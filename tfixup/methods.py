@@ -51,6 +51,7 @@ METHODS = {
                          paper_label="DLCL-Pre-LN"),
     "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True),
     "admin": Method("transformer_admin", "Admin", "k", warmup=True),
+    "lri": Method("transformer_lri", "LRI", "m", warmup=True, paper_label="LRI"),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
     "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",)),

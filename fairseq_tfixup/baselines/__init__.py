@@ -6,4 +6,5 @@ from fairseq_tfixup.baselines import deepnorm  # noqa: F401  (--arch transformer
 from fairseq_tfixup.baselines import rfixup  # noqa: F401  (--arch transformer_rfixup*)
 from fairseq_tfixup.baselines import dlcl  # noqa: F401  (--arch transformer_dlcl*)
 from fairseq_tfixup.baselines import admin  # noqa: F401  (--arch transformer_admin*)
+from fairseq_tfixup.baselines import lri  # noqa: F401  (--arch transformer_lri*)
 from fairseq_tfixup.baselines import ablations  # noqa: F401  (--arch transformer_noln*, transformer_tfixup_ln*)

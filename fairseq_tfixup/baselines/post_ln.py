@@ -1,5 +1,5 @@
 """What the baselines share: the architecture presets they are registered with, and,
-for the Post-LN ones (DS-Init, DeepNorm, Admin), the refusal of pre-LN flags (those
+for the Post-LN ones (DS-Init, DeepNorm, Admin, LRI), the refusal of pre-LN flags (those
 methods are defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)))."""
 
 from fairseq.models import register_model_architecture
