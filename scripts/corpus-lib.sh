@@ -1,8 +1,8 @@
 # Data-preparation helpers shared by scripts/prepare-*.sh (sourced after lib.sh).
 # pip tools only: sacremoses (tokenizer), subword-nmt (BPE), sacrebleu (test sets).
 
-# pipeline/corpus.py (stdlib only; lib.sh puts the repo root on PYTHONPATH)
-corpus_py() { python3 -m pipeline.corpus "$@"; }
+# harness/corpus.py (stdlib only; lib.sh puts the repo root on PYTHONPATH)
+corpus_py() { python3 -m harness.corpus "$@"; }
 
 # sha256 of a file must match; otherwise one line on stderr and failure.
 verify_sha256() {  # FILE EXPECTED
@@ -80,9 +80,9 @@ expect_merges() {  # CODE N WHERE
 # Parameters (KEY VALUE ...) as JSON, and what to do with OUT: exits 0 when OUT's
 # manifest says it was made with the same parameters; says when it rebuilds; refuses
 # a folder without a complete manifest (half-made, or made by other means).
-manifest_params() { python3 -m pipeline.manifest params "$@"; }
+manifest_params() { python3 -m harness.manifest params "$@"; }
 skip_if_current() {  # OUT PARAMS_JSON
-  case $(python3 -m pipeline.manifest status "$1" "$2") in
+  case $(python3 -m harness.manifest status "$1" "$2") in
     current) log "up to date, skipping: $1 (manifest.json matches)"; exit 0;;
     differs) log "parameters differ from $1/manifest.json: rebuilding $1";;
     foreign) die "$1 exists but has no complete manifest.json (half-made, or made before manifests): remove it, then rerun";;
@@ -108,7 +108,7 @@ binarize_and_publish() {  # TMP SRC TGT MAX_UNK PARAMS SPLIT=N... -- INPUT...
     cp "$tmp/text/code" "$tmp/bin/code"
     merges=(--bpe-merges "$(grep -vc '^#' "$tmp/text/code" || true)")
   fi
-  python3 -m pipeline.manifest write "$tmp/bin/manifest.json" --made-by "scripts/$(basename "$0")" \
+  python3 -m harness.manifest write "$tmp/bin/manifest.json" --made-by "scripts/$(basename "$0")" \
     --params "$params" --counts "${counts[@]}" --inputs "$@" --preprocess-log "$tmp/bin/preprocess.log" \
     --max-unk "$max_unk" "${merges[@]}"
   publish_dir "$tmp/bin" "$OUT"

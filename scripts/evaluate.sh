@@ -67,12 +67,12 @@ build_commands() {
   local common=(--user-dir "$TFIXUP_ROOT/fairseq_tfixup" --task translation --source-lang "$src" --target-lang "$tgt"
                 --max-tokens "$EVAL_MAX_TOKENS" --required-batch-size-multiple 1 --num-workers 0)
   if [ "$CPU" = 1 ]; then common+=(--cpu); elif [ "$fp16" = 1 ]; then common+=(--fp16); fi
-  AVERAGE_CMD=(python3 -m pipeline average --ckpt-dir "$OUT/checkpoints" --candidates "$candidates"
+  AVERAGE_CMD=(python3 -m harness average --ckpt-dir "$OUT/checkpoints" --candidates "$candidates"
                --data "$DATA" --out "$EVAL/averaged.pt" --json "$EVAL/averaging.json" -- "${common[@]}")
   GENERATE_CMD=(fairseq-generate "$DATA" --path "$EVAL/averaged.pt" --gen-subset "$SUBSET"
                 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B"
                 --remove-bpe "${common[@]}")
-  RESULTS_CMD=(python3 -m pipeline results --run "$OUT" "${SETS[@]}" --generate "$EVAL/generate-$SUBSET.txt"
+  RESULTS_CMD=(python3 -m harness results --run "$OUT" "${SETS[@]}" --generate "$EVAL/generate-$SUBSET.txt"
                --checkpoint "$EVAL/averaged.pt" --raw-refs "$DATA/$SUBSET.raw.$tgt"
                --average-json "$EVAL/averaging.json" --subset "$SUBSET" --out "$EVAL/results.json")
 }
@@ -84,7 +84,7 @@ same_cmd() {  # STAMP CMD...
 }
 stamp() { printf '%q ' "${@:2}" > "$1"; }
 
-# Averaging and translating run in one Python process (python -m pipeline STEP ::: STEP): a
+# Averaging and translating run in one Python process (python -m harness STEP ::: STEP): a
 # fairseq-generate process of its own paid fairseq's import again. GENERATE_CMD is what runs,
 # fairseq-generate's own code, and what --dry-run prints.
 average_and_translate() {
@@ -116,7 +116,7 @@ average_and_translate() {
     progress_pid=$!
   fi
   local rc=0
-  python3 -m pipeline "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
+  python3 -m harness "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
   [ -z "$progress_pid" ] || kill "$progress_pid" 2>/dev/null || true
   [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
@@ -133,7 +133,7 @@ average_and_translate() {
 progress() {  # OUTPUT_FILE
   local total n sleeper=
   # the progress line only: a count it cannot read shows as "?"
-  total=$(python3 -m pipeline.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
+  total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
   trap 'kill $sleeper 2>/dev/null; exit 0' TERM
   while [ ! -e "$1" ]; do
     sleep 0.5 & sleeper=$!

@@ -5,7 +5,7 @@ TFIXUP_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 : "${TFIXUP_SHARED_DATA:=$TFIXUP_ROOT/../shared/data}"
 
 # The scripts run this checkout's code: its plugin (--user-dir $TFIXUP_ROOT/fairseq_tfixup)
-# and its experiment code (python -m pipeline ...), whatever is installed.
+# and its experiment code (python -m harness ...), whatever is installed.
 export PYTHONPATH=$TFIXUP_ROOT${PYTHONPATH:+:$PYTHONPATH}
 
 # a failure inside $(...) fails the command that uses it (bash >= 4.4)

@@ -1,5 +1,5 @@
 # Helpers shared by the reproduction scripts (train/evaluate/tables); sourced after lib.sh.
-# Configs are read by pipeline/config.py only; the scripts ask it for values and argument
+# Configs are read by harness/config.py only; the scripts ask it for values and argument
 # lists, NUL-separated so that any value (spaces, quotes) arrives as one word.
 
 # config_get ARRAY EXPERIMENT|--run OUT_DIR [--set K=V ...] -- KEY...: fill ARRAY with the values
@@ -9,7 +9,7 @@ config_get() {
   while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
   shift; keys=("$@")
   local tmp; tmp=$(mktemp)
-  python3 -m pipeline.config get "${args[@]}" --keys "${keys[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
+  python3 -m harness.config get "${args[@]}" --keys "${keys[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
   mapfile -d '' -t _into < "$tmp"; rm -f "$tmp"
 }
 

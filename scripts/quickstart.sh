@@ -108,7 +108,7 @@ prepare_command
 TRAIN_CMD=(bash "$S/train.sh" "${dev[@]}" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$DATA" "$RUN" -- --log-format json)
 EVAL_CMD=(bash "$S/evaluate.sh" "${dev[@]}" "$EXPERIMENT" "$DATA" "$RUN")
 REPORT_CMD=(bash "$S/report.sh" --runs "$WORK_DIR/runs" --out "$RUN/report.md" "$EXPERIMENT")
-SUMMARY_CMD=(python3 "$S/quickstart_summary.py" --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md")
+SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md")
 
 if [ "$DRY_RUN" = 1 ]; then
   show() { printf '%q ' "$@" | sed 's/ $//'; echo; }

@@ -35,4 +35,4 @@ fi
 use_venv
 results=(); for n in "${NAMES[@]}"; do results+=("$RUNS/$n/eval/results.json"); done
 out=(); [ -z "$OUTFILE" ] || out=(--out "$OUTFILE")
-python3 -m pipeline report --experiments "${NAMES[@]}" --results "${results[@]}" --title "$TITLE" "${out[@]}"
+python3 -m harness report --experiments "${NAMES[@]}" --results "${results[@]}" --title "$TITLE" "${out[@]}"

@@ -10,7 +10,7 @@ usage() {
   cat <<USAGE
 usage: $0 [options] EXPERIMENT DATA_DIR OUT_DIR [-- extra fairseq-train args]
 
-EXPERIMENT is a name in configs/ (e.g. iwslt14_de_en_tfixup; list: python3 -m pipeline.config list)
+EXPERIMENT is a name in configs/ (e.g. iwslt14_de_en_tfixup; list: python3 -m harness.config list)
 or a path to a .conf file. Any config key can be overridden by --set KEY=VALUE or an environment
 variable of the same name (e.g. MAX_UPDATE=300 MAX_TOKENS=2048 EMBED_DIM=64; keys: configs/defaults.conf).
 
@@ -103,7 +103,7 @@ build_commands() {
   local args=() tmp
   tmp=$(mktemp)
   local bpp=(); [ "$PER_PROCESS_BATCH" = 0 ] || bpp=(--per-process-batch)
-  python3 -m pipeline.config train-args "$EXPERIMENT" "$DATA" "$OUT" --world "$WORLD" --device "$DEVICE_KIND" \
+  python3 -m harness.config train-args "$EXPERIMENT" "$DATA" "$OUT" --world "$WORLD" --device "$DEVICE_KIND" \
     "${bpp[@]}" "${SETS[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
   mapfile -d '' -t args < "$tmp"; rm -f "$tmp"
   CMDS=()
@@ -142,7 +142,7 @@ record_config() {
   mkdir -p "$OUT"
   printf '%s\n' "${CMDS[@]}" > "$OUT/train_command.sh.tmp"
   mv "$OUT/train_command.sh.tmp" "$OUT/train_command.sh"
-  python3 -m pipeline.config record "$EXPERIMENT" "${SETS[@]}" --commands "$OUT/train_command.sh" \
+  python3 -m harness.config record "$EXPERIMENT" "${SETS[@]}" --commands "$OUT/train_command.sh" \
     --out "$OUT/config.resolved.json"
 }
 
@@ -153,7 +153,7 @@ check_resume() {
   local last=$OUT/checkpoints/checkpoint_last.pt done_updates
   [ -f "$last" ] || return 0
   # a corrupt checkpoint_last.pt: name the newest intact checkpoint and the commands
-  done_updates=$(python3 -m pipeline updates "$last" --advise "$(quote bash "$0" "${ARGS[@]}")") || exit 1
+  done_updates=$(python3 -m harness updates "$last" --advise "$(quote bash "$0" "${ARGS[@]}")") || exit 1
   if [ "$MAX_UPDATE" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
     log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $last"
     exit 0
@@ -209,7 +209,7 @@ run_training() {
   trap - TERM INT
   record_run "$rc"
   # the cause and the next command, in one line (NaN, bad data, a corrupt checkpoint, ...)
-  [ "$rc" = 0 ] || die "$(python3 -m pipeline train-failure --log "$OUT/train.log" --exit "$rc" \
+  [ "$rc" = 0 ] || die "$(python3 -m harness train-failure --log "$OUT/train.log" --exit "$rc" \
     --ckpt-dir "$OUT/checkpoints" --command "$(quote bash "$0" "${ARGS[@]}")")"
   log "done: $OUT/checkpoints"
 }
@@ -237,7 +237,7 @@ main() {
     [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"
     # the data-bin's manifest (scripts/prepare-*.sh): refuse incomplete data; one made
     # before manifests is used, with a warning
-    local rc=0; python3 -m pipeline.manifest check "$DATA" || rc=$?
+    local rc=0; python3 -m harness.manifest check "$DATA" || rc=$?
     case $rc in
       0) ;;
       2) log "warning: $DATA has no manifest.json (made before manifests): its completeness is not checked";;

@@ -8,8 +8,8 @@ from unittest import mock
 import torch
 
 from conftest import USER_DIR, build_model
-from pipeline import fairseq_log
-from pipeline.fairseq_log import records
+from harness import fairseq_log
+from harness.fairseq_log import records
 
 # a model small enough for a few dozen CPU updates in seconds
 TINY = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from conftest import REPO
-from bench import batch, common, convergence, depth, plateau, quality
+from harness.bench import batch, common, convergence, depth, plateau, quality
 from tfixup import methods as presets
 
 RESULTS = REPO / "results" / "bench"

@@ -1,4 +1,4 @@
-"""The speed benchmark (bench/speed.py): that it times fairseq-train's own Trainer, and its --smoke
+"""The speed benchmark (harness/bench/speed.py): that it times fairseq-train's own Trainer, and its --smoke
 setting end to end on the real IWSLT'14 sample, writing a table, JSON and PNG with the fields that the
 README quotes. The numbers themselves are benchmarks, never asserted as speed targets. (The evidence
 studies' tests: test_bench_studies.py.)"""
@@ -13,12 +13,12 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-from bench import speed  # noqa: E402
+from harness.bench import speed  # noqa: E402
 
 
 def run_bench(name, data, out):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-m", f"bench.{name}", "--smoke", "--data", str(data), "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", f"harness.bench.{name}", "--smoke", "--data", str(data), "--out", str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for ext in ("json", "md", "png"):

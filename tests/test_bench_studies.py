@@ -1,4 +1,4 @@
-"""The evidence studies in bench/: their arithmetic on known inputs, the unigram level against
+"""The evidence studies in harness/bench/: their arithmetic on known inputs, the unigram level against
 fairseq's own criterion, resuming and interrupting, and --smoke runs end to end on the real data
 (structure and units only: the numbers of a smoke run are not results)."""
 
@@ -16,8 +16,8 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-from bench import batch, convergence, depth, quality  # noqa: E402
-from bench.unigram import unigram_level  # noqa: E402
+from harness.bench import batch, convergence, depth, quality  # noqa: E402
+from harness.bench.unigram import unigram_level  # noqa: E402
 
 LEVEL = {"oracle": 9.5, "train_fit": 9.8, "label_smoothing": 0.1, "vocab": 100, "valid_tokens": 1000}
 
@@ -80,7 +80,7 @@ def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp
 
 
 def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_path, monkeypatch):
-    from bench import plateau
+    from harness.bench import plateau
 
     monkeypatch.setattr(plateau.common, "data_counts", lambda d: {"test": 3})
     refs = ["a man rides a horse", "two dogs play in the snow", "a child eats an apple"] * 20
@@ -260,7 +260,7 @@ def test_unigram_level_refuses_a_truncated_data_bin(iwslt_bin, tmp_path):
 
 
 def bench_cmd(name, data, out, *extra):
-    return [sys.executable, "-m", f"bench.{name}", "--smoke", "--data", str(data), "--out", str(out), *extra]
+    return [sys.executable, "-m", f"harness.bench.{name}", "--smoke", "--data", str(data), "--out", str(out), *extra]
 
 
 BENCH_ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
@@ -278,7 +278,7 @@ def check_outputs(out: pathlib.Path, name: str) -> dict:
     assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")], "temp files left behind"
     res = json.loads((out / f"{name}.json").read_text())
-    assert res["mode"] == "smoke" and res["command"].startswith(f"python -m bench.{name}")
+    assert res["mode"] == "smoke" and res["command"].startswith(f"python -m harness.bench.{name}")
     assert "date_utc" in res["machine"] and res["data"]
     assert oct((out / f"{name}.json").stat().st_mode & 0o777) == oct(0o666 & ~current_umask())
     return res
@@ -312,29 +312,29 @@ def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path
     """Orchestration with a fake executor (milliseconds, no fairseq-train): recorded runs are skipped, a
     run recorded with another command runs again, a run whose executor fails leaves no record and the
     others go on; the report is rewritten after every record."""
-    from bench import runs as runlib
+    from harness.bench import runs as runlib
 
     monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
-    runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3, 4)]
+    runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3, 4, 5)]
     store = tmp_path / "study" / "runs"
     store.mkdir(parents=True)
     runlib.common.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
     runlib.common.write_json(store / "r2.json", {"id": "r2", "key": "another command", "status": "ok"})
     ran, reports = [], []
 
-    def execute(run, work):
+    def execute(run, work):  # r3's executor breaks; r5's run fails to run (a tool's error): no result
         ran.append(run.id)
         if run.id == "r3":
             raise OSError("disk full")
-        return {"id": run.id, "key": run.key(), "status": "ok"}
+        return {"id": run.id, "key": run.key(), "status": "error" if run.id == "r5" else "ok"}
 
     res = runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},
                            lambda res, path: path.write_bytes(b"png"),
                            lambda res: reports.append(res["recorded"]) or "report", "caption", jobs=1,
                            execute=execute)
-    assert sorted(ran) == ["r2", "r3", "r4"] and res == {"recorded": ["r1", "r2", "r4"]}
+    assert sorted(ran) == ["r2", "r3", "r4", "r5"] and res == {"recorded": ["r1", "r2", "r4"]}
     assert json.loads((store / "r2.json").read_text())["key"] == runs[1].key()
-    assert not (store / "r3.json").exists()
+    assert not (store / "r3.json").exists() and not (store / "r5.json").exists()
     assert ["r1", "r2", "r4"] in reports
 
 
@@ -344,7 +344,7 @@ def test_sigterm_stops_a_study_and_its_runs(tmp_path):
     script = f"""
 import pathlib, sys
 sys.path.insert(0, {str(REPO)!r})
-from bench import runs as runlib
+from harness.bench import runs as runlib
 runs = [runlib.Run("r1", {{}}, [], "d")]
 def execute(run, work):
     work.mkdir(parents=True, exist_ok=True)
@@ -369,7 +369,7 @@ runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{
 
 
 def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp_path, monkeypatch):
-    from bench import runs as runlib
+    from harness.bench import runs as runlib
 
     monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
     runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2)]
@@ -390,7 +390,7 @@ def test_plateau_smoke_continues_the_quality_run_through_train_and_evaluate(iwsl
     sentences): its first stage is the quality study's run (recorded there: curves, test BLEU with its
     signature, samples), which it then trains on in the same folder, resumed, and evaluates again."""
     out = tmp_path / "results"
-    cmd = [sys.executable, "-m", "bench.plateau", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
+    cmd = [sys.executable, "-m", "harness.bench.plateau", "--smoke", "--iwslt", str(iwslt_bin), "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=BENCH_ENV, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     qrec = json.loads((out / "quality" / "runs" / "iwslt-tfixup.json").read_text())

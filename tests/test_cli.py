@@ -16,8 +16,8 @@ from fairseq import checkpoint_utils
 
 import fairseq_tfixup  # noqa: F401  (registers transformer_tfixup for in-process loading)
 from tfixup import checkpoints
-from pipeline import recover
-from pipeline.fairseq_log import records
+from harness import recover
+from harness.fairseq_log import records
 from conftest import USER_DIR
 
 MODEL = ["--arch", "transformer_tfixup_iwslt_de_en", "--encoder-embed-dim", "128", "--decoder-embed-dim", "128",

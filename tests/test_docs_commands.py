@@ -85,7 +85,7 @@ COVERED = {
     "tfixup-diagnose grad-norms --data data-bin/iwslt14.de-en --depths 2,4,6,8,12 --out diag": ("flags",),
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
     # docs/measurements.md
-    "python -m bench.speed --out results/bench": ("flags",),
+    "python -m harness.bench.speed --out results/bench": ("flags",),
     # docs/pipelines.md
     "bash scripts/quickstart.sh --cpu --dry-run --no-install": ("run",),
     _SHRUNK_IWSLT + "bash scripts/quickstart.sh --cpu --experiment iwslt14_de_en_tfixup --valid-lines 500 "
@@ -122,11 +122,11 @@ COVERED = {
     "bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/data/multi30k/train "
     "--valid ../shared/data/multi30k/val --test ../shared/data/multi30k/test_2016_flickr "
     "--lowercase --bpe-merges 8000 --out work/data-bin/multi30k.de-en": ("flags",),
-    "python -m bench.convergence --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
-    "python -m bench.quality --out results/bench --multi30k work/data-bin/multi30k.de-en "
+    "python -m harness.bench.convergence --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m harness.bench.quality --out results/bench --multi30k work/data-bin/multi30k.de-en "
     "--iwslt work/data-bin/iwslt14-v1000": ("flags",),
-    "python -m bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
-    "python -m bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m harness.bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m harness.bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
 }
 # the tiny real run of the CPU main job: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs
 # (with 1000 BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import REPO
-from pipeline import recover
+from harness import recover
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"

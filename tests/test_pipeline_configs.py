@@ -1,4 +1,4 @@
-"""configs/ read by pipeline/config.py, and scripts/train.sh --dry-run: every experiment's
+"""configs/ read by harness/config.py, and scripts/train.sh --dry-run: every experiment's
 command is accepted by fairseq's own argument parser with the plugin loaded (parse only)."""
 
 import json
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, check_method_flags, parse_train_command, table_experiments
-from pipeline import config
+from harness import config
 
 TRAIN = str(REPO / "scripts" / "train.sh")
 

@@ -4,7 +4,7 @@
 import pytest
 
 from tfixup import atomic
-from pipeline import report, score
+from harness import report, score
 
 GEN = """S-1\tein test .
 T-1\tit &apos;s a well @-@ known test .
@@ -48,7 +48,7 @@ def test_generate_output_without_hypotheses_is_an_error():
 def test_report_row_for_missing_and_present_results(tmp_path):
     missing = report.report_row("wmt17_en_de_base_tfixup", None)
     assert missing["ours"] is None and missing["paper_bleu"] == 29.1
-    from pipeline import config
+    from harness import config
 
     # the row's paper side comes from the config the run recorded in results.json
     cfg = config.resolve("wmt17_en_de_base_tfixup", {"ROW": "as it ran"}, environ={}).values

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO, USER_DIR, write_dicts
-from pipeline import recover
+from harness import recover
 
 
 class RunsACommand:
@@ -88,7 +88,7 @@ def test_refused_by_train_sh_resume(crafted, tmp_path):
 
 def test_refused_by_evaluate_sh_averaging(crafted, tmp_path):
     """A foreign checkpoint dropped into a real run's folder (its config recorded by train.sh)."""
-    from pipeline import config
+    from harness import config
 
     path, marker = crafted
     data = write_dicts(tmp_path / "data")
@@ -125,12 +125,12 @@ def test_a_checkpoint_with_numpy_metrics_loads_and_code_is_still_refused(tmp_pat
 
 
 def test_averaging_validation_failure_names_the_checkpoint_and_keeps_the_log_quiet(tmp_path, capfd):
-    """evaluate.sh's averaging runs fairseq-validate's code in its own process (pipeline/average):
+    """evaluate.sh's averaging runs fairseq-validate's code in its own process (harness/average):
     a checkpoint it cannot validate is one error naming that file, and fairseq's log (DEBUG lines,
     hydra's warnings) stays out of the terminal and out of the caller's logging setup."""
     import logging
 
-    from pipeline import average
+    from harness import average
 
     data = write_dicts(tmp_path / "data")
     bad = tmp_path / "bad.pt"

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from pipeline import config
+from harness import config
 from conftest import TABLE_SCRIPTS, check_method_flags, parse_train_command, script_experiments
 from tfixup import methods
 

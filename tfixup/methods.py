@@ -15,7 +15,7 @@ from typing import List, Tuple
 USER_DIR = pathlib.Path(__file__).resolve().parent.parent / "fairseq_tfixup"
 
 
-STUDIES = ("convergence", "quality", "depth")  # the studies of bench/ that run every method of a table
+STUDIES = ("convergence", "quality", "depth")  # the studies of harness/bench/ that run every method of a table
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7", decay_p
     ``matched``: this plugin's inverse_sqrt_matched, linear warmup over ``period`` updates onto
     the no-warmup curve with P = ``decay_period``, then that curve.
     ``warmup_init_lr`` is flag text: str(1e-7) would spell it "1e-07", a different command to
-    the benchmarks' run store (bench/runs.py keys a run by its command)."""
+    the benchmarks' run store (harness/bench/runs.py keys a run by its command)."""
     if kind == "warmup":
         return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(period),
                 "--warmup-init-lr", str(warmup_init_lr)]

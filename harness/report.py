@@ -7,7 +7,7 @@ import pathlib
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from pipeline import config
+from harness import config
 
 METRIC_NAMES = {"tok": "tok BLEU", "tok_cs": "tok BLEU (compound split)", "detok": "sacreBLEU"}
 

@@ -1,7 +1,7 @@
 """The main job's closing summary (scripts/quickstart.sh): test BLEU, three example
 translations, the learning curve as a PNG, and where the report is.
 
-    python3 scripts/quickstart_summary.py --run RUN --png RUN/learning-curve.png --report RUN/report.md
+    python3 -m harness.summary --run RUN --png RUN/learning-curve.png --report RUN/report.md
 
 RUN is a run of scripts/train.sh (JSON log, ``--log-format json``) evaluated by
 scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
@@ -18,9 +18,9 @@ import sys
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
-from pipeline.fairseq_log import parse_train_log
+from harness.fairseq_log import parse_train_log
 from tfixup.atomic import save_figure
-from bench.quality import samples
+from harness.bench.quality import samples
 
 
 def learning_curve(train_log: pathlib.Path) -> list:

@@ -8,7 +8,7 @@ Same data, lr (the paper's 5e-4), schedule (lr*sqrt(P/(P+t)), P = 4000: no
 warmup for anyone) and batch for all. Each run is ``fairseq-train --user-dir
 fairseq_tfixup --cpu`` (1 thread) with valid loss every ``--valid-every``
 updates. A run counts as **trained** when its final valid loss ends at least
-``--margin`` bits below the unigram level of the valid set (bench/unigram.py,
+``--margin`` bits below the unigram level of the valid set (harness/bench/unigram.py,
 computed from the data), not when its loss merely dropped: every model leaves
 its random start quickly, and a model at the unigram level has learnt word
 frequencies only. The budget is set so that the shallow models leave the
@@ -17,15 +17,15 @@ the study within about 90 minutes of this machine, and the report says so.
 
 Resumable: finished runs are recorded under OUT/depth/runs/.
 
-    python -m bench.depth --smoke --out /tmp/depth
-    python -m bench.depth --out results/bench
+    python -m harness.bench.depth --smoke --out /tmp/depth
+    python -m harness.bench.depth --out results/bench
 """
 
 import pathlib
 import sys
 
-from bench import common, runs as runlib
-from bench.unigram import unigram_level
+from harness.bench import common, runs as runlib
+from harness.bench.unigram import unigram_level
 
 def study_arms() -> dict:
     """name -> (method in tfixup/methods.py, label): every method of the study, every run without warmup."""

@@ -21,10 +21,10 @@ import time
 
 # fairseq-free: a study's own process only launches fairseq-train runs and reads their logs, without
 # paying fairseq's ~6 s import
-from pipeline import fairseq_log, manifest
+from harness import fairseq_log, manifest
 from tfixup import atomic, methods as presets
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 USER_DIR = presets.USER_DIR
 PREPARE = REPO / "scripts" / "prepare-iwslt14.sh"
 
@@ -74,7 +74,7 @@ def prepare_data(valid_lines: int, test_lines: int, data: str = None, root: str 
 
 
 def data_counts(path: pathlib.Path) -> dict:
-    """Sentence pairs per split (pipeline/manifest.py: the data-bin's manifest, else fairseq's reader)."""
+    """Sentence pairs per split (harness/manifest.py: the data-bin's manifest, else fairseq's reader)."""
     return manifest.sentence_counts(path, "de", "en")
 
 
@@ -164,7 +164,7 @@ def fairseq_version() -> str:
 
 
 def command_line() -> str:
-    return "python -m bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m harness.bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def write_json(path: pathlib.Path, obj) -> None:

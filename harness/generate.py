@@ -1,6 +1,6 @@
 """fairseq-generate's own code, run in this process.
 
-evaluate.sh averages the checkpoints and translates in one process (``python -m pipeline average
+evaluate.sh averages the checkpoints and translates in one process (``python -m harness average
 ... ::: generate ...``): a fairseq-generate process of its own paid fairseq's import (~3-5 s) a
 second time. The hypotheses go to OUT as fairseq-generate writes them to stdout (line by line,
 so that evaluate.sh can count them for its progress line); its log goes to LOG, as the console
@@ -10,7 +10,7 @@ script's stderr did.
 import traceback
 from typing import Sequence
 
-from pipeline import fairseq_log
+from harness import fairseq_log
 
 
 def generate(argv: Sequence[str], out: str, log: str) -> None:

@@ -24,8 +24,8 @@ patience or the cap stopped it. With a cap the comparison favours whichever
 method learns faster early: read the BLEU-vs-updates curves beside the table.
 The baselines warm up over ``--warmup`` updates.
 
-    python -m bench.quality --smoke --out /tmp/quality             # < 2 min, for the tests
-    python -m bench.quality --out results/bench --multi30k DATA1 --iwslt DATA2
+    python -m harness.bench.quality --smoke --out /tmp/quality             # < 2 min, for the tests
+    python -m harness.bench.quality --out results/bench --multi30k DATA1 --iwslt DATA2
 """
 
 import json
@@ -37,9 +37,9 @@ import shutil
 import sys
 import time
 
-from bench import common, runs as runlib
-from bench.unigram import unigram_level
-from pipeline import score
+from harness.bench import common, runs as runlib
+from harness.bench.unigram import unigram_level
+from harness import score
 
 # The study's configs: T-Fixup's and Pre-LN's own, every other method the Post-LN config with its METHOD.
 CONFIGS = {"tfixup": "iwslt14_de_en_tfixup", "preln": "iwslt14_de_en_preln"}
@@ -75,7 +75,7 @@ MODES = {
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     # every arm on Multi30k (runs=None: METHODS when planned); T-Fixup and the baseline on
-                    # the IWSLT'14 sample; second seeds (the first 10 epochs of bench.plateau's runs)
+                    # the IWSLT'14 sample; second seeds (the first 10 epochs of harness.bench.plateau's runs)
                     runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
                                           ("multi30k", "postln_matched", 2)]),
 }
@@ -169,7 +169,7 @@ def wall_curve(epochs: list) -> list:
 
 def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = False) -> dict:
     """train.sh then evaluate.sh for one (corpus, method, seed); the record holds curves, results and samples.
-    ``keep``: leave the checkpoints, for a run that goes on training (bench/plateau.py)."""
+    ``keep``: leave the checkpoints, for a run that goes on training (harness/bench/plateau.py)."""
     out = work / run.id
     resumable = (out / "checkpoints" / "checkpoint_last.pt").is_file() and (out / "config.resolved.json").is_file()
     if out.exists() and not resumable:
@@ -221,7 +221,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     record["test"]["averaging"] = res.get("averaging", {}).get("chosen")
     record["test"]["lowercase"] = res["config"]["LOWERCASE"] == "1"
     record["samples"] = samples(out / "eval" / "generate-test.txt", 3)
-    # the detokenized test hypotheses, by sentence id: paired bootstrap between runs (bench/plateau.py)
+    # the detokenized test hypotheses, by sentence id: paired bootstrap between runs (harness/bench/plateau.py)
     record["test_hypotheses"] = test_hypotheses(out / "eval" / "generate-test.txt", res["config"]["TGT"])
     if not keep:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # GBs; the record keeps what was measured
@@ -315,7 +315,7 @@ def report(res: dict) -> str:
         f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
         f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu). Updates to a "
         f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n"
-        + "".join(f"Unigram level of the {CORPORA[c]} valid set (bench/unigram.py, label-smoothed loss in bits of "
+        + "".join(f"Unigram level of the {CORPORA[c]} valid set (harness/bench/unigram.py, label-smoothed loss in bits of "
                   f"the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid itself).\n"
                   for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n")
     text += common.md_table(

@@ -15,7 +15,7 @@ import pickle
 import re
 import shlex
 
-from pipeline.fairseq_log import last_value
+from harness.fairseq_log import last_value
 
 # what a checkpoint that cannot be read raises (torch's zip reader, the unpickler, a missing key)
 LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, ValueError, pickle.UnpicklingError)

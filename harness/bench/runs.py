@@ -27,8 +27,8 @@ import subprocess
 import threading
 import time
 
-from bench import common
-from pipeline import fairseq_log
+from harness.bench import common
+from harness import fairseq_log
 
 
 @dataclasses.dataclass
@@ -120,6 +120,9 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
     return record
 
 
+# statuses of a run that failed to run (the harness, a tool, the machine), which is no result to keep;
+# a run that diverged ("nan") is one
+FAILED = ("error", "eval-error")
 _NAN = ("FloatingPointError", "gradients are Nan/Inf", "Minimum loss scale reached")
 
 
@@ -195,6 +198,10 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
                     rec = fut.result()
                 except Exception as e:  # a bug or a full disk in one run: say so, keep the others going
                     common.log(f"{r.id}: failed to run ({type(e).__name__}: {e}); not recorded")
+                    continue
+                if rec.get("status") in FAILED:  # not a result: the next start tries it again
+                    tail = " | ".join(rec.get("error_tail", [])[-2:])
+                    common.log(f"{r.id}: {rec['status']} ({rec.get('stage', 'the run')}: {tail}); not recorded")
                     continue
                 common.write_json(store / f"{r.id}.json", rec)
                 records[r.id] = rec

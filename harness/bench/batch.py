@@ -13,8 +13,8 @@ diverged. Larger batches get proportionally fewer updates, with 2x slack.
 
 Resumable: finished runs are recorded under OUT/batch/runs/.
 
-    python -m bench.batch --smoke --out /tmp/batch
-    python -m bench.batch --out results/bench
+    python -m harness.bench.batch --smoke --out /tmp/batch
+    python -m harness.bench.batch --out results/bench
 """
 
 import math
@@ -22,8 +22,8 @@ import pathlib
 import statistics
 import sys
 
-from bench import common, runs as runlib
-from bench.unigram import unigram_level
+from harness.bench import common, runs as runlib
+from harness.bench.unigram import unigram_level
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, multipliers=[1, 2], updates=8, valid_every=2,

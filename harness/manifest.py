@@ -1,11 +1,11 @@
 """A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence
 counts, <unk> rates), written by scripts/prepare-*.sh only after every check passed.
 
-    python -m pipeline.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
-    python -m pipeline.manifest status DIR PARAMS_JSON        -> current | differs | missing | foreign
-    python -m pipeline.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
+    python -m harness.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
+    python -m harness.manifest status DIR PARAMS_JSON        -> current | differs | missing | foreign
+    python -m harness.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
                                       [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
-    python -m pipeline.manifest check DIR                     -> exit 0 complete, 2 none (made before
+    python -m harness.manifest check DIR                     -> exit 0 complete, 2 none (made before
                                                                  manifests), 1 incomplete (one line)
 """
 
@@ -122,7 +122,7 @@ def sentence_counts(path_dir, src: str = "", tgt: str = "") -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m pipeline.manifest")
+    p = argparse.ArgumentParser(prog="python -m harness.manifest")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("params")
     s.add_argument("--base", default="{}", help="parameters (JSON) to extend")

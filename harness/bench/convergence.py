@@ -17,7 +17,7 @@ batch are CPU-sized (default 128-256-4, 2048 tokens per update).
 
 Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu`` with 1 thread;
 valid loss (label-smoothed, bits) every ``--valid-every`` updates on 1000 real
-valid sentences. The unigram level (bench/unigram.py) is computed from the data:
+valid sentences. The unigram level (harness/bench/unigram.py) is computed from the data:
 a run whose best valid loss is not at least ``--margin`` bits below it is
 **stuck** at the unigram stage. Headline, per lr and seed: updates T-Fixup needs
 to reach the warmup baseline's best valid loss / updates the baseline needs.
@@ -25,16 +25,16 @@ to reach the warmup baseline's best valid loss / updates the baseline needs.
 Resumable: each finished run is recorded under OUT/convergence/runs/; rerunning
 skips those and runs the rest (``--jobs`` at a time).
 
-    python -m bench.convergence --smoke --out /tmp/conv          # < 1 min, for the tests
-    python -m bench.convergence --out results/bench              # the study (hours on 2 cores)
+    python -m harness.bench.convergence --smoke --out /tmp/conv          # < 1 min, for the tests
+    python -m harness.bench.convergence --out results/bench              # the study (hours on 2 cores)
 """
 
 import pathlib
 import statistics
 import sys
 
-from bench import common, runs as runlib
-from bench.unigram import unigram_level
+from harness.bench import common, runs as runlib
+from harness.bench.unigram import unigram_level
 
 # Schedules, all with the same peak lr:
 #   warmup     fairseq's inverse_sqrt: linear warmup over W updates, then lr * sqrt(W / t)
@@ -214,7 +214,7 @@ def report(res: dict) -> str:
         f"P = {cfg['warmup']}, T-Fixup on nearly the old baseline's curve. "
         f"Valid loss (label-smoothed, bits) every {cfg['valid_every']} updates on "
         f"{res['data_counts'].get('valid')} valid sentences.\n\n"
-        f"**Unigram level** of this valid set (computed from the data, bench/unigram.py): "
+        f"**Unigram level** of this valid set (computed from the data, harness/bench/unigram.py): "
         f"{lv['train_fit']} bits for the unigram model fit on train ({lv['oracle']} for the best unigram "
         f"model fit on valid itself). A run is **stuck** when its best valid loss is not at least "
         f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n")

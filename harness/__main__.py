@@ -1,4 +1,4 @@
-"""``python -m pipeline {average,generate,results,report,updates,train-failure}``: the Python steps of
+"""``python -m harness {average,generate,results,report,updates,train-failure}``: the Python steps of
 scripts/*.sh. Steps separated by ``:::`` run one after the other in one process (evaluate.sh's
 average and generate: fairseq is imported once)."""
 
@@ -11,12 +11,12 @@ import pathlib
 import pickle
 import sys
 
-from pipeline import config as config_mod
+from harness import config as config_mod
 
 
 def cmd_average(args, validate_args):
     from tfixup import atomic
-    from pipeline import average
+    from harness import average
 
     candidates = [int(k) for k in args.candidates.split()]
     choice = average.choose_and_average(args.ckpt_dir, candidates, args.data, args.out, validate_args)
@@ -26,7 +26,7 @@ def cmd_average(args, validate_args):
 
 
 def cmd_generate(args, generate_args):
-    from pipeline import generate
+    from harness import generate
 
     generate.generate(generate_args, args.out, args.log)
 
@@ -34,7 +34,7 @@ def cmd_generate(args, generate_args):
 def cmd_results(args, _):
     """results.json: the scores, and the config the run trained with (plus evaluation overrides)."""
     from tfixup import atomic
-    from pipeline import report, score
+    from harness import report, score
 
     cfg = config_mod.resolve_run(args.run, config_mod.parse_sets(args.set))
     v = cfg.values
@@ -70,7 +70,7 @@ def cmd_results(args, _):
 
 
 def cmd_report(args, _):
-    from pipeline import report
+    from harness import report
 
     text = report.build_report(args.experiments, args.results, args.title)
     if args.out:
@@ -83,7 +83,7 @@ def cmd_report(args, _):
 
 
 def cmd_updates(args, _):
-    from pipeline import recover
+    from harness import recover
 
     try:
         print(recover.num_updates(args.checkpoint))
@@ -92,7 +92,7 @@ def cmd_updates(args, _):
 
 
 def cmd_train_failure(args, _):
-    from pipeline import recover
+    from harness import recover
 
     text = pathlib.Path(args.log).read_text(encoding="utf-8", errors="replace") if os.path.exists(args.log) else ""
     print(recover.train_failure(text, args.exit, args.ckpt_dir, args.command))
@@ -112,7 +112,7 @@ def steps(argv: list) -> list:
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m pipeline")
+    parser = argparse.ArgumentParser(prog="python -m harness")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("average", help="average the last K checkpoints, K chosen on valid loss")

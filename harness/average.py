@@ -16,7 +16,7 @@ import torch
 from fairseq import checkpoint_utils
 
 from tfixup import checkpoints
-from pipeline import fairseq_log, recover
+from harness import fairseq_log, recover
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"

@@ -1,6 +1,6 @@
 """Final quality at CPU scale (paper Table 1's claim): Multi30k runs trained until valid BLEU stops improving.
 
-The quality study (bench/quality.py) stops every run at 10 epochs, all still improving. Here each run
+The quality study (harness/bench/quality.py) stops every run at 10 epochs, all still improving. Here each run
 goes on to its plateau: it **continues** the quality study's run of the same method and seed, in the same
 folder (work/bench/quality/RUN): its first 10 epochs are that run, recorded as the quality study's row;
 then ``scripts/train.sh`` resumes it with MAX_EPOCH = ``--cap`` and fairseq's patience on valid BLEU
@@ -14,13 +14,13 @@ schedule, ``inverse_sqrt_matched``; two seeds) and Pre-LN with the same warmup (
 (128-256-4, 6+6), data, batch, lr and evaluation. The report gives final test BLEU per method (mean and
 spread over seeds), epochs to the plateau, updates and minutes to the baseline's final valid BLEU, and
 for each T-Fixup vs baseline pair of the same seed the gap in sacreBLEU with its 95% paired-bootstrap
-interval (pipeline/score.py ``paired_bootstrap``).
+interval (harness/score.py ``paired_bootstrap``).
 
 Resumable at two levels: finished runs are recorded under OUT/plateau/runs/; a run cut short resumes
 from its last checkpoint (train.sh).
 
-    python -m bench.plateau --smoke --out /tmp/plateau --iwslt DATA      # < 2 min, for the tests
-    python -m bench.plateau --out results/bench --multi30k work/data-bin/multi30k.de-en
+    python -m harness.bench.plateau --smoke --out /tmp/plateau --iwslt DATA      # < 2 min, for the tests
+    python -m harness.bench.plateau --out results/bench --multi30k work/data-bin/multi30k.de-en
 """
 
 import json
@@ -28,8 +28,8 @@ import pathlib
 import statistics
 import sys
 
-from bench import common, quality, runs as runlib
-from pipeline import score
+from harness.bench import common, quality, runs as runlib
+from harness import score
 
 MODES = {
     "smoke": dict(cap=2, patience=1, max_update=40, runs=[("iwslt", "tfixup", 1)]),

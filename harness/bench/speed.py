@@ -27,9 +27,9 @@ batch (matmuls of forward and backward; the optimizer's elementwise work is not
 counted); model FLOP utilisation (MFU) = achieved FLOP/s / peak FLOP/s of the
 device, given by --peak-tflops or a small table of known GPUs (none for CPUs).
 
-    python -m bench.speed --quick --out /tmp/speed
-    python -m bench.speed --out results/bench                               # CPU, small + base
-    python -m bench.speed --device cuda --sizes small base big --dtypes fp32 fp16 amp --out DIR
+    python -m harness.bench.speed --quick --out /tmp/speed
+    python -m harness.bench.speed --out results/bench                               # CPU, small + base
+    python -m harness.bench.speed --device cuda --sizes small base big --dtypes fp32 fp16 amp --out DIR
 """
 
 import concurrent.futures
@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from bench import common
+from harness.bench import common
 from fairseq_tfixup.diagnostics.models import parse_train_args
 from tfixup import methods as presets
 

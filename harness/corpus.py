@@ -1,7 +1,7 @@
 """Small text steps of fairseq's examples/translation/prepare-*.sh recipes that
 Moses does in perl, here in Python so that only pip tools are needed.
 
-``python -m pipeline.corpus clean|segs|nonprint ...``
+``python -m harness.corpus clean|segs|nonprint ...``
 """
 
 import argparse
@@ -83,7 +83,7 @@ def git_blob_sha1(args) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m pipeline.corpus")
+    p = argparse.ArgumentParser(prog="python -m harness.corpus")
     sub = p.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("clean", help="clean-corpus-n: length 1..N and ratio filter of a parallel corpus")
     for name in ("src_in", "tgt_in", "src_out", "tgt_out"):

@@ -14,11 +14,11 @@ the fairseq-train argument list (NUL-separated, for ``mapfile -d ''``), and
 ``OUT/config.resolved.json``, which evaluation reads instead of looking the
 experiment up again.
 
-    python -m pipeline.config get EXPERIMENT [--set K=V]... KEY...
-    python -m pipeline.config get --run OUT_DIR [--set K=V]... KEY...
-    python -m pipeline.config train-args EXPERIMENT DATA OUT --world N [--device cpu|cuda] [--per-process-batch]
-    python -m pipeline.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json
-    python -m pipeline.config list
+    python -m harness.config get EXPERIMENT [--set K=V]... KEY...
+    python -m harness.config get --run OUT_DIR [--set K=V]... KEY...
+    python -m harness.config train-args EXPERIMENT DATA OUT --world N [--device cpu|cuda] [--per-process-batch]
+    python -m harness.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json
+    python -m harness.config list
 """
 
 import argparse
@@ -85,7 +85,7 @@ def experiment_path(name: str) -> pathlib.Path:
     else:
         path = CONFIG_DIR / f"{name}.conf"
     if not path.is_file():
-        raise ConfigError(f"unknown experiment '{name}' (no {path}; see python -m pipeline.config list)")
+        raise ConfigError(f"unknown experiment '{name}' (no {path}; see python -m harness.config list)")
     return path
 
 
@@ -270,7 +270,7 @@ def _nul(items: Sequence[str]) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline.config", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m harness.config", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     g = sub.add_parser("get", help="values of KEYs, NUL-separated")
     g.add_argument("experiment", nargs="?")

@@ -1,1 +1,0 @@
-"""Benchmarks on real data: convergence, depth, speed and memory."""
