@@ -57,20 +57,23 @@ def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
 
 
-def train_briefly(data, *flags):
-    """fairseq-train --user-dir fairseq_tfixup for UPDATES updates on CPU; returns the log
-    after checking that the training loss is finite and falls.
+def train_briefly(data, method):
+    """fairseq-train --user-dir fairseq_tfixup for UPDATES updates of a TINY 2+2-layer ``method`` (a row of
+    tfixup/methods.py, trained as the project's one builder trains it: its own optimizer, warmup over 10
+    updates or none) on CPU; returns the log after checking that the training loss is finite and falls.
 
     It runs fairseq-train's own entry point (fairseq_cli.train.cli_main, what the console
     script calls) with that command line in this process, where fairseq is imported already:
     a process per method paid fairseq's ~6 s import again. tests/test_cli.py runs the console
     script itself, in its own process."""
     from fairseq_cli import train
+    from tfixup import methods
 
-    argv = ["fairseq-train", str(data), "--user-dir", str(USER_DIR), *flags, "--criterion",
-            "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--lr", "5e-4", "--max-tokens", "1024",
-            "--max-update", str(UPDATES), "--disable-validation", "--no-save", "--cpu", "--seed", "1",
-            "--log-format", "json", "--log-interval", str(LOG_INTERVAL), "--num-workers", "0"]
+    recipe = methods.Recipe(method, 64, 128, 2, 2, 2, lr="5e-4", warmup=10, share="none", max_tokens=1024,
+                            max_update=UPDATES)
+    argv = ["fairseq-train", str(data), *methods.train_args(recipe, USER_DIR, cpu=True, log_format="json",
+                                                             num_workers=0),
+            "--disable-validation", "--no-save", "--log-interval", str(LOG_INTERVAL)]
     with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
         train.cli_main()
     log = log_text.getvalue()
@@ -81,4 +84,3 @@ def train_briefly(data, *flags):
     print(f"train loss (bits) every {LOG_INTERVAL} updates: {losses}")
     assert losses[-1] < losses[0] - 0.5, losses
     return log
-

@@ -1,17 +1,13 @@
-"""transformer_dlcl (Wang et al. 2019): combination weights and the layer-input formula, decoding, one CLI run."""
+"""transformer_dlcl (Wang et al. 2019): combination weights and the layer-input formula, decoding."""
 
 import pytest
 import torch
-from fairseq.models import ARCH_MODEL_REGISTRY
 
-from fairseq_tfixup.baselines import dlcl
 
 from model_checks import (
-    TINY,
     assert_encoder_survives_state_dict_round_trip,
     assert_incremental_decoding_matches_full,
     build_tiny,
-    train_briefly,
     trained_looking_,
 )
 
@@ -68,17 +64,3 @@ def test_incremental_decoding_equals_full_forward(dict_dir):
     model = trained_looking_(model)
     assert_incremental_decoding_matches_full(model)
     assert_encoder_survives_state_dict_round_trip(model)
-
-
-def test_architectures():
-    archs = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m is dlcl.DLCLTransformerModel)
-    assert archs == ["transformer_dlcl", "transformer_dlcl_deep_narrow", "transformer_dlcl_iwslt_de_en",
-                     "transformer_dlcl_pre_norm_wmt_en_de", "transformer_dlcl_vaswani_wmt_en_de_big",
-                     "transformer_dlcl_wmt_en_de"]
-
-
-def test_trains_through_fairseq_train(iwslt_bin):
-    log = train_briefly(iwslt_bin, "--arch", "transformer_dlcl_iwslt_de_en", *TINY, "--encoder-layers", "2",
-                        "--decoder-layers", "2", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-                        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10")
-    assert "DLCLTransformerModel" in log

@@ -14,7 +14,6 @@ from model_checks import (
     assert_encoder_survives_state_dict_round_trip,
     assert_incremental_decoding_matches_full,
     build_tiny,
-    train_briefly,
     trained_looking_,
 )
 
@@ -121,12 +120,3 @@ def test_incremental_decoding_equals_full_forward(dict_dir):
 def test_encoder_output_survives_a_state_dict_round_trip(dict_dir):
     model, _, _ = build_tiny(dict_dir, "transformer_lri", N_ENC, N_DEC)
     assert_encoder_survives_state_dict_round_trip(trained_looking_(model))
-
-
-def test_trains_through_fairseq_train(iwslt_bin):
-    log = train_briefly(iwslt_bin, "--arch", "transformer_lri_deep_narrow", "--encoder-layers", "4",
-                        "--decoder-layers", "4", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-                        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10")
-    assert "LRI: order v1 (a LayerNorm on each stack's input, then Post-LN layers)" in log
-    assert "LRITransformerModel" in log
-

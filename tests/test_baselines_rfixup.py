@@ -9,13 +9,10 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_tfixup.baselines import rfixup
 from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
 
-from conftest import build_model
 from model_checks import (
-    TINY,
     assert_encoder_survives_state_dict_round_trip,
     assert_incremental_decoding_matches_full,
     build_tiny,
-    train_briefly,
     trained_looking_,
 )
 
@@ -113,19 +110,6 @@ def test_incremental_decoding_equals_full_forward(dict_dir):
 RFIXUP_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m is rfixup.RFixupTransformerModel)
 
 
-def test_architectures(dict_dir):
-    assert RFIXUP_ARCHS == ["transformer_rfixup", "transformer_rfixup_deep_narrow", "transformer_rfixup_iwslt_de_en",
-                            "transformer_rfixup_vaswani_wmt_en_de_big", "transformer_rfixup_wmt_en_de"]
-    dims = {}
-    for arch in RFIXUP_ARCHS:
-        _, _, a = build_model(dict_dir, arch, "--encoder-layers", 1, "--decoder-layers", 1)
-        dims[arch] = (a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads)
-    assert dims == {"transformer_rfixup": (512, 2048, 8), "transformer_rfixup_iwslt_de_en": (512, 1024, 4),
-                    "transformer_rfixup_wmt_en_de": (512, 2048, 8),
-                    "transformer_rfixup_vaswani_wmt_en_de_big": (1024, 4096, 16),
-                    "transformer_rfixup_deep_narrow": (64, 128, 2)}
-
-
 @pytest.mark.parametrize("flag, message", [
     (["--encoder-normalize-before"], "has no LayerNorm: --encoder-normalize-before cannot be used"),
     (["--decoder-normalize-before"], "has no LayerNorm: --decoder-normalize-before cannot be used"),
@@ -135,10 +119,3 @@ def test_flags_that_bring_layer_norm_back_are_refused(flag, message, dict_dir):
     with pytest.raises(ValueError, match=message) as err:
         build_tiny(dict_dir, "transformer_rfixup", 1, 1, *flag)
     assert "\n" not in str(err.value)
-
-
-def test_trains_through_fairseq_train(iwslt_bin):
-    log = train_briefly(iwslt_bin, "--arch", "transformer_rfixup_iwslt_de_en", *TINY, "--encoder-layers", "2",
-                        "--decoder-layers", "2", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-                        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10")
-    assert "R-Fixup: no LayerNorm; L = 10 branches" in log

@@ -3,7 +3,6 @@ command is accepted by fairseq's own argument parser with the plugin loaded (par
 
 import json
 import os
-import re
 import shlex
 import subprocess
 

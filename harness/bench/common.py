@@ -8,11 +8,9 @@ fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
 import argparse
 import datetime
 import importlib.metadata
-import json
 import os
 import pathlib
 import platform
-import re
 import shlex
 import shutil
 import subprocess
