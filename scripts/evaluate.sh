@@ -3,10 +3,7 @@
 # the VALID set), translate the test set with the run's beam and length penalty,
 # and score it (tokenized BLEU and detokenized sacreBLEU + signature). Everything
 # comes from the config the run trained with (OUT_DIR/config.resolved.json).
-set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-supervise "$@"
-. "$(dirname "$0")/pipeline-lib.sh"
+. "$(dirname "$0")/step.sh"  # set -euo pipefail, helpers, signals forwarded to children
 
 usage() {
   cat <<USAGE

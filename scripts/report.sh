@@ -1,9 +1,6 @@
 #!/usr/bin/env bash
 # Render the Markdown table: paper BLEU next to ours, for experiments evaluated by scripts/evaluate.sh.
-set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-supervise "$@"
-. "$(dirname "$0")/pipeline-lib.sh"
+. "$(dirname "$0")/step.sh"  # set -euo pipefail, helpers, signals forwarded to children
 
 usage() {
   cat <<USAGE

@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # Train one experiment of configs/ with fairseq-train and the T-Fixup plugin.
 # Rerunning the same command resumes from OUT_DIR/checkpoints/checkpoint_last.pt.
-set -euo pipefail
-. "$(dirname "$0")/lib.sh"
-supervise "$@"
-. "$(dirname "$0")/pipeline-lib.sh"
+. "$(dirname "$0")/step.sh"  # set -euo pipefail, helpers, signals forwarded to children
 
 usage() {
   cat <<USAGE

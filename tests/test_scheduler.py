@@ -11,11 +11,12 @@ from fairseq.optim import lr_scheduler
 import fairseq_tfixup  # noqa: F401  (registers the scheduler)
 
 
-def _build(*flags):
+def _build(*flags, scheduler="inverse_sqrt_nowarmup"):
+    """fairseq's optimizer and ``scheduler`` built from fairseq-train flags, as fairseq-train builds them."""
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
         "unused", "--arch", "transformer_tfixup", "--optimizer", "adam", "--lr", "5e-4",
-        "--lr-scheduler", "inverse_sqrt_nowarmup", *flags,
+        "--lr-scheduler", scheduler, *flags,
     ])
     cfg = convert_namespace_to_omegaconf(args)
     params = [torch.nn.Parameter(torch.zeros(3))]
@@ -66,14 +67,7 @@ def test_bad_flags(flags, message):
 
 
 def _build_matched(*flags):
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        "unused", "--arch", "transformer", "--optimizer", "adam", "--lr", "5e-4",
-        "--lr-scheduler", "inverse_sqrt_matched", *flags,
-    ])
-    cfg = convert_namespace_to_omegaconf(args)
-    optimizer = optim.build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(3))])
-    return lr_scheduler.build_lr_scheduler(cfg.lr_scheduler, optimizer), optimizer
+    return _build(*flags, scheduler="inverse_sqrt_matched")
 
 
 def test_matched_warms_up_onto_the_nowarmup_curve_and_then_equals_it():

@@ -359,9 +359,7 @@ def make_config(args) -> dict:
 
 
 def plan(data, mode: str = "default") -> list:
-    """The study's runs with the command line's defaults (what ``main`` runs without overrides)."""
-    return make_runs(make_config(parser().parse_args(
-        ["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))), pathlib.Path(data))
+    return runlib.default_plan(sys.modules[__name__], data, mode)
 
 
 def selected(runs: list, methods) -> list:

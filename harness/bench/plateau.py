@@ -200,17 +200,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         style = dict(color=common.color(quality.preset(m)), ls="-" if rec.get("seed", 1) == 1 else "--",
                      label=None if m in labelled else quality.METHODS[m][3], marker=".", markersize=3)
         labelled.add(m)
-        if rec.get("valid_curve"):
-            loss_ax.plot(*zip(*rec["valid_curve"]), **style)
-        pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-        if pts:
-            bleu_ax.plot(*zip(*pts), **style)
-    loss_ax.set_ylabel("valid loss (bits, label-smoothed)")
-    bleu_ax.set_ylabel("valid BLEU (greedy)")
-    for ax in (loss_ax, bleu_ax):
-        ax.set_xlabel("updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
+        quality.draw_curves(loss_ax, bleu_ax, rec, style)
+    quality.finish_axes(loss_ax, bleu_ax, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
     fig.suptitle("Multi30k De-En, 128-256-4, 6+6: trained until valid BLEU stops improving", fontsize=10)
     common.save_figure(path, fig)
 

@@ -369,20 +369,29 @@ def plot(res: dict, path: pathlib.Path) -> None:
             m = rec["method"]
             label = None if m in labelled else METHODS[m][3]
             labelled.add(m)
-            style = dict(color=common.color(preset(m)), label=label, marker=".", ls=linestyle(m))
-            if rec.get("valid_curve"):
-                axes[0][j].plot(*zip(*rec["valid_curve"]), **style)
-            pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-            if pts:
-                axes[1][j].plot(*zip(*pts), **style)
+            draw_curves(axes[0][j], axes[1][j], rec,
+                        dict(color=common.color(preset(m)), label=label, marker=".", ls=linestyle(m)))
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
-        axes[0][j].set_ylabel("valid loss (bits, label-smoothed)")
-        axes[1][j].set_ylabel("valid BLEU (greedy)")
-        for ax in (axes[0][j], axes[1][j]):
-            ax.set_xlabel("updates")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
+        finish_axes(axes[0][j], axes[1][j])
     common.save_figure(path, fig)
+
+
+def draw_curves(loss_ax, bleu_ax, rec: dict, style: dict) -> None:
+    """A run's valid loss and valid BLEU against updates."""
+    if rec.get("valid_curve"):
+        loss_ax.plot(*zip(*rec["valid_curve"]), **style)
+    pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
+    if pts:
+        bleu_ax.plot(*zip(*pts), **style)
+
+
+def finish_axes(loss_ax, bleu_ax, **legend) -> None:
+    loss_ax.set_ylabel("valid loss (bits, label-smoothed)")
+    bleu_ax.set_ylabel("valid BLEU (greedy)")
+    for ax in (loss_ax, bleu_ax):
+        ax.set_xlabel("updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, **legend)
 
 
 def main(argv=None):

@@ -234,6 +234,13 @@ def report_head(title: str, res: dict, n_runs: int) -> str:
     return text
 
 
+def default_plan(study, data, mode: str = "default") -> list:
+    """A study's runs with its command line's defaults (what its ``main`` runs without overrides): the
+    study module's ``parser``, ``make_config`` and ``make_runs``."""
+    args = study.parser().parse_args(["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))
+    return study.make_runs(study.make_config(args), pathlib.Path(data))
+
+
 def study_parser(description: str, outputs: str):
     """common.benchmark_parser plus the options of a study made of recorded runs."""
     p = common.benchmark_parser(description, outputs)
