@@ -23,7 +23,6 @@ import statistics
 import sys
 
 from harness.bench import common, runs as runlib
-from harness.bench.unigram import unigram_level
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, multipliers=[1, 2], updates=8, valid_every=2,
@@ -134,11 +133,10 @@ def parser():
 
 
 def make_config(args) -> dict:
-    cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
-    for k in ("multipliers", "updates"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
-    return cfg
+    if args.multipliers and 1 not in args.multipliers:
+        raise SystemExit("error: --multipliers must include 1 (the run that sets the target)")
+    return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period,
+                                      seed=args.seed), args, ("multipliers", "updates"))
 
 
 def plan(data, mode: str = "default") -> list:
@@ -146,17 +144,7 @@ def plan(data, mode: str = "default") -> list:
 
 
 def main(argv=None):
-    p = parser()
-    args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("batch has --smoke and the default mode only")
-    cfg = make_config(args)
-    if 1 not in cfg["multipliers"]:
-        p.error("--multipliers must include 1 (the run that sets the target)")
-    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
-    level = unigram_level(data, "de", "en")
-    all_runs = make_runs(cfg, data)
-    cfg["n_runs"] = len(all_runs)
+    args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
     runlib.run_study("batch" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data),
                      plot, report, "large-batch study", args.jobs, args.threads, report_only=args.report_only)
     return 0

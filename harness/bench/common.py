@@ -201,11 +201,14 @@ def header_md(title: str, meta: dict) -> str:
     )
 
 
-def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)"):
-    """The options every benchmark shares: its mode, --out, data location, threads, tag."""
+def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)",
+                     quick: bool = False):
+    """The options every benchmark shares: its mode (--smoke, and --quick where it has one), --out, data
+    location, threads, tag."""
     p = argparse.ArgumentParser(description=description)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
+    if quick:
+        g.add_argument("--quick", dest="mode", action="store_const", const="quick", help="~3 min")
     g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
     p.set_defaults(mode="default")
     p.add_argument("--out", required=True, help=f"output folder ({outputs})")

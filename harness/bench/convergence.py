@@ -34,7 +34,6 @@ import statistics
 import sys
 
 from harness.bench import common, runs as runlib
-from harness.bench.unigram import unigram_level
 
 # Schedules, all with the same peak lr:
 #   warmup     fairseq's inverse_sqrt: linear warmup over W updates, then lr * sqrt(W / t)
@@ -350,12 +349,10 @@ def parser():
 
 def make_config(args) -> dict:
     """The mode's settings with the command line's overrides."""
-    cfg = dict(MODES[args.mode], mode=args.mode, dropout=args.dropout, decay_period=args.decay_period)
-    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
-              "seeds", "lrs"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
-    return cfg
+    return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
+                                      decay_period=args.decay_period), args,
+                                 ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
+                                  "seeds", "lrs"))
 
 
 def plan(data, mode: str = "default") -> list:
@@ -368,16 +365,7 @@ def selected(runs: list, methods) -> list:
 
 
 def main(argv=None):
-    p = parser()
-    args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("convergence has --smoke and the default mode only")
-    cfg = make_config(args)
-    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
-    level = unigram_level(data, "de", "en")
-    common.log(f"unigram level of valid: {level['train_fit']} bits (fit on train), {level['oracle']} (fit on valid)")
-    all_runs = make_runs(cfg, data)
-    cfg["n_runs"] = len(all_runs)
+    args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
     runlib.run_study("convergence" + args.tag, args.out, all_runs,
                      lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "valid loss curves", args.jobs, args.threads,

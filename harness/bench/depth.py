@@ -25,7 +25,6 @@ import pathlib
 import sys
 
 from harness.bench import common, runs as runlib
-from harness.bench.unigram import unigram_level
 
 def study_arms() -> dict:
     """name -> (method in tfixup/methods.py, label): every method of the study, every run without warmup."""
@@ -172,11 +171,8 @@ def parser():
 
 
 def make_config(args) -> dict:
-    cfg = dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period, seed=args.seed)
-    for k in ("depths", "methods", "updates", "deep_updates", "deep_from"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
-    return cfg
+    return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period,
+                                      seed=args.seed), args, ("depths", "methods", "updates", "deep_updates", "deep_from"))
 
 
 def plan(data, mode: str = "default") -> list:
@@ -184,15 +180,7 @@ def plan(data, mode: str = "default") -> list:
 
 
 def main(argv=None):
-    p = parser()
-    args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("depth has --smoke and the default mode only")
-    cfg = make_config(args)
-    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
-    level = unigram_level(data, "de", "en")
-    all_runs = make_runs(cfg, data)
-    cfg["n_runs"] = len(all_runs)
+    args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
     runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only)
     return 0

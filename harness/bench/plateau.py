@@ -215,12 +215,7 @@ def main(argv=None):
     p.add_argument("--patience", type=int, help="epochs without a better valid BLEU that end a run")
     p.add_argument("--only", nargs="+", help="run ids to run now (e.g. multi30k-tfixup-s1)")
     args = p.parse_args(argv)
-    if args.mode == "quick":
-        p.error("plateau has --smoke and the default mode only")
-    cfg = dict(MODES[args.mode], mode=args.mode)
-    for k in ("cap", "patience"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
+    cfg = runlib.with_overrides(dict(MODES[args.mode], mode=args.mode), args, ("cap", "patience"))
     qcfg = dict(quality.MODES[args.mode], mode=args.mode)
     cfg["quality"] = qcfg
     data = {c: pathlib.Path(getattr(args, c)) for c in ("multi30k", "iwslt") if getattr(args, c)}

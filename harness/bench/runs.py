@@ -234,6 +234,26 @@ def report_head(title: str, res: dict, n_runs: int) -> str:
     return text
 
 
+def with_overrides(cfg: dict, args, keys) -> dict:
+    """``cfg`` with the command line's value for each of ``keys`` that it gives (argparse dest names)."""
+    return {**cfg, **{k: getattr(args, k) for k in keys if getattr(args, k) is not None}}
+
+
+def iwslt_setup(study, argv):
+    """(args, cfg, data, unigram level, every run) of an IWSLT'14 study's command line: its options, its
+    mode's settings with their overrides, the data-bin (prepared once if not given) and its unigram level."""
+    from harness.bench.unigram import unigram_level
+
+    args = study.parser().parse_args(argv)
+    cfg = study.make_config(args)
+    data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
+    level = unigram_level(data, "de", "en")
+    common.log(f"unigram level of valid: {level['train_fit']} bits (fit on train), {level['oracle']} (fit on valid)")
+    runs = study.make_runs(cfg, data)
+    cfg["n_runs"] = len(runs)
+    return args, cfg, data, level, runs
+
+
 def default_plan(study, data, mode: str = "default") -> list:
     """A study's runs with its command line's defaults (what its ``main`` runs without overrides): the
     study module's ``parser``, ``make_config`` and ``make_runs``."""

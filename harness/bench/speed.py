@@ -345,7 +345,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 def main(argv=None):
     p = common.benchmark_parser(__doc__.split("\n\n")[0], "speed.{json,md,png}",
-                                threads_help="torch threads (default 1: shared machine)")
+                                threads_help="torch threads (default 1: shared machine)", quick=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), help="override the mode's sizes")
     p.add_argument("--dtypes", nargs="+", choices=list(PRECISION),
