@@ -164,7 +164,9 @@ def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
 
 
 def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
-    """train.sh's record: the resolved config and the exact commands; a resume may only train longer."""
+    """train.sh's record: the resolved config and the exact commands; once the run has a checkpoint,
+    a resume may only train longer. Issue 22 case 4: before that (a start that failed: fairseq-train
+    refused a flag, a value it could not use), the rerun with other settings is the run."""
     cfg = config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "10"}, environ={})
     commands = tmp_path / "cmds"
     commands.write_text("fairseq-train a b\n")
@@ -173,8 +175,16 @@ def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
     saved = json.loads(record.read_text())
     assert saved["values"]["MAX_UPDATE"] == "10" and saved["train_commands"] == ["fairseq-train a b"]
     assert oct(record.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not mkstemp's 0600
+    # no checkpoint yet (crash.pt, fairseq's dump of a NaN step, is none): not bound
+    (tmp_path / "run" / "checkpoints").mkdir()
+    (tmp_path / "run" / "checkpoints" / "crash.pt").write_bytes(b"")
+    config.record(config.resolve("iwslt14_de_en_tfixup", {"LR": "2e-3", "EXTRA_TRAIN_ARGS": "--no-such"}, environ={}),
+                  [], record)
+    assert json.loads(record.read_text())["values"]["LR"] == "2e-3"
+    config.record(cfg, [], record)
+    (tmp_path / "run" / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")  # bound from here on
     config.record(config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "20"}, environ={}), [], record)
-    with pytest.raises(config.ConfigError, match="trained with LR=5e-4, now LR=1e-3"):
+    with pytest.raises(config.ConfigError, match="holds checkpoints trained with LR=5e-4, now LR=1e-3: use a new OUT_DIR"):
         config.record(config.resolve("iwslt14_de_en_tfixup", {"LR": "1e-3"}, environ={}), [], record)
     # evaluation reads the record: beam may change, the model may not
     assert config.resolve_run(record.parent, {"BEAM": "7"}, environ={}).values["BEAM"] == "7"
