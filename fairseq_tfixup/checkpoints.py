@@ -140,6 +140,39 @@ def updates_of(state, path) -> int:
         raise CorruptCheckpoint(path, "no optimizer_history with num_updates: not a checkpoint fairseq-train wrote") from None
 
 
+class _Writer:
+    """A file for torch.save that keeps the OSError of a failed write: torch's zip writer turns it
+    into "unexpected pos N vs M", and a full disk would not be named."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def _keep(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def write(self, data):
+        return self._keep(self.f.write, data)
+
+    def flush(self):
+        return self._keep(self.f.flush)
+
+
+def save(obj, path) -> None:
+    """``torch.save(obj, path)``; a write that fails raises its own OSError (ENOSPC: the disk is full)."""
+    with open(path, "wb") as f:
+        writer = _Writer(f)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+
 def install_atomic_saves() -> None:
     """fairseq's checkpoint writes through the plugin's one atomic writer (atomic.py): the
     copies (checkpoint_last.pt, ...) and torch_persistent_save. A failed write (a full disk)
@@ -155,7 +188,7 @@ def install_atomic_saves() -> None:
     def torch_persistent_save(obj, filename, async_write: bool = False):
         if async_write or not isinstance(filename, str) or PathManager.path_requires_pathmanager(filename):
             return fairseq_save(obj, filename, async_write)
-        atomic.write_file(filename, lambda tmp: torch.save(obj, tmp))
+        atomic.write_file(filename, lambda tmp: save(obj, tmp))
 
     def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
         if PathManager.path_requires_pathmanager(src_path) or PathManager.path_requires_pathmanager(dst_path):

@@ -184,18 +184,24 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
     if starts:
         run = text[starts[-1]:]
 
-    saved = [p for p in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt"))]
-    need = max([os.path.getsize(p) for p in saved] or [2 ** 20])
+    saved = glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt"))
+    need = max([os.path.getsize(p) for p in saved] or [0])
     free = shutil.disk_usage(run_dir if os.path.isdir(run_dir) else ".").free
-    if _DISK.search(run) or free < need:
-        state = "no checkpoint yet"
+    if _DISK.search(run) or free < need:  # (torch names no errno; the plugin's saves do: checkpoints.save)
+        q, resume = shlex.quote, command
+        state = "no checkpoint was saved yet (the rerun starts over)"
         if os.path.exists(last):
             try:
-                state = f"checkpoint_last.pt intact, {checkpoints.num_updates(last, check_crc=True)} updates"
+                state = f"checkpoint_last.pt is intact ({checkpoints.num_updates(last, check_crc=True)} updates)"
             except LOAD_ERRORS as e:
                 return f"disk full (ENOSPC) while training; {corrupt_last_advice(last, e, command)}"
-        return (f"disk full (ENOSPC) on the disk of {run_dir}: {_mb(free)} free, a checkpoint needs {_mb(need)} "
-                f"({state}); free some space, then rerun the same command to resume: {command}")
+        elif newest_intact(ckpt_dir):
+            path, updates = newest_intact(ckpt_dir)
+            state = f"the newest checkpoint is {os.path.basename(path)} ({updates} updates)"
+            resume = f"cp {q(path)} {q(last)} && {command}"
+        size = f", a checkpoint is {_mb(need)}" if need else ""
+        return (f"disk full (ENOSPC) on the disk of {run_dir} ({_mb(free)} free{size}): training stopped; {state}; "
+                f"free some space, then resume with: {resume}")
 
     if _NAN.search(run):
         if os.path.exists(last):  # a bit flip in checkpoint_last.pt loads without error and trains into NaN

@@ -73,9 +73,10 @@ run_one() {  # NAME
     printf '%q ' "${eval_cmd[@]}"; echo
     return
   fi
-  [ -d "$data" ] || "${prepare_cmd[@]}"
-  "${train_cmd[@]}"
-  "${eval_cmd[@]}"
+  # each step dies with this script, even on kill -9 (lib.sh PARENT_DEATH)
+  [ -d "$data" ] || "${PARENT_DEATH[@]}" "${prepare_cmd[@]}"
+  "${PARENT_DEATH[@]}" "${train_cmd[@]}"
+  "${PARENT_DEATH[@]}" "${eval_cmd[@]}"
 }
 
 if [ "$REPORT_ONLY" = 0 ]; then

@@ -38,6 +38,8 @@ Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and 
 command), train.log, train_command.sh, train_runs.tsv (wall time and outcome per run: 0, the
 exit code of a failed run, "interrupted" for SIGTERM/SIGINT, "killed" for a run that could not
 book itself). On a failure the last line names the cause and the next command to run.
+One train.sh at a time per OUT_DIR (a lock, OUT_DIR/.lock); OUT_DIR keeps its settings once it
+holds a checkpoint (before that, a rerun may change them).
 USAGE
 }
 

@@ -49,33 +49,20 @@ def test_anything_else_is_refused_in_one_line_naming_the_field(text):
 
 
 @pytest.fixture(scope="module")
-def crafted(tmp_path_factory):
-    """A real checkpoint (cfg form, as fairseq 0.12 saves: plain containers, the model's Namespace) and
+def crafted(tiny_checkpoint, tmp_path_factory):
+    """The real checkpoint (cfg form, as fairseq 0.12 saves: plain containers, the model's Namespace) and
     three crafted from it: the payload in cfg.model.encoder_xformers_att_config, in the legacy args form's
     adaptive_softmax_cutoff, and in cfg.optimizer.adam_betas."""
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
-
-    from fairseq_tfixup import presets
-
+    real, data, state = tiny_checkpoint
     root = tmp_path_factory.mktemp("crafted")
-    data = write_dicts(root / "data", size=40)
     marker = root / "X"
-    args, _, model, _ = presets.build(data, ["-s", "de", "-t", "en", *presets.model_flags("tfixup"),
-                                             *presets.dims_flags(16, 32, 2, 1, 1), "--optimizer", "adam",
-                                             "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt_nowarmup"])
-    state = {"args": None, "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
-             "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
-             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
-                                    "lr_scheduler_state": {"best": None}, "num_updates": 3}]}
-    paths = {"real": root / "real.pt"}
-    torch.save(state, paths["real"])
+    paths = {"real": real}
     evil = copy.deepcopy(state)
     evil["cfg"]["model"].encoder_xformers_att_config = payload(marker)
     paths["encoder_xformers_att_config"] = root / "xformers.pt"
     torch.save(evil, paths["encoder_xformers_att_config"])
     evil = copy.deepcopy(state)
-    legacy = copy.deepcopy(args)
+    legacy = copy.deepcopy(state["cfg"]["model"])  # the training arguments, as a legacy checkpoint's args
     legacy.adaptive_softmax_cutoff = payload(marker)
     evil.update(cfg=None, args=legacy)
     paths["adaptive_softmax_cutoff"] = root / "cutoff.pt"
@@ -143,7 +130,8 @@ def test_fairseq_loader_and_hub_refuse_them_and_load_the_real_one(crafted):
     assert not marker.exists()
     models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(paths["real"])], arg_overrides={"data": str(data)})
     assert type(models[0]).__name__ == "TFixupTransformerModel"
-    hub = TransformerModel.from_pretrained(str(paths["real"].parent), checkpoint_file="real.pt", data_name_or_path=str(data))
+    hub = TransformerModel.from_pretrained(str(paths["real"].parent), checkpoint_file=paths["real"].name,
+                                           data_name_or_path=str(data))
     assert hub.models[0].encoder.embed_tokens.weight.shape == (40 + 4, 16)
 
 

@@ -152,10 +152,13 @@ def test_multinode_command_goes_through_torchrun():
     ("BASE=iwslt14\nLR=-1\n", "LR must be > 0"),
     ("BASE=nosuch\n", "BASE=nosuch, but there is no"),
     ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--foo 'unclosed\n", "EXTRA_TRAIN_ARGS: No closing quotation"),
+    # issue 22 case 10: a key set twice took the last value; a byte that is not UTF-8 named no file
+    ("BASE=iwslt14\nLR=1e-3\n\nLR=2e-3\n", "bad.conf:4: LR is set twice (lines 2 and 4): keep one"),
+    (b"BASE=iwslt14\nROW=caf\xe9\n", "bad.conf:2: not UTF-8 text (byte 0xe9): save the file as UTF-8"),
 ])
 def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
     bad = tmp_path / "bad.conf"
-    bad.write_text(text)
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
     proc = subprocess.run(["bash", TRAIN, "--cpu", "--dry-run", str(bad), "/d", "/o"], capture_output=True, text=True)
     assert proc.returncode != 0 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
