@@ -94,7 +94,8 @@ skip_if_current() {  # OUT PARAMS_JSON
   case $status in
     current) log "up to date, skipping: $1 (manifest.json matches: parameters and inputs' sha256)"; exit 0;;
     differs) log "parameters differ from $1/manifest.json: rebuilding $1";;
-    changed\ *) log "an input changed since $1 was made (${status#changed }: sha256 differs from manifest.json): rebuilding $1";;
+    changed\ *) INPUTS_CHANGED=1
+               log "an input changed since $1 was made (${status#changed }: sha256 differs from manifest.json): rebuilding $1";;
     foreign) die "$1 exists but has no complete manifest.json (half-made, or made before manifests): remove it, then rerun";;
   esac
 }
