@@ -182,9 +182,14 @@ def _plain(obj):
     return obj
 
 
-def evaluated_fields(obj, prefix=""):
+MAX_DEPTH = 32  # fairseq's configs nest 3 levels
+
+
+def evaluated_fields(obj, prefix="", depth=0):
     """(dotted name, value) of every string field of a checkpoint's args/cfg whose name
     fairseq evaluates, at any depth (argparse.Namespace, dicts, omegaconf, lists)."""
+    if depth > MAX_DEPTH:
+        raise NotALiteral(f"{prefix.rstrip('.')} nests more than {MAX_DEPTH} levels deep, which no fairseq config does")
     obj = _plain(obj)
     if isinstance(obj, argparse.Namespace):
         obj = vars(obj)
@@ -194,10 +199,10 @@ def evaluated_fields(obj, prefix=""):
             if key in EVALUATED and isinstance(value, str):
                 yield name, value
             else:
-                yield from evaluated_fields(value, name + ".")
+                yield from evaluated_fields(value, name + ".", depth + 1)
     elif isinstance(obj, (list, tuple)):
         for i, value in enumerate(obj):
-            yield from evaluated_fields(value, f"{prefix}{i}.")
+            yield from evaluated_fields(value, f"{prefix}{i}.", depth + 1)
 
 
 def check_state(state, where) -> None:
@@ -205,13 +210,13 @@ def check_state(state, where) -> None:
     fairseq evaluates, anything but a literal: ``UnsafeCheckpoint`` naming WHERE and the field."""
     if not isinstance(state, Mapping):
         return
-    for part in ("args", "cfg"):
-        for name, value in evaluated_fields(state.get(part), f"{part}."):
-            try:
+    try:
+        for part in ("args", "cfg"):
+            for name, value in evaluated_fields(state.get(part), f"{part}."):
                 literal(value, name)
-            except NotALiteral as e:
-                raise UnsafeCheckpoint(f"{where}: refused: {e}; not a checkpoint fairseq wrote (or altered "
-                                       "since): delete it or replace it with a trusted copy") from None
+    except NotALiteral as e:
+        raise UnsafeCheckpoint(f"{where}: refused: {e}; not a checkpoint fairseq wrote (or altered "
+                               "since): delete it or replace it with a trusted copy") from None
 
 
 # ---------------------------------------------------------------- fairseq's eval helpers, literal only
