@@ -289,10 +289,18 @@ def install() -> None:
     from fairseq import checkpoint_utils
 
     for name in (*HELPER_MODULES, *EVAL_MODULES):
-        try:
-            module = importlib.import_module(name)  # all but fairseq_cli.* are loaded with fairseq already
-        except ImportError:  # a module of an optional part of fairseq that cannot load here
-            continue
+        if name.startswith("fairseq_cli."):
+            # a command's own module: loaded before --user-dir when that command runs; importing it
+            # here would configure logging for every program that imports the plugin. A program that
+            # imports one later calls install() again (pipeline/average.py)
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+        else:
+            try:
+                module = importlib.import_module(name)  # loaded with fairseq already (its registries)
+            except ImportError:  # a module of an optional part of fairseq that cannot load here
+                continue
         if name in HELPER_MODULES:
             for helper, safe in SAFE_HELPERS.items():
                 if hasattr(module, helper):

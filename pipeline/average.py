@@ -101,6 +101,9 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
     candidate K paid its ~5 s import again). Its log goes to stdout; the loss is read from it."""
     from fairseq_cli import validate
 
+    from fairseq_tfixup import literals
+
+    literals.install()  # validate's own eval() of --model-overrides, imported only now
     argv = (data, "--path", checkpoint, "--valid-subset", "valid", *validate_args)
     try:
         with fairseq_log.captured() as log:  # validate.main logs to the root logger and prints

@@ -123,7 +123,9 @@ def test_fairseq_loader_and_hub_refuse_them_and_load_the_real_one(crafted):
         with pytest.raises(literals.UnsafeCheckpoint) as e:
             TransformerModel.from_pretrained(str(path.parent), checkpoint_file=path.name, data_name_or_path=str(data))
         refused(e.value, path, field)
-        for load in (checkpoints.load, checkpoints.num_updates, lambda p: average.average_checkpoints([p])):
+        # fairseq-train's resume (Trainer.load_checkpoint) calls the loader itself; then the plugin's own
+        for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load, checkpoints.num_updates,
+                     lambda p: average.average_checkpoints([p])):
             with pytest.raises(literals.UnsafeCheckpoint) as e:
                 load(str(path))
             refused(e.value, path, field)
@@ -192,3 +194,13 @@ def test_adam_betas_from_a_config_or_a_command_line_is_held_to_a_literal(tmp_pat
     assert not marker.exists() and not (tmp_path / "run").exists()
     assert FairseqAdam(OmegaConf.create({**OmegaConf.to_container(cfg), "adam_betas": "(0.9, 0.98)"}),
                        [torch.nn.Parameter(torch.zeros(2))]).optimizer_config["betas"] == (0.9, 0.98)
+    # fairseq-validate's eval() of --model-overrides: a command's module, held once it is loaded
+    # (by its console script before --user-dir; by averaging, which calls install() again)
+    from fairseq_cli import validate
+
+    literals.install()
+    assert validate.eval is literals.literal_only_eval
+    overrides = "{'beam': " + payload(marker) + "}"
+    with pytest.raises(literals.NotALiteral, match="is not a Python literal"):
+        validate.eval(overrides)
+    assert validate.eval("{'beam': 5}") == {"beam": 5} and not marker.exists()
