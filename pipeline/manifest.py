@@ -78,9 +78,9 @@ def sha256(path) -> str:
 
 
 def file_sizes(path_dir) -> dict:
-    """Every file of the data-bin but the manifest: name -> bytes."""
+    """Every file of the data-bin but the manifest and fairseq-preprocess's log: name -> bytes."""
     return {name: os.path.getsize(os.path.join(path_dir, name)) for name in sorted(os.listdir(path_dir))
-            if name != NAME and os.path.isfile(os.path.join(path_dir, name))}
+            if name not in (NAME, "preprocess.log") and os.path.isfile(os.path.join(path_dir, name))}
 
 
 def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None, folder=None):
