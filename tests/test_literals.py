@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, write_dicts
+from conftest import REPO, USER_DIR
 
 import fairseq_tfixup  # noqa: F401  (installs the checks, as --user-dir does)
 from fairseq_tfixup import checkpoints, literals
