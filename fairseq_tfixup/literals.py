@@ -311,7 +311,35 @@ def install() -> None:
             module.eval = literal_only_eval
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "tfixup_checked", False):
         checkpoint_utils.load_checkpoint_to_cpu = _checked_loader(checkpoint_utils.load_checkpoint_to_cpu)
+    # a command's parsed arguments, checked before it builds anything from them (its module is
+    # loaded, and has parsed them, before --user-dir; it converts them to its config next)
+    for name in COMMAND_MODULES:
+        module = sys.modules.get(name)
+        convert = getattr(module, "convert_namespace_to_omegaconf", None)
+        if convert is not None and not getattr(convert, "tfixup_checked", False):
+            module.convert_namespace_to_omegaconf = _checked_conversion(convert)
     _one_line_errors()
+
+
+COMMAND_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive", "fairseq_cli.validate",
+                   "fairseq_cli.eval_lm")
+
+
+def check_args(args) -> None:
+    """A command line's arguments (argparse.Namespace): every field fairseq evaluates holds a literal,
+    or ``NotALiteral`` naming its flag."""
+    for name, value in evaluated_fields(args):
+        literal(value, "--" + name.replace("_", "-"))
+
+
+def _checked_conversion(convert):
+    def convert_namespace_to_omegaconf(args):
+        check_args(args)
+        return convert(args)
+
+    convert_namespace_to_omegaconf.__wrapped__ = convert
+    convert_namespace_to_omegaconf.tfixup_checked = True
+    return convert_namespace_to_omegaconf
 
 
 def _one_line_errors() -> None:

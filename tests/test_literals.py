@@ -194,6 +194,16 @@ def test_adam_betas_from_a_config_or_a_command_line_is_held_to_a_literal(tmp_pat
     assert not marker.exists() and not (tmp_path / "run").exists()
     assert FairseqAdam(OmegaConf.create({**OmegaConf.to_container(cfg), "adam_betas": "(0.9, 0.98)"}),
                        [torch.nn.Parameter(torch.zeros(2))]).optimizer_config["betas"] == (0.9, 0.98)
+    # a command line given to fairseq-train itself: refused once parsed, before anything is built
+    from fairseq import options
+    import fairseq_cli.train
+
+    literals.install()  # as --user-dir does in fairseq-train (whose module is loaded by then)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(dict_dir), "--user-dir", str(USER_DIR), "--arch", "transformer_tfixup", "--optimizer", "adam",
+        "--adam-betas", payload(marker), "-s", "de", "-t", "en"])
+    with pytest.raises(literals.NotALiteral, match=r"^--adam-betas=\"\(__import__"):
+        fairseq_cli.train.convert_namespace_to_omegaconf(args)
     # fairseq-validate's eval() of --model-overrides: a command's module, held once it is loaded
     # (by its console script before --user-dir; by averaging, which calls install() again)
     from fairseq_cli import validate
