@@ -7,11 +7,12 @@ code when a model, optimizer or task is built from it. docs/security.md lists ev
 place. Importing the plugin (which ``--user-dir`` does before fairseq reads any
 checkpoint) calls ``install()``, which
 
-* checks every such field of every checkpoint fairseq loads
-  (``checkpoint_utils.load_checkpoint_to_cpu``, the one loader of fairseq-train's
+* checks every such field of every checkpoint fairseq loads (the ``torch.load`` of
+  ``checkpoint_utils.load_checkpoint_to_cpu``, the one loader of fairseq-train's
   resume, fairseq-generate, -interactive, -validate and the hub) and refuses a
   checkpoint holding anything but a literal there, in one line naming the file and
   the field (``UnsafeCheckpoint``);
+* checks a command line once parsed, before fairseq composes its config from it;
 * replaces fairseq's own ``eval_str_list``/``eval_str_dict``/``eval_bool`` and, in
   each fairseq module that calls ``eval`` on a config value, the name ``eval``, by
   literal-only versions (so a command line or a hydra config is held to the same rule).
@@ -29,6 +30,7 @@ import importlib
 import linecache
 import re
 import sys
+import types
 from typing import Any, Mapping
 
 # Every config field fairseq 0.12 (and the fairseq-fixed 0.12.3.1 fork) passes to eval(), or to
@@ -272,16 +274,34 @@ SAFE_HELPERS = {"eval_str_list": eval_str_list, "eval_str_dict": eval_str_dict, 
 FAIRSEQ_ORIGINALS = {}
 
 
-def _checked_loader(load):
-    def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
-        state = load(path, arg_overrides, load_on_all_ranks)
-        check_state(state, path)
+class _TorchWithCheckedLoad(types.ModuleType):
+    """torch, as fairseq.checkpoint_utils sees it: ``torch.load`` checks the state it returns
+    (``check_state``, naming the file). Everything else is torch's own. Checking there, and not
+    by wrapping fairseq's loader, keeps the plugin's frames off the stack while fairseq goes on
+    to build from the state (hydra's warnings point so many frames up that an extra frame moves
+    them from "sys:1" onto another file's line)."""
+
+    def __init__(self, real):
+        super().__init__(real.__name__)
+        self.__real = real
+
+    def __getattr__(self, name):
+        return getattr(self.__real, name)
+
+    def load(self, f, *args, **kwargs):
+        state = self.__real.load(f, *args, **kwargs)
+        check_state(state, getattr(f, "name", f))
         return state
 
-    load_checkpoint_to_cpu.__doc__ = load.__doc__
-    load_checkpoint_to_cpu.__wrapped__ = load  # fairseq's own
-    load_checkpoint_to_cpu.tfixup_checked = True
-    return load_checkpoint_to_cpu
+
+def _checked_override_module_args(override):
+    def override_module_args(args):
+        check_args(args)  # before fairseq composes its config from them
+        return override(args)
+
+    override_module_args.__wrapped__ = override
+    override_module_args.tfixup_checked = True
+    return override_module_args
 
 
 def install() -> None:
@@ -309,20 +329,16 @@ def install() -> None:
                     setattr(module, helper, safe)
         else:
             module.eval = literal_only_eval
-    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "tfixup_checked", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _checked_loader(checkpoint_utils.load_checkpoint_to_cpu)
-    # a command's parsed arguments, checked before it builds anything from them (its module is
-    # loaded, and has parsed them, before --user-dir; it converts them to its config next)
-    for name in COMMAND_MODULES:
-        module = sys.modules.get(name)
-        convert = getattr(module, "convert_namespace_to_omegaconf", None)
-        if convert is not None and not getattr(convert, "tfixup_checked", False):
-            module.convert_namespace_to_omegaconf = _checked_conversion(convert)
+    # every checkpoint fairseq loads: checkpoint_utils.load_checkpoint_to_cpu's torch.load
+    if not isinstance(checkpoint_utils.torch, _TorchWithCheckedLoad):
+        checkpoint_utils.torch = _TorchWithCheckedLoad(checkpoint_utils.torch)
+    # a command line, once parsed, before fairseq composes its config from it (the first step of
+    # convert_namespace_to_omegaconf, which every fairseq_cli command calls)
+    from fairseq.dataclass import utils as dataclass_utils
+
+    if not getattr(dataclass_utils.override_module_args, "tfixup_checked", False):
+        dataclass_utils.override_module_args = _checked_override_module_args(dataclass_utils.override_module_args)
     _one_line_errors()
-
-
-COMMAND_MODULES = ("fairseq_cli.train", "fairseq_cli.generate", "fairseq_cli.interactive", "fairseq_cli.validate",
-                   "fairseq_cli.eval_lm")
 
 
 def check_args(args) -> None:
@@ -330,16 +346,6 @@ def check_args(args) -> None:
     or ``NotALiteral`` naming its flag."""
     for name, value in evaluated_fields(args):
         literal(value, "--" + name.replace("_", "-"))
-
-
-def _checked_conversion(convert):
-    def convert_namespace_to_omegaconf(args):
-        check_args(args)
-        return convert(args)
-
-    convert_namespace_to_omegaconf.__wrapped__ = convert
-    convert_namespace_to_omegaconf.tfixup_checked = True
-    return convert_namespace_to_omegaconf
 
 
 def _one_line_errors() -> None:
