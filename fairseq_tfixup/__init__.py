@@ -11,7 +11,10 @@ Importing the package registers, with fairseq:
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
 It also allows ``torch.load(..., weights_only=True)`` (torch's default since 2.6)
-to read fairseq's checkpoints, which pickle an ``argparse.Namespace``.
+to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
+config string fairseq ``eval()``s to Python literals, in checkpoints fairseq loads
+and on command lines (literals.py, docs/security.md); and makes fairseq's
+checkpoint writes atomic (checkpoints.install_atomic_saves).
 
 Use it with ``fairseq-train --user-dir fairseq_tfixup`` (from a checkout, or
 when installed next to fairseq) or ``common.user_dir`` in a hydra config.
@@ -19,11 +22,15 @@ when installed next to fairseq) or ``common.user_dir`` in a hydra config.
 
 __version__ = "0.1.0"
 
-from tfixup import checkpoints
+from tfixup import checkpoints, literals
 
 # torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
 # checkpoints hold, and nothing that can run code (see checkpoints.py).
 checkpoints.register_safe_globals()
+# before fairseq builds anything from a checkpoint or a config: the strings it eval()s
+# must be literals (literals.py); its checkpoint writes become atomic
+literals.install()
+checkpoints.install_atomic_saves()
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup, inverse_sqrt_matched  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

@@ -57,6 +57,8 @@ def cmd_results(args, _):
         "num_updates": averaging["num_updates"],  # recorded by the average step (no torch import here)
         "generate_output": os.path.abspath(args.generate),
         "subset": args.subset,
+        # what was evaluated on: this data-bin (its dictionaries' and manifest's sha256), and what trained
+        "data": eval_data(args.data), "train_data": record.get("data"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **scores,
         **report.read_train_runs(os.path.join(args.run, "train_runs.tsv")),
@@ -67,6 +69,16 @@ def cmd_results(args, _):
     atomic.write_json(args.out, result, sort_keys=True)
     print(f"{cfg.name}: BLEU {result['bleu']:.2f} ({result['paper_metric']}), "
           f"tok {result['bleu_tok']:.2f}, detok {result['bleu_detok']:.2f} -> {args.out}", file=sys.stderr)
+
+
+def eval_data(data: str) -> dict:
+    """The evaluation's data-bin: path, dictionaries' sha256, manifest.json's sha256 (None without one)."""
+    import hashlib
+
+    identity = config_mod.data_identity(data)
+    manifest = pathlib.Path(data) / "manifest.json"
+    identity["manifest_sha256"] = hashlib.sha256(manifest.read_bytes()).hexdigest() if manifest.is_file() else None
+    return identity
 
 
 def cmd_report(args, _):
@@ -83,19 +95,31 @@ def cmd_report(args, _):
 
 
 def cmd_updates(args, _):
+    """The update count of a checkpoint_last.pt about to be resumed; else one line: what is wrong
+    with it and the commands that go on (the newest intact checkpoint, or a new OUT_DIR)."""
+    import shlex
+
     from harness import recover
+    from tfixup import checkpoints
 
     try:
-        print(recover.num_updates(args.checkpoint))
+        state = checkpoints.load(args.checkpoint, mmap=True, check_crc=args.check_crc)
+        updates = recover.updates_of(state, args.checkpoint)
     except recover.LOAD_ERRORS as e:
-        raise ValueError(recover.corrupt_last_advice(args.checkpoint, recover.first_line(e), args.advise)) from None
+        raise ValueError(recover.corrupt_last_advice(args.checkpoint, e, args.advise)) from None
+    if args.expect:
+        lines = pathlib.Path(args.expect).read_text(encoding="utf-8").splitlines()
+        differ = recover.model_mismatch(state, shlex.split(lines[0])) if lines else None
+        if differ:
+            raise ValueError(recover.foreign_model_advice(args.checkpoint, differ))
+    print(updates)
 
 
-def cmd_train_failure(args, _):
+def cmd_train_failure(args, argv):
     from harness import recover
 
     text = pathlib.Path(args.log).read_text(encoding="utf-8", errors="replace") if os.path.exists(args.log) else ""
-    print(recover.train_failure(text, args.exit, args.ckpt_dir, args.command))
+    print(recover.train_failure(text, args.exit, args.run, argv))
 
 
 def steps(argv: list) -> list:
@@ -131,6 +155,7 @@ def main(argv=None):
     p = sub.add_parser("results", help="score a fairseq-generate output and write the results JSON")
     p.add_argument("--run", required=True, help="the training OUT_DIR (its config.resolved.json)")
     p.add_argument("--set", action="append", default=[], help="evaluation overrides KEY=VALUE")
+    p.add_argument("--data", required=True, help="the data-bin evaluated on (recorded with its sha256s)")
     p.add_argument("--generate", required=True)
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--raw-refs", default="")
@@ -150,13 +175,16 @@ def main(argv=None):
     p.add_argument("checkpoint")
     p.add_argument("--advise", default="the same command",
                    help="the training command, for the advice when the checkpoint is corrupt")
+    p.add_argument("--check-crc", action="store_true", help="also test the zip's CRCs (reads the whole file)")
+    p.add_argument("--expect", help="a file whose first line is the fairseq-train command the checkpoint must "
+                                    "fit (its --arch and sizes)")
     p.set_defaults(func=cmd_updates)
 
-    p = sub.add_parser("train-failure", help="one line: why fairseq-train failed and what to run next")
+    p = sub.add_parser("train-failure", help="one line: why fairseq-train failed and what to run next "
+                                             "(after '--': the training command, which resumes)")
     p.add_argument("--log", required=True)
     p.add_argument("--exit", type=int, required=True)
-    p.add_argument("--ckpt-dir", required=True)
-    p.add_argument("--command", required=True)
+    p.add_argument("--run", required=True, help="the run's OUT_DIR")
     p.set_defaults(func=cmd_train_failure)
 
     try:

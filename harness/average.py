@@ -54,7 +54,7 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
     for path in paths:
         # as saved (weights_only): fairseq's loader would turn the config into omegaconf
         # objects, which averaged.pt would then need torch to unpickle
-        state = checkpoints.load(path)
+        state = checkpoints.load(path, check_crc=True)
         newest = newest or state
         model = state["model"]
         if summed and set(model) != set(summed):
@@ -100,6 +100,9 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
     candidate K paid its ~5 s import again). Its log goes to stdout; the loss is read from it."""
     from fairseq_cli import validate
 
+    from tfixup import literals
+
+    literals.install()  # validate's own eval() of --model-overrides, imported only now
     argv = (data, "--path", checkpoint, "--valid-subset", "valid", *validate_args)
     try:
         with fairseq_log.captured() as log:  # validate.main logs to the root logger and prints
@@ -123,16 +126,18 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     # checkpoint_last.pt to compare its update count).
     every = last_checkpoints(ckpt_dir, 10 ** 9)
     updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
-    for k in sorted({min(int(c), len(every)) for c in candidates}):
-        paths = every[:k]
-        save_average(paths, tmp)
-        loss = valid_loss(tmp, data, validate_args)
-        tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
-        if best is None or loss < best["valid_loss"]:
-            best = tried[-1]
-            os.replace(tmp, out)
-    if os.path.exists(tmp):
-        os.remove(tmp)
+    try:
+        for k in sorted({min(int(c), len(every)) for c in candidates}):
+            paths = every[:k]
+            save_average(paths, tmp)
+            loss = valid_loss(tmp, data, validate_args)
+            tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
+            if best is None or loss < best["valid_loss"]:
+                best = tried[-1]
+                os.replace(tmp, out)
+    finally:  # a failed candidate leaves nothing behind
+        if os.path.exists(tmp):
+            os.remove(tmp)
     return {"chosen": best, "tried": tried, "num_updates": updates}
 
 

@@ -17,12 +17,15 @@ experiment up again.
     python -m harness.config get EXPERIMENT [--set K=V]... KEY...
     python -m harness.config get --run OUT_DIR [--set K=V]... KEY...
     python -m harness.config train-args EXPERIMENT DATA OUT --world N [--device cpu|cuda] [--per-process-batch]
-    python -m harness.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json
+    python -m harness.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json [--data DIR]
+    python -m harness.config check-data --run OUT_DIR DATA   (evaluation data: the training data's dictionaries)
     python -m harness.config list
 """
 
 import argparse
+import hashlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -43,6 +46,15 @@ INT_KEYS = ("ENCODER_LAYERS", "DECODER_LAYERS", "EMBED_DIM", "FFN_DIM", "HEADS",
             "WARMUP_UPDATES", "LOG_INTERVAL")
 FLOAT_KEYS = ("LR", "DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "WEIGHT_DECAY", "LABEL_SMOOTHING",
               "CLIP_NORM", "LENPEN", "WARMUP_INIT_LR")
+# probabilities: in [0, 1)
+FRACTION_KEYS = ("DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "LABEL_SMOOTHING")
+NONNEGATIVE_KEYS = ("WEIGHT_DECAY", "CLIP_NORM", "WARMUP_INIT_LR")
+# plain names: they become a path component (DATASET) or a single word of a command
+NAME_KEYS = ("DATASET", "TEST_SET", "SRC", "TGT", "ARCH", "METHOD")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+# PREPARE: a script of scripts/ and plain words (no glob, quote or expansion characters)
+_PREPARE_SCRIPT = re.compile(r"prepare-[a-z0-9-]+\.sh")
+_PLAIN_WORD = re.compile(r"[A-Za-z0-9_.,:=+@%/-]+")
 CHOICES = {"SHARE_EMBED": ("decoder", "all", "none"), "SCHEDULE": ("auto", "warmup", "matched", "nowarmup"),
            "FP16": ("0", "1"), "COMPOUND_SPLIT": ("0", "1"), "LOWERCASE": ("0", "1"),
            "PAPER_METRIC": ("tok", "detok")}
@@ -59,7 +71,7 @@ class Config(NamedTuple):
 
 
 def parse(text: str, where: str) -> Dict[str, str]:
-    values = {}
+    values, lines = {}, {}
     for n, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
@@ -67,15 +79,24 @@ def parse(text: str, where: str) -> Dict[str, str]:
         m = _LINE.match(stripped)
         if not m:
             raise ConfigError(f"{where}:{n}: expected KEY=value, got {stripped!r}")
-        values[m.group(1)] = m.group(2).strip()
+        key = m.group(1)
+        if key in values:
+            raise ConfigError(f"{where}:{n}: {key} is set twice (lines {lines[key]} and {n}): keep one")
+        values[key], lines[key] = m.group(2).strip(), n
     return values
 
 
 def _read(path: pathlib.Path) -> Dict[str, str]:
     try:
-        return parse(path.read_text(encoding="utf-8"), str(path))
+        data = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): save the file as UTF-8") from None
+    return parse(text, str(path))
 
 
 def experiment_path(name: str) -> pathlib.Path:
@@ -123,35 +144,122 @@ def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[M
     defaults = _read(CONFIG_DIR / "defaults.conf")
     path = experiment_path(experiment)
     values = {**defaults, **_chain(path)}
+    sources = {}
     for key in values:
         if key in environ:
-            values[key] = environ[key]
+            values[key], sources[key] = environ[key], f"{path} ({key} from the environment)"
     values.update(sets or {})
+    sources.update({key: f"{path} (--set {key})" for key in sets or {}})
     unknown = sorted(set(values) - set(defaults))
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]} (the keys are those of {CONFIG_DIR / 'defaults.conf'})")
-    check(values, str(path))
+    check(values, str(path), sources)
     return Config(path.stem, str(path.resolve()), values)
 
 
-def check(values: Mapping[str, str], where: str) -> None:
+def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, str]] = None) -> None:
+    """Every value that reaches a command, a path or a fairseq ``eval()`` is of its kind, or one
+    ``ConfigError`` line naming WHERE (or, for a value from elsewhere, SOURCES[key]), the key and
+    what it must be."""
+    def at(key):
+        return (sources or {}).get(key, where)
+
     for key in INT_KEYS:
         if not re.fullmatch(r"\d+", values[key]):
-            raise ConfigError(f"{where}: {key} must be a whole number >= 0, got {values[key]!r}")
+            raise ConfigError(f"{at(key)}: {key} must be a whole number >= 0, got {values[key]!r}")
     for key in FLOAT_KEYS:
         try:
-            float(values[key])
+            x = float(values[key])
         except ValueError:
-            raise ConfigError(f"{where}: {key} must be a number, got {values[key]!r}") from None
+            x = None
+        if x is None or not math.isfinite(x):
+            raise ConfigError(f"{at(key)}: {key} must be a finite number, got {values[key]!r}")
     for key, choices in CHOICES.items():
         if values[key] not in choices:
-            raise ConfigError(f"{where}: {key} must be one of {', '.join(choices)}, got {values[key]!r}")
+            raise ConfigError(f"{at(key)}: {key} must be one of {', '.join(choices)}, got {values[key]!r}")
     if float(values["LR"]) <= 0:
-        raise ConfigError(f"{where}: LR must be > 0, got {values['LR']}")
+        raise ConfigError(f"{at('LR')}: LR must be > 0, got {values['LR']}")
+    for key in FRACTION_KEYS:
+        if not 0 <= float(values[key]) < 1:
+            raise ConfigError(f"{at(key)}: {key} must be in [0, 1), got {values[key]}")
+    for key in NONNEGATIVE_KEYS:
+        if float(values[key]) < 0:
+            raise ConfigError(f"{at(key)}: {key} must be >= 0, got {values[key]}")
+    for key in NAME_KEYS:
+        if values[key] and not (_NAME.fullmatch(values[key]) and ".." not in values[key]):
+            raise ConfigError(f"{at(key)}: {key} must be a plain name (letters, digits, _ . + -), got {values[key]!r}")
+    candidates = values["AVG_CANDIDATES"].split()
+    if not candidates or not all(re.fullmatch(r"[1-9]\d*", k) for k in candidates):
+        raise ConfigError(f"{at('AVG_CANDIDATES')}: AVG_CANDIDATES must be whole numbers >= 1 separated by spaces (e.g. 1 5 10), "
+                          f"got {values['AVG_CANDIDATES']!r}")
+    adam_betas(values["ADAM_BETAS"], at("ADAM_BETAS"))
+    prepare_words(values["PREPARE"], at("PREPARE"))
     try:
-        shlex.split(values["EXTRA_TRAIN_ARGS"])
+        extra = shlex.split(values["EXTRA_TRAIN_ARGS"])
     except ValueError as e:
-        raise ConfigError(f"{where}: EXTRA_TRAIN_ARGS: {e}") from None
+        raise ConfigError(f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS: {e}") from None
+    evaluated_flags(extra, f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS")
+
+
+def _literals():
+    from tfixup import literals  # plain Python: no fairseq import on a config check
+
+    return literals
+
+
+def adam_betas(text: str, where: str = "ADAM_BETAS"):
+    """ADAM_BETAS as fairseq's Adam reads it (it eval()s the string): a literal pair of numbers in [0, 1)."""
+    try:
+        betas = _literals().literal(text, "ADAM_BETAS")
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+        raise ConfigError(f"{where}: ADAM_BETAS must be two numbers in [0, 1) such as (0.9,0.98), got {text!r}")
+    return tuple(float(b) for b in betas)
+
+
+def evaluated_flags(words: Sequence[str], where: str) -> None:
+    """fairseq flags whose value fairseq eval()s (``--adam-betas``, ``--adaptive-softmax-cutoff``, ...:
+    literals.EVALUATED) must hold literals."""
+    lit = _literals()
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word[2:].partition("=")
+        if name.replace("-", "_") not in lit.EVALUATED:
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                continue  # fairseq's parser names the missing value
+            value = words[i + 1]
+        try:
+            lit.literal(value, f"--{name}")
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+
+
+def prepare_scripts() -> List[str]:
+    """The data scripts a config may name: scripts/prepare-*.sh that run on their own (not the
+    bodies they source, which start with a comment instead of a shebang)."""
+    return sorted(p.name for p in (REPO / "scripts").glob("prepare-*.sh")
+                  if _PREPARE_SCRIPT.fullmatch(p.name) and p.read_text(encoding="utf-8").startswith("#!"))
+
+
+def prepare_words(text: str, where: str = "PREPARE") -> List[str]:
+    """PREPARE as words: a script scripts/prepare-*.sh, then plain-word arguments."""
+    words = text.split()
+    if not words:
+        return words
+    scripts = prepare_scripts()
+    if words[0] not in scripts:
+        names = ", ".join(scripts)
+        raise ConfigError(f"{where}: PREPARE must start with a script of scripts/ ({names}), got {words[0]!r}")
+    for word in words[1:]:
+        if not _PLAIN_WORD.fullmatch(word):
+            raise ConfigError(f"{where}: PREPARE's arguments must be plain words (letters, digits and _ . , : = + @ % / -), "
+                              f"got {word!r}")
+    return words
 
 
 # ---------------------------------------------------------------- a trained run's record
@@ -244,22 +352,67 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
     return args + shlex.split(v["EXTRA_TRAIN_ARGS"])
 
 
-def record(cfg: Config, commands: Sequence[str], path) -> None:
-    """Write OUT/config.resolved.json: the resolved config and the exact command(s). A rerun
-    (resume) may change only how long it trains; any other change is refused."""
+def has_checkpoints(run_dir) -> bool:
+    """A checkpoint fairseq-train can resume from (crash.pt, fairseq's dump of a NaN step, is none)."""
+    return any((pathlib.Path(run_dir) / "checkpoints").glob("checkpoint*.pt"))
+
+
+def data_identity(data) -> Dict:
+    """The data-bin's path and its dictionaries' sha256: what a model trained on it can be evaluated on."""
+    data = pathlib.Path(data)
+    dicts = {}
+    for path in sorted(data.glob("dict.*.txt")):
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        dicts[path.name] = h.hexdigest()
+    return {"path": str(data.resolve()), "dictionaries": dicts}
+
+
+def check_data(run_dir, data) -> str:
+    """The data-bin an evaluation of RUN_DIR uses must have the dictionaries it trained with (the
+    record's, or for a run recorded before data identities, its training command's data-bin).
+    Returns the line that says which data is used; ``ConfigError`` otherwise."""
+    rec = read_record(run_dir)
+    now = data_identity(data)
+    trained = rec.get("data")
+    if trained is None:  # recorded before data identities: the training command's first argument
+        words = shlex.split(rec["train_commands"][0]) if rec.get("train_commands") else []
+        if len(words) > 1 and pathlib.Path(words[1]).is_dir():
+            trained = data_identity(words[1])
+    if trained is None:
+        return f"evaluating on {now['path']} (the training data is unknown: its dictionaries are not compared)"
+    ours, theirs = now["dictionaries"], trained["dictionaries"]
+    differ = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))
+    if differ:
+        raise ConfigError(f"{data}: {differ[0]} differs from the dictionary {run_dir} was trained with "
+                          f"(in {trained['path']}): evaluate on that data-bin, or on one made with the same dictionaries")
+    if now["path"] == trained["path"]:
+        return f"evaluating on {now['path']} (the data-bin the run trained on)"
+    return f"evaluating on {now['path']} (the dictionaries of the data-bin the run trained on, {trained['path']})"
+
+
+def record(cfg: Config, commands: Sequence[str], path, data=None) -> None:
+    """Write OUT/config.resolved.json: the resolved config, the exact command(s) and the data-bin's
+    identity (``data_identity``). Once the run has a checkpoint it is bound to its config: a rerun
+    (resume) may change only how long it trains. Before that (a start that failed), anything may."""
     from tfixup import atomic
 
     path = pathlib.Path(path)
-    if path.is_file():
+    if path.is_file() and has_checkpoints(path.parent):
         old = read_record(path.parent)["values"]
         may_change = {"MAX_UPDATE", "MAX_EPOCH", "LOG_INTERVAL", "KEEP_LAST", *EVAL_KEYS}
         changed = sorted(k for k in cfg.values if k not in may_change and old.get(k) != cfg.values[k])
         if changed:
             k = changed[0]
-            raise ConfigError(f"{path.parent} was trained with {k}={old.get(k)}, now {k}={cfg.values[k]}: "
+            raise ConfigError(f"{path.parent} holds checkpoints trained with {k}={old.get(k)}, now {k}={cfg.values[k]}: "
                               "use a new OUT_DIR (a resumed run must keep its config)")
-    atomic.write_json(path, {"experiment": cfg.name, "config_file": cfg.path, "values": cfg.values,
-                             "train_commands": list(commands)}, sort_keys=False)
+    content = {"experiment": cfg.name, "config_file": cfg.path, "values": cfg.values,
+               "train_commands": list(commands)}
+    if data is not None:
+        content["data"] = data_identity(data)
+    atomic.write_json(path, content, sort_keys=False)
 
 
 # ---------------------------------------------------------------- command line (for scripts/*.sh)
@@ -287,6 +440,10 @@ def main(argv=None) -> int:
     r.add_argument("experiment")
     r.add_argument("--commands", required=True, help="file with the command line(s), one per process")
     r.add_argument("--out", required=True)
+    r.add_argument("--data", help="the data-bin it trains on (its dictionaries' sha256 are recorded)")
+    c = sub.add_parser("check-data", help="an evaluation's data-bin has the run's dictionaries")
+    c.add_argument("--run", required=True)
+    c.add_argument("data")
     sub.add_parser("list", help="experiment names")
     for q in (g, t, r):
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -294,6 +451,9 @@ def main(argv=None) -> int:
     try:
         if a.cmd == "list":
             print("\n".join(experiment_names()))
+            return 0
+        if a.cmd == "check-data":
+            print(check_data(a.run, a.data), file=sys.stderr)
             return 0
         sets = parse_sets(a.set)
         if a.cmd == "get":
@@ -311,7 +471,7 @@ def main(argv=None) -> int:
             _nul(train_args(resolve(a.experiment, sets), a.data, a.out, a.world, a.device, a.per_process_batch))
         elif a.cmd == "record":
             commands = pathlib.Path(a.commands).read_text().splitlines()
-            record(resolve(a.experiment, sets), commands, a.out)
+            record(resolve(a.experiment, sets), commands, a.out, a.data)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

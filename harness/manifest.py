@@ -1,12 +1,14 @@
 """A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence
-counts, <unk> rates), written by scripts/prepare-*.sh only after every check passed.
+counts, <unk> rates) and what it holds (every file's size), written by scripts/prepare-*.sh
+only after every check passed.
 
     python -m harness.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
-    python -m harness.manifest status DIR PARAMS_JSON        -> current | differs | missing | foreign
+    python -m harness.manifest status DIR PARAMS_JSON        -> current | differs | changed PATH | missing | foreign
     python -m harness.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
                                       [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
+                                      [--keep-log FILE]
     python -m harness.manifest check DIR                     -> exit 0 complete, 2 none (made before
-                                                                 manifests), 1 incomplete (one line)
+                                                                 manifests), 1 incomplete or changed (one line)
 """
 
 import argparse
@@ -20,7 +22,8 @@ import sys
 
 NAME = "manifest.json"
 # fairseq-preprocess: "[de] .../valid.de: 1014 sents, 17000 tokens, 0.35% replaced (by <unk>)"
-_PREPROCESS = re.compile(r"\[(\w+)\] \S*/(train|valid|test)\.(\w+): (\d+) sents, (\d+) tokens, ([\d.]+)% replaced")
+# (the path may hold spaces: everything up to the last "/" before the split's file name)
+_PREPROCESS = re.compile(r"\[(\w+)\] (?:.*/)?(train|valid|test)\.(\w+): (\d+) sents, (\d+) tokens, ([\d.]+)% replaced")
 
 
 class DataError(ValueError):
@@ -39,14 +42,22 @@ def read(path_dir):
 
 
 def status(path_dir, params) -> str:
-    """current: complete and made with PARAMS; differs: complete, other parameters;
-    missing: no such folder; foreign: a folder without a complete manifest (half-made or not ours)."""
+    """current: complete, made with PARAMS from inputs that still have their recorded sha256;
+    differs: complete, other parameters; changed PATH: same parameters, but the input PATH's
+    content changed (or it is gone); missing: no such folder; foreign: a folder without a
+    complete manifest (half-made or not ours)."""
     if not os.path.exists(path_dir):
         return "missing"
     m = read(path_dir)
     if not m or m.get("complete") is not True:
         return "foreign"
-    return "current" if m.get("params") == params else "differs"
+    if m.get("params") != params:
+        return "differs"
+    for entry in m.get("inputs", []):
+        path = entry.get("path", "")
+        if not os.path.isfile(path) or sha256(path) != entry.get("sha256"):
+            return f"changed {path}"
+    return "current"
 
 
 def unk_rates(log_text, counts):
@@ -67,20 +78,28 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
-def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None):
+def file_sizes(path_dir) -> dict:
+    """Every file of the data-bin but the manifest and fairseq-preprocess's log: name -> bytes."""
+    return {name: os.path.getsize(os.path.join(path_dir, name)) for name in sorted(os.listdir(path_dir))
+            if name not in (NAME, "preprocess.log") and os.path.isfile(os.path.join(path_dir, name))}
+
+
+def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None, folder=None):
     manifest = {
         "complete": True, "made_by": made_by, "params": params,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs],
         "sentences": counts,
     }
+    if folder is not None:
+        manifest["files"] = file_sizes(folder)
     if bpe_merges is not None:
         manifest["bpe_merges"] = bpe_merges
     if log_text is not None:
         unk = unk_rates(log_text, counts)
         want = 2 * len(counts)
         if len(unk) != want:
-            raise DataError(f"fairseq-preprocess reported {len(unk)} of {want} files (see its log)")
+            raise DataError(f"fairseq-preprocess reported {len(unk)} of {want} files in its log")
         bad = {k: v for k, v in unk.items() if not k.startswith("train.") and v > max_unk}
         if bad:
             raise DataError(f"<unk> rate above {max_unk}% in {bad}: the BPE codes or the data do not match "
@@ -102,6 +121,13 @@ def check(path_dir):
         for lang in (src, tgt):
             if src and tgt and not os.path.exists(os.path.join(path_dir, f"{split}.{src}-{tgt}.{lang}.bin")):
                 return f"{path_dir} lacks {split}.{src}-{tgt}.{lang}.bin that {NAME} lists"
+    for name, size in m.get("files", {}).items():  # manifests before sizes were recorded have none
+        path = os.path.join(path_dir, name)
+        if not os.path.isfile(path):
+            return f"{path_dir} lacks {name} that {NAME} lists"
+        if os.path.getsize(path) != size:
+            return (f"{path} is {os.path.getsize(path)} bytes, but {NAME} says {size} (truncated or replaced "
+                    "after it was made)")
     return None
 
 
@@ -139,6 +165,8 @@ def main(argv=None):
     s.add_argument("--preprocess-log")
     s.add_argument("--max-unk", type=float, default=2.0)
     s.add_argument("--bpe-merges", type=int)
+    s.add_argument("--keep-log", help="where fairseq-preprocess's log is copied when the data is refused "
+                                      "(the temp folder that holds it is removed)")
     s = sub.add_parser("check")
     s.add_argument("dir")
     s = sub.add_parser("count", help="sentence pairs of a split")
@@ -154,8 +182,16 @@ def main(argv=None):
         elif args.cmd == "write":
             counts = {k: int(v) for k, v in (c.split("=", 1) for c in args.counts)}
             log_text = open(args.preprocess_log, encoding="utf-8").read() if args.preprocess_log else None
-            m = build(json.loads(args.params), counts, args.inputs, args.made_by, log_text, args.max_unk,
-                      bpe_merges=args.bpe_merges)
+            try:
+                m = build(json.loads(args.params), counts, args.inputs, args.made_by, log_text, args.max_unk,
+                          bpe_merges=args.bpe_merges, folder=os.path.dirname(os.path.abspath(args.out)))
+            except DataError as e:
+                if args.keep_log and args.preprocess_log:
+                    import shutil
+
+                    shutil.copyfile(args.preprocess_log, args.keep_log)
+                    raise DataError(f"{e} (kept: {args.keep_log})") from None
+                raise
             # written into the temp folder that is published whole (no atomic rename needed here,
             # and fairseq_tfixup's import would load fairseq)
             with open(args.out, "w", encoding="utf-8") as f:

@@ -1,24 +1,38 @@
 """What to do after a failed training run: the cause, in one line, and the next command.
 
-* a corrupt ``checkpoint_last.pt``: the newest checkpoint that loads (safely, tensors
-  memory-mapped) and the commands that resume from it;
+* a full disk (ENOSPC): how much is free, how much a checkpoint needs, and the command
+  that resumes once there is room (the plugin's atomic saves keep checkpoint_last.pt whole);
+* a corrupt ``checkpoint_last.pt`` (unreadable, or a bit flip its CRCs show): the newest
+  intact checkpoint and the commands that resume from it;
+* a checkpoint of another model in the run (another architecture or sizes, or other
+  dictionaries): that, and a new OUT_DIR;
 * NaN/Inf (fairseq's "gradients are Nan/Inf", whose NanDetector then crashes on its
   own, or fp16's "Minimum loss scale reached"): update, loss and lr of the last logged
-  line and what to change;
+  line, and a command with half the learning rate (in this OUT_DIR while it holds no
+  checkpoint, else in a new one: a run is bound to its config once it has one);
+* arguments fairseq-train refused (EXTRA_TRAIN_ARGS, or those after ``--``);
 * bad data: rebuild it (rerunning would fail the same way);
 * anything else: the last error line, and rerunning resumes from checkpoint_last.pt.
 """
 
 import glob
+import json
 import os
 import pickle
 import re
 import shlex
+import shutil
+from typing import Optional, Sequence
 
 from harness.fairseq_log import last_value
+from tfixup import checkpoints
 
-# what a checkpoint that cannot be read raises (torch's zip reader, the unpickler, a missing key)
+# what a checkpoint that cannot be read raises (torch's zip reader, the unpickler, a missing key;
+# the plugin's CorruptCheckpoint and UnsafeCheckpoint are ValueErrors)
 LOAD_ERRORS = (OSError, RuntimeError, KeyError, EOFError, ValueError, pickle.UnpicklingError)
+# the sizes that make a model: fairseq's flags and its args' names
+MODEL_FLAGS = ("arch", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim",
+               "encoder_attention_heads", "decoder_attention_heads", "encoder_layers", "decoder_layers")
 
 
 def first_line(e: BaseException) -> str:
@@ -26,16 +40,24 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def num_updates(path) -> int:
-    """The update count a checkpoint was saved at, read safely, without reading its tensors."""
-    from tfixup import checkpoints
+def num_updates(path, check_crc: bool = False) -> int:
+    """The update count a checkpoint was saved at, without reading its tensors (``check_crc``:
+    reading the whole file once, for its CRCs)."""
+    return updates_of(checkpoints.load(path, mmap=True, check_crc=check_crc), path)
 
-    return int(checkpoints.load(path, mmap=True)["optimizer_history"][-1]["num_updates"])
+
+def updates_of(state, path) -> int:
+    """The update count in a loaded checkpoint's state."""
+    try:
+        return int(state["optimizer_history"][-1]["num_updates"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise checkpoints.CorruptCheckpoint(path, "no optimizer_history with num_updates: not a checkpoint fairseq-train wrote") from None
 
 
 def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
-    """(path, updates) of the checkpoint with the most updates that loads, or None; among
-    equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
+    """(path, updates) of the checkpoint with the most updates that loads and passes its CRC
+    check, or None; among equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
+
     found = []
     for path in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt")):
         if os.path.basename(path) in exclude:
@@ -44,16 +66,30 @@ def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
             found.append((num_updates(path), "best" not in os.path.basename(path), path))
         except LOAD_ERRORS:
             continue
-    if not found:
-        return None
-    updates, _, path = max(found)
-    return path, updates
+    for updates, _, path in sorted(found, reverse=True):  # newest first; read whole only until one passes
+        try:
+            checkpoints.verify(path)
+        except LOAD_ERRORS:
+            continue
+        return path, updates
+    return None
 
 
-def corrupt_last_advice(last: str, reason: str, command: str) -> str:
+def unusable(last: str, error) -> str:
+    """What is wrong with LAST, from the error its loading raised (or a reason), in words."""
+    if isinstance(error, str):
+        return f"{last} is corrupt (cannot be read: {error})"
+    if getattr(error, "reason", None):  # checkpoints.CorruptCheckpoint
+        return f"{last} is corrupt ({error.reason})"
+    if type(error).__name__ == "UnsafeCheckpoint":  # names the file and the field already
+        return first_line(error)
+    return f"{last} is corrupt (cannot be read: {first_line(error)})"
+
+
+def corrupt_last_advice(last: str, error, command: str) -> str:
     intact = newest_intact(os.path.dirname(last))
     q = shlex.quote
-    head = f"{last} is corrupt (cannot be read: {reason})"
+    head = unusable(last, error)
     if intact is None:
         return (f"{head} and no other checkpoint loads: start over with: "
                 f"mv {q(last)} {q(last + '.corrupt')} && {command}")
@@ -62,33 +98,162 @@ def corrupt_last_advice(last: str, reason: str, command: str) -> str:
             f"resume from it with: mv {q(last)} {q(last + '.corrupt')} && cp {q(path)} {q(last)} && {command}")
 
 
+# ---------------------------------------------------------------- another run's model
+
+
+def _model_args(state) -> dict:
+    """The model's flags as fairseq stored them: state["args"], or state["cfg"]["model"]
+    (a Namespace for models configured from the command line, else a dict)."""
+    cfg = state.get("cfg") or {}
+    model = cfg.get("model") if isinstance(cfg, dict) else None
+    for holder in (model, state.get("args")):
+        if holder is not None:
+            return dict(vars(holder)) if hasattr(holder, "__dict__") else dict(holder)
+    return {}
+
+
+def command_model(words: Sequence[str]) -> dict:
+    """--arch and the size flags of a fairseq-train command line (its words)."""
+    out = {}
+    for i, word in enumerate(words[:-1]):
+        if word.startswith("--") and word[2:].replace("-", "_") in MODEL_FLAGS:
+            out[word[2:].replace("-", "_")] = words[i + 1]
+    return out
+
+
+def model_mismatch(state, words: Sequence[str]) -> Optional[str]:
+    """How the checkpoint's model differs from the one the command trains ("arch transformer, not
+    transformer_tfixup; ..."), or None. Only what both state."""
+    saved, wanted = _model_args(state), command_model(words)
+    differ = [f"{k} {saved[k]}, not {wanted[k]}" for k in MODEL_FLAGS
+              if k in saved and k in wanted and str(saved[k]) != wanted[k]]
+    return "; ".join(differ) or None
+
+
+def foreign_model_advice(last: str, what: str) -> str:
+    return (f"{last} holds another model than this run trains ({what}): it is not this run's checkpoint "
+            "(a run directory of another experiment or settings); use a new OUT_DIR for this run, "
+            "or train the experiment that made it")
+
+
+# ---------------------------------------------------------------- why fairseq-train failed
+
 _NAN = re.compile(r"gradients are Nan/Inf|Minimum loss scale reached|NaN or Inf found in input tensor|"
                   r"loss is nan|FloatingPointError")
-_DATA = re.compile(r"Dataset not found|Unable to infer|size mismatch for .*embed_tokens|"
-                   r"index out of range in self|Tried to load .* but found|No such file or directory: .*\.(idx|bin)")
+_DATA = re.compile(r"Dataset not found|Unable to infer|index out of range in self|Tried to load .* but found|"
+                   r"No such file or directory: .*\.(idx|bin)|mmap length is greater than file size|"
+                   r"buffer is smaller than requested size|cannot mmap an empty file")
 _CKPT = re.compile(r"Cannot load model parameters from checkpoint|PytorchStreamReader failed|"
                    r"Weights only load failed|UnpicklingError|failed finding central directory")
+_LOAD_MODEL = re.compile(r"Cannot load model parameters from checkpoint")
+_SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
+                   r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
+_DISK = re.compile(r"No space left on device|Errno 28|ENOSPC|file write failed|Disk quota exceeded")
+_ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$", re.M)
 
 
-def train_failure(log_text: str, rc: int, ckpt_dir: str, command: str) -> str:
+def _mb(n: int) -> str:
+    return f"{n / 2 ** 20:.0f} MB" if n >= 2 ** 20 else f"{n / 1024:.0f} KB"
+
+
+def _retry(argv: Sequence[str], key: str, value: str, new_out: Optional[str] = None) -> str:
+    """ARGV (bash scripts/train.sh ...) with --set KEY=VALUE after the script's own options
+    (before "--", so that it wins over an earlier --set), in NEW_OUT instead of the run's folder."""
+    words = list(argv)
+    if new_out is not None:
+        out, new = new_out
+        end = words.index("--") if "--" in words else len(words)
+        at = [j for j in range(end) if words[j] == out]
+        if at:
+            words[at[-1]] = new
+    end = words.index("--") if "--" in words else len(words)
+    return shlex.join(words[:end] + ["--set", f"{key}={value}"] + words[end:])
+
+
+def _record_lr(run_dir: str) -> Optional[float]:
+    try:
+        with open(os.path.join(run_dir, "config.resolved.json"), encoding="utf-8") as f:
+            return float(json.load(f)["values"]["LR"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> str:
+    """One line: why fairseq-train failed (exit RC, log LOG_TEXT) in RUN_DIR, and what to run next.
+    ARGV is the training command (bash scripts/train.sh ...), which resumes."""
+
+    command = shlex.join(argv)
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+    last = os.path.join(ckpt_dir, "checkpoint_last.pt")
     run = text = log_text
     # the failed run only: train.log is appended to by every run
     starts = [m.start() for m in re.finditer(r"fairseq_cli\.train \| \{|fairseq_cli.train\].*\{'_name'", text)]
     if starts:
         run = text[starts[-1]:]
+
+    saved = glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt"))
+    need = max([os.path.getsize(p) for p in saved] or [0])
+    free = shutil.disk_usage(run_dir if os.path.isdir(run_dir) else ".").free
+    if _DISK.search(run) or free < need:  # (torch names no errno; the plugin's saves do: checkpoints.save)
+        q, resume = shlex.quote, command
+        state = "no checkpoint was saved yet (the rerun starts over)"
+        if os.path.exists(last):
+            try:
+                state = f"checkpoint_last.pt is intact ({num_updates(last, check_crc=True)} updates)"
+            except LOAD_ERRORS as e:
+                return f"disk full (ENOSPC) while training; {corrupt_last_advice(last, e, command)}"
+        elif newest_intact(ckpt_dir):
+            path, updates = newest_intact(ckpt_dir)
+            state = f"the newest checkpoint is {os.path.basename(path)} ({updates} updates)"
+            resume = f"cp {q(path)} {q(last)} && {command}"
+        size = f", a checkpoint is {_mb(need)}" if need else ""
+        return (f"disk full (ENOSPC) on the disk of {run_dir} ({_mb(free)} free{size}): training stopped; {state}; "
+                f"free some space, then resume with: {resume}")
+
     if _NAN.search(run):
+        if os.path.exists(last):  # a bit flip in checkpoint_last.pt loads without error and trains into NaN
+            try:
+                checkpoints.verify(last)
+            except LOAD_ERRORS as e:
+                return corrupt_last_advice(last, e, command)
         m = re.search(r"gradients are Nan/Inf|Minimum loss scale reached", run)
         what = m.group(0) if m else "NaN/Inf"
+        lr = _record_lr(run_dir)
+        if lr is None:
+            lower = "lower LR (--set LR=...)"
+        else:
+            half = f"{lr / 2:g}"
+            if saved:  # the run is bound to its LR: another LR is another run
+                retry = _retry(argv, "LR", half, (run_dir, f"{run_dir.rstrip('/')}-lr{half}"))
+                lower = f"lower LR (was {lr:g}) in a new OUT_DIR (this one holds checkpoints of LR={lr:g}), e.g.: {retry}"
+            else:
+                lower = f"lower LR (was {lr:g}), e.g.: {_retry(argv, 'LR', half)}"
         return (f"training diverged ({what}) after update {last_value(run, 'num_updates')} (last logged: loss "
-                f"{last_value(run, 'loss')}, lr {last_value(run, 'lr')}): rerunning will diverge again; lower LR (--set LR=...), use a longer "
-                "DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
+                f"{last_value(run, 'loss')}, lr {last_value(run, 'lr')}): rerunning will diverge again; {lower}; or use a "
+                "longer DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
                 "(--set FP16=0) instead of fp16")
-    last = os.path.join(ckpt_dir, "checkpoint_last.pt")
+
     if _CKPT.search(run) and os.path.exists(last):
         try:
-            num_updates(last)
+            state = checkpoints.load(last, mmap=True, check_crc=True)
         except LOAD_ERRORS as e:
-            return corrupt_last_advice(last, first_line(e), command)
+            return corrupt_last_advice(last, e, command)
+        if _LOAD_MODEL.search(run):  # it loads, but its tensors do not fit this run's model
+            sizes = _SIZE.findall(run)
+            dictionary = re.compile(r"(embed_tokens|output_projection)\.weight$")
+            if sizes and all(dictionary.search(n) and a.split(",")[1:] == b.split(",")[1:] for n, a, b in sizes):
+                name, a, b = sizes[0]
+                return (f"{last} was trained with other dictionaries than this data-bin's ({name}: "
+                        f"{a.split(',')[0]} symbols in the checkpoint, {b.split(',')[0]} now): the data-bin changed "
+                        "since this run started; train on the data-bin it started with, or in a new OUT_DIR")
+            what = _model_args(state).get("arch", "?")
+            detail = f"{sizes[0][0]} {sizes[0][1]} in the checkpoint, {sizes[0][2]} now" if sizes else "other parameters"
+            return foreign_model_advice(last, f"a {what} model: {detail}")
+
+    m = _ARGS.search(run)
+    if m and rc == 2:
+        return (f"fairseq-train refused its arguments ({m.group(1).strip()[:200]}): fix EXTRA_TRAIN_ARGS in the "
+                f"config (or --set EXTRA_TRAIN_ARGS=...) or the arguments after --, then rerun; nothing was trained")
     m = _DATA.search(run)
     if m:
         return (f"fairseq-train could not use the data ({m.group(0)}): rebuild the data-bin with "

@@ -85,14 +85,42 @@ def render_markdown(rows: Sequence[Dict], title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+# fields a row shows as numbers: a number or null, nothing else
+NUMBER_FIELDS = ("bleu_tok", "bleu_detok", "num_updates", "device_hours", "sentences")
+
+
+def check_result(r) -> None:
+    """``ValueError`` naming the first field of a results JSON that the table cannot show."""
+    if not isinstance(r, dict):
+        raise TypeError("not a JSON object")
+    name, cfg = r["experiment"], r["config"]
+    if not isinstance(name, str) or not isinstance(cfg, dict):
+        raise ValueError("field experiment or config has the wrong type")
+    for key in ("TABLE", "ROW", "PAPER_BLEU", "PAPER_METRIC"):
+        if not isinstance(cfg[key], str):
+            raise ValueError(f"field config.{key} is not a string")
+    if cfg["PAPER_METRIC"] not in METRIC_NAMES:
+        raise ValueError(f"field config.PAPER_METRIC is {cfg['PAPER_METRIC']!r}, not one of {', '.join(METRIC_NAMES)}")
+    if cfg["PAPER_BLEU"]:
+        try:
+            float(cfg["PAPER_BLEU"])
+        except ValueError:
+            raise ValueError(f"field config.PAPER_BLEU is {cfg['PAPER_BLEU']!r}, not a number") from None
+    for key in NUMBER_FIELDS:
+        value = r.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise ValueError(f"field {key} is {value!r}, not a number")
+
+
 def load_results(paths: Sequence[str]) -> Dict[str, Dict]:
-    """Each readable results JSON by experiment; a bad one is named on stderr and skipped."""
+    """Each readable results JSON by experiment; a bad one (unreadable, or a field of the wrong kind)
+    is named on stderr with its field and skipped: the rest of the table is still written."""
     results = {}
     for p in paths:
         try:
             r = json.loads(pathlib.Path(p).read_text(encoding="utf-8"))
-            name, cfg = r["experiment"], r["config"]
-            [cfg[k] for k in ("TABLE", "ROW", "PAPER_BLEU", "PAPER_METRIC")]
+            check_result(r)
+            name = r["experiment"]
         except (OSError, ValueError, KeyError, TypeError) as e:
             why = str(e).splitlines()[0] if str(e) else ""
             print(f"warning: skipping {p}: not a results.json of scripts/evaluate.sh ({type(e).__name__} {why})",

@@ -63,6 +63,14 @@ expect_lines() {  # N WHAT FILE...
   done
 }
 
+# A carriage return inside a line (not a CRLF line end) is a line break to Python's text readers
+# (sacremoses, fairseq-preprocess) and to no one else: the two sides would no longer pair up.
+no_lone_cr() {  # TEXT INPUT
+  local n
+  n=$(LC_ALL=C grep -n -m1 $'\r.' "$1" | cut -d: -f1 || true)
+  [ -z "$n" ] || die "$2 line $n holds a carriage return (\\r) inside the line, which Python's tools read as a line break: remove it (e.g. sed 's/\\r//g'), then rerun; nothing published"
+}
+
 # Lines of FILE's text (decompressed), at most MAX (0 = all): what a step reading
 # it must produce. Fails (set -e) when the file cannot be read to its end.
 count_lines() {  # FILE [MAX]
@@ -82,9 +90,12 @@ expect_merges() {  # CODE N WHERE
 # a folder without a complete manifest (half-made, or made by other means).
 manifest_params() { python3 -m harness.manifest params "$@"; }
 skip_if_current() {  # OUT PARAMS_JSON
-  case $(python3 -m harness.manifest status "$1" "$2") in
-    current) log "up to date, skipping: $1 (manifest.json matches)"; exit 0;;
+  local status; status=$(python3 -m harness.manifest status "$1" "$2")
+  case $status in
+    current) log "up to date, skipping: $1 (manifest.json matches: parameters and inputs' sha256)"; exit 0;;
     differs) log "parameters differ from $1/manifest.json: rebuilding $1";;
+    changed\ *) INPUTS_CHANGED=1
+               log "an input changed since $1 was made (${status#changed }: sha256 differs from manifest.json): rebuilding $1";;
     foreign) die "$1 exists but has no complete manifest.json (half-made, or made before manifests): remove it, then rerun";;
   esac
 }
@@ -108,8 +119,10 @@ binarize_and_publish() {  # TMP SRC TGT MAX_UNK PARAMS SPLIT=N... -- INPUT...
     cp "$tmp/text/code" "$tmp/bin/code"
     merges=(--bpe-merges "$(grep -vc '^#' "$tmp/text/code" || true)")
   fi
+  # refused data: its log is kept beside OUT (the temp folder goes)
   python3 -m harness.manifest write "$tmp/bin/manifest.json" --made-by "scripts/$(basename "$0")" \
     --params "$params" --counts "${counts[@]}" --inputs "$@" --preprocess-log "$tmp/bin/preprocess.log" \
-    --max-unk "$max_unk" "${merges[@]}"
+    --max-unk "$max_unk" "${merges[@]}" --keep-log "$OUT.preprocess.log"
+  rm -f "$OUT.preprocess.log"
   publish_dir "$tmp/bin" "$OUT"
 }

@@ -69,7 +69,7 @@ build_commands() {
   GENERATE_CMD=(fairseq-generate "$DATA" --path "$EVAL/averaged.pt" --gen-subset "$SUBSET"
                 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a "$MAX_LEN_A" --max-len-b "$MAX_LEN_B"
                 --remove-bpe "${common[@]}")
-  RESULTS_CMD=(python3 -m harness results --run "$OUT" "${SETS[@]}" --generate "$EVAL/generate-$SUBSET.txt"
+  RESULTS_CMD=(python3 -m harness results --run "$OUT" "${SETS[@]}" --data "$DATA" --generate "$EVAL/generate-$SUBSET.txt"
                --checkpoint "$EVAL/averaged.pt" --raw-refs "$DATA/$SUBSET.raw.$tgt"
                --average-json "$EVAL/averaging.json" --subset "$SUBSET" --out "$EVAL/results.json")
 }
@@ -113,7 +113,7 @@ average_and_translate() {
     progress_pid=$!
   fi
   local rc=0
-  python3 -m harness "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
+  "${PARENT_DEATH[@]}" python3 -m harness "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
   [ -z "$progress_pid" ] || kill "$progress_pid" 2>/dev/null || true
   [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
@@ -145,7 +145,19 @@ progress() {  # OUTPUT_FILE
   done
 }
 
+# Before fairseq is imported: the data has the dictionaries the run trained with and is whole
+# (its manifest), and checkpoint_last.pt is intact (CRCs), safe (literals) and this run's model.
+check_inputs() {
+  python3 -m harness.config check-data --run "$OUT" "$DATA"
+  local rc=0; python3 -m harness.manifest check "$DATA" || rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 2 ] || exit 1
+  local expect=(); [ ! -f "$OUT/train_command.sh" ] || expect=(--expect "$OUT/train_command.sh")
+  python3 -m harness updates "$OUT/checkpoints/checkpoint_last.pt" --check-crc "${expect[@]}" \
+    --advise "$(printf '%q ' bash "$0" "${ARGS[@]}" | sed 's/ $//')" > /dev/null
+}
+
 main() {
+  ARGS=("$@")
   parse_options "$@"
   DATA=${POS[1]}; OUT=${POS[2]}; EVAL=$OUT/eval
   local name=()
@@ -164,6 +176,7 @@ main() {
     exit 0
   fi
   use_venv
+  check_inputs
   mkdir -p "$EVAL"
   average_and_translate
   "${RESULTS_CMD[@]}"  # score -> results.json (atomic)

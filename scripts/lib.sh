@@ -29,6 +29,20 @@ use_venv() {
   command -v fairseq-train >/dev/null 2>&1 || die "fairseq is not installed: run 'bash scripts/install.sh' first"
 }
 
+# "${PARENT_DEATH[@]}" CMD...: CMD is killed when the process that started it dies, even by
+# kill -9, which no trap sees (Linux's parent-death signal, set by util-linux setpriv, or else
+# by prctl from Python). A script's worker (supervise) and train.sh's fairseq-train use it:
+# without it, kill -9 of a script left its training running on, unsupervised.
+if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
+  PARENT_DEATH=(setpriv --pdeathsig KILL)
+elif [ "$(uname -s)" = Linux ]; then
+  PARENT_DEATH=(python3 -c 'import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+os.execvp(sys.argv[1], sys.argv[1:])')
+else
+  PARENT_DEATH=()
+fi
+
 # Signals. bash runs a trap only after the foreground command ends, so a script
 # busy in `fairseq-train | tee` or `xzcat | subword-nmt` would ignore SIGTERM for
 # minutes. `supervise "$@"` (first line of a script) reruns the script as a child
@@ -38,7 +52,7 @@ use_venv() {
 # TFIXUP_STOP_SECONDS (default 10) is killed.
 supervise() {
   [ "${TFIXUP_SUPERVISOR:-}" = "$PPID" ] && return 0  # we are the child: do the work
-  TFIXUP_SUPERVISOR=$$ bash "$0" "$@" <&0 &
+  TFIXUP_SUPERVISOR=$$ "${PARENT_DEATH[@]}" bash "$0" "$@" <&0 &
   local child=$! rc
   # shellcheck disable=SC2064
   trap "stop_tree $child TERM" TERM
@@ -88,8 +102,22 @@ step() { STEP=$*; log "$*"; }
 
 # DIR becomes an empty temp folder, removed on exit unless published.
 tmp_dir() {  # DIR
+  remove_stale_tmp "$1"
   rm -rf "$1"; mkdir -p "$1"
   TMP_PATHS+=("$1")
+}
+
+# DEST.tmp.PID folders of runs killed outright (kill -9: no trap ran), once that PID has ended.
+remove_stale_tmp() {  # DEST.tmp.PID
+  local base=${1%.tmp.*} f pid
+  [ "$base" != "$1" ] || return 0
+  for f in "$base".tmp.*; do
+    pid=${f##*.tmp.}
+    [[ $pid =~ ^[0-9]+$ ]] && [ -d "$f" ] || continue
+    ! ps -p "$pid" >/dev/null 2>&1 || continue
+    log "removing $f (left by a run that was killed; its PID $pid has ended)"
+    rm -rf "$f"
+  done
 }
 
 # Move a finished temp dir into place; an older DEST is replaced only at this point.

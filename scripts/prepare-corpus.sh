@@ -118,6 +118,7 @@ for split in train valid test; do
   for l in "$SRC" "$TGT"; do
     step "tokenize $split.$l (${FILES[$split.$l]})"
     read_text "${FILES[$split.$l]}" | head_n "${!n}" > "$TMP/text/$split.raw.$l"
+    no_lone_cr "$TMP/text/$split.raw.$l" "${FILES[$split.$l]}"
     tokenize "$l" "$TMP/text/$split.raw.$l" | maybe_lower > "$TMP/text/$split.tok.$l"
   done
 done

@@ -81,6 +81,8 @@ TOK_PARAMS=$(manifest_params --base "$RAW_PARAMS" pretokenized "$PRETOK" test_se
   test_lines "$TEST_LINES" testsets "${TESTSETS:+$(realpath "$TESTSETS")}")
 PARAMS=$(manifest_params --base "$TOK_PARAMS" bpe_tokens "$BPE_TOKENS")
 skip_if_current "$OUT" "$PARAMS"
+# an input's content changed at the same path: the steps made from it are stale too
+if [ "${INPUTS_CHANGED:-0}" = 1 ]; then rm -rf "$WORK/raw" "$WORK/tok" "$WORK/bpe"; fi
 use_venv
 
 # 0. archives: all checked before anything is written (a local archive folder),

@@ -72,9 +72,8 @@ DEVICE=gpu; [ "$CPU" = 0 ] || DEVICE=cpu
 cfg=()
 config_get cfg "$NAME" -- EXPERIMENT DATASET PREPARE
 EXPERIMENT=${cfg[0]}; DATASET=${cfg[1]}
-# PREPARE is "script [args]"
-# shellcheck disable=SC2206
-PREP=(${cfg[2]})
+# PREPARE is "script [args]" (plain words: harness/config.py), split on blanks, never globbed
+read -r -a PREP <<< "${cfg[2]}"
 WORK_DIR=${WORK_DIR:-work/quickstart-$DEVICE-$EXPERIMENT}
 # a data-bin of part of a split is another data-bin: its own name, never reused for the full one
 DATA=$WORK_DIR/data-bin/$DATASET

@@ -54,11 +54,13 @@ run_one() {  # NAME
   local v=()
   config_get v "$1" -- DATASET PREPARE TEST_SET TABLE ROW PAPER_BLEU
   local data=$DATA_ROOT/${v[0]} out=$RUNS/$1 test_set=${v[2]}
-  # PREPARE is "script [args]"; the *_ARGS options are word lists by design (usage)
-  # shellcheck disable=SC2206
-  local prep=(${v[1]}) extra=($PREPARE_ARGS) ev=($EVAL_ARGS)
-  # shellcheck disable=SC2206
-  [ "${prep[0]}" != prepare-iwslt14.sh ] || extra=($IWSLT_ARGS)
+  # PREPARE is "script [args]" (harness/config.py allows only a scripts/prepare-*.sh and plain
+  # words); the *_ARGS options are word lists by design (usage). Split on blanks, never globbed.
+  local prep=() extra=() ev=()
+  read -r -a prep <<< "${v[1]}"
+  read -r -a extra <<< "$PREPARE_ARGS"
+  read -r -a ev <<< "$EVAL_ARGS"
+  [ "${prep[0]}" != prepare-iwslt14.sh ] || read -r -a extra <<< "$IWSLT_ARGS"
   local prepare_cmd=(bash "$S/${prep[0]}" "${prep[@]:1}" --out "$data")
   [ -z "$test_set" ] || prepare_cmd+=(--test-set "$test_set")
   prepare_cmd+=("${extra[@]}")
@@ -71,9 +73,10 @@ run_one() {  # NAME
     printf '%q ' "${eval_cmd[@]}"; echo
     return
   fi
-  [ -d "$data" ] || "${prepare_cmd[@]}"
-  "${train_cmd[@]}"
-  "${eval_cmd[@]}"
+  # each step dies with this script, even on kill -9 (lib.sh PARENT_DEATH)
+  [ -d "$data" ] || "${PARENT_DEATH[@]}" "${prepare_cmd[@]}"
+  "${PARENT_DEATH[@]}" "${train_cmd[@]}"
+  "${PARENT_DEATH[@]}" "${eval_cmd[@]}"
 }
 
 if [ "$REPORT_ONLY" = 0 ]; then

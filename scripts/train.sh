@@ -35,6 +35,8 @@ Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and 
 command), train.log, train_command.sh, train_runs.tsv (wall time and outcome per run: 0, the
 exit code of a failed run, "interrupted" for SIGTERM/SIGINT, "killed" for a run that could not
 book itself). On a failure the last line names the cause and the next command to run.
+One train.sh at a time per OUT_DIR (a lock, OUT_DIR/.lock); OUT_DIR keeps its settings once it
+holds a checkpoint (before that, a rerun may change them).
 USAGE
 }
 
@@ -140,7 +142,21 @@ record_config() {
   printf '%s\n' "${CMDS[@]}" > "$OUT/train_command.sh.tmp"
   mv "$OUT/train_command.sh.tmp" "$OUT/train_command.sh"
   python3 -m harness.config record "$EXPERIMENT" "${SETS[@]}" --commands "$OUT/train_command.sh" \
-    --out "$OUT/config.resolved.json"
+    --out "$OUT/config.resolved.json" --data "$DATA"
+}
+
+# One train.sh per OUT_DIR: two at once interleaved train.log and raced on the checkpoints. The
+# lock (flock on OUT_DIR/.lock, which names the holder's PID) is held until this script and every
+# process it started (they inherit it) have ended.
+lock_run_dir() {
+  mkdir -p "$OUT"
+  if ! command -v flock >/dev/null 2>&1; then log "warning: no flock on this machine: $OUT is not locked"; return 0; fi
+  exec {LOCK_FD}>>"$OUT/.lock"
+  if ! flock -n "$LOCK_FD"; then
+    local holder; holder=$(head -c 32 "$OUT/.lock" 2>/dev/null | tr -cd 0-9 || true)
+    die "$OUT is in use by another scripts/train.sh (PID ${holder:-?}; lock $OUT/.lock): wait for it to end, or stop it (kill ${holder:-PID}), then rerun"
+  fi
+  echo "${TFIXUP_SUPERVISOR:-$$}" > "$OUT/.lock" 2>/dev/null || true
 }
 
 # Exit 0 when checkpoint_last.pt already has MAX_UPDATE updates: fairseq would take one more
@@ -150,7 +166,10 @@ check_resume() {
   local last=$OUT/checkpoints/checkpoint_last.pt done_updates
   [ -f "$last" ] || return 0
   # a corrupt checkpoint_last.pt: name the newest intact checkpoint and the commands
-  done_updates=$(python3 -m harness updates "$last" --advise "$(quote bash "$0" "${ARGS[@]}")") || exit 1
+  # (its CRCs too: a bit flip loads without error and trains into NaN) and another run's model
+  # (architecture and sizes against this run's command)
+  done_updates=$(python3 -m harness updates "$last" --check-crc --expect "$OUT/train_command.sh" \
+    --advise "$(quote bash "$0" "${ARGS[@]}")") || exit 1
   if [ "$MAX_UPDATE" != 0 ] && [ "$done_updates" -ge "$MAX_UPDATE" ]; then
     log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $last"
     exit 0
@@ -160,8 +179,17 @@ check_resume() {
 
 # A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start
 # stays in train_run.open, and the next run books it as "killed", ending at train.log's last write.
+# A run that could not append its line (a full disk) renamed train_run.open to
+# train_run.open.END.OUTCOME instead (a rename needs no free space): booked here as it ended.
 book_killed_run() {
-  local open=$OUT/train_run.open start world dev end
+  local open=$OUT/train_run.open start world dev end outcome f rest
+  for f in "$OUT"/train_run.open.*.*; do
+    [ -f "$f" ] || continue
+    read -r start world dev < "$f"
+    rest=${f##*/train_run.open.}; end=${rest%%.*}; outcome=${rest#*.}
+    printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" "$outcome" >> "$OUT/train_runs.tsv"
+    rm -f "$f"
+  done
   [ -f "$open" ] || return 0
   read -r start world dev < "$open"
   end=$(stat -c %Y "$OUT/train.log" 2>/dev/null || echo "$start")
@@ -181,8 +209,12 @@ run_training() {
   # each run's wall time and device count, for the report's device-hours; a run stopped
   # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
   record_run() {
-    printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$(date +%s)" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv"
-    rm -f "$OUT/train_run.open"
+    local end; end=$(date +%s)
+    if printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv" 2>/dev/null; then
+      rm -f "$OUT/train_run.open"
+    else  # a full disk: keep the outcome in the open record's name, booked by the next run
+      mv -f "$OUT/train_run.open" "$OUT/train_run.open.$end.$1" 2>/dev/null || true
+    fi
   }
   # SIGTERM/SIGINT (scripts/lib.sh's supervise sends them to fairseq-train too): book the
   # run as interrupted, whatever fairseq-train's exit code was
@@ -193,21 +225,22 @@ run_training() {
     trap 'kill "${pids[@]}" 2>/dev/null || true; on_exit' EXIT
     for ((r = 0; r < ${#CMDS[@]}; r++)); do
       if [ "$r" = 0 ]; then
-        bash -c "${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH") 2>&1 & pids+=($!)
+        "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH") 2>&1 & pids+=($!)
       else
-        bash -c "${CMDS[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
+        "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[$r]}" >> "$OUT/train.rank$r.log" 2>&1 & pids+=($!)
       fi
     done
     for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
     trap on_exit EXIT
   else
-    bash -c "${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH" || rc=$?
+    # fairseq-train dies with this script, even on kill -9 (lib.sh PARENT_DEATH)
+    "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH" || rc=$?
   fi
   trap - TERM INT
   record_run "$rc"
   # the cause and the next command, in one line (NaN, bad data, a corrupt checkpoint, ...)
   [ "$rc" = 0 ] || die "$(python3 -m harness train-failure --log "$OUT/train.log" --exit "$rc" \
-    --ckpt-dir "$OUT/checkpoints" --command "$(quote bash "$0" "${ARGS[@]}")")"
+    --run "$OUT" -- bash "$0" "${ARGS[@]}")"
   log "done: $OUT/checkpoints"
 }
 
@@ -248,6 +281,7 @@ main() {
     printf '%s\n' "${CMDS[@]}"
     exit 0
   fi
+  lock_run_dir
   record_config
   check_resume
   run_training

@@ -15,7 +15,7 @@ USER_DIR = REPO / "fairseq_tfixup"
 # The first two files do not wait for each other: only the first needs the shared IWSLT data-bin.
 LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_bench_studies.py", "test_cli.py",
                  "test_faults.py", "test_bench_smoke.py", "test_baselines_deepnorm.py", "test_diagnostics.py",
-                 "test_safe_load.py"]
+                 "test_run_faults.py", "test_literals.py", "test_safe_load.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -137,3 +137,34 @@ def check_method_flags(args, values):
         assert args.warmup_updates == int(values["WARMUP_UPDATES"]) > 0
     else:
         assert args.warmup_updates == 0 and args.decay_period == int(values["DECAY_PERIOD"])
+
+def save_tiny_checkpoint(path: pathlib.Path, data_dir, dims=(16, 32, 2, 1, 1), updates: int = 3) -> dict:
+    """A real checkpoint as fairseq-train 0.12 saves one (cfg as plain containers holding the model's
+    Namespace, model weights, optimizer history) of a tiny T-Fixup model on DATA_DIR's dictionaries,
+    without training: the state is returned too."""
+    import torch
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    from fairseq_tfixup.diagnostics.models import build_from_flags
+    from tfixup import methods as presets
+
+    args, _, model, _ = build_from_flags(data_dir, ["-s", "de", "-t", "en", *presets.model_flags("tfixup"),
+                                                 *presets.dims_flags(*dims), "--optimizer", "adam", "--lr", "1e-3",
+                                                 "--lr-scheduler", "inverse_sqrt_nowarmup"])
+    state = {"args": None, "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
+             "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),
+             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                                    "lr_scheduler_state": {"best": None}, "num_updates": updates}]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
+    return state
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """(path, data dir, state): save_tiny_checkpoint on 40-symbol made-up dictionaries."""
+    root = tmp_path_factory.mktemp("tiny_checkpoint")
+    data = write_dicts(root / "data", size=40)
+    state = save_tiny_checkpoint(root / "real.pt", data)
+    return root / "real.pt", data, state

@@ -123,6 +123,12 @@ def test_chain_average_generate_score_report(trained, data):
     # the result describes the run that happened: its resolved config and exact command
     assert res["config"]["MAX_UPDATE"] == "30" and res["config"]["EMBED_DIM"] == "64"
     assert res["train_commands"] == (out / "train_command.sh").read_text().splitlines()
+    # and what it was evaluated on (issue 22 case 9): this data-bin, its dictionaries those it trained on
+    assert res["data"]["path"] == str(data.resolve()) and res["train_data"]["path"] == str(data.resolve())
+    assert res["data"]["dictionaries"] == res["train_data"]["dictionaries"]
+    assert sorted(res["data"]["dictionaries"]) == ["dict.de.txt", "dict.en.txt"]
+    assert len(res["data"]["manifest_sha256"]) == 64
+    assert f"evaluating on {data.resolve()} (the data-bin the run trained on)" in (out.parent / "eval.err").read_text()
 
     # report.sh reads RUNS/EXPERIMENT/eval/results.json: point a runs folder at our run
     runs = out.parent / "runs"

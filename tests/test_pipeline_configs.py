@@ -104,10 +104,13 @@ def test_multinode_command_goes_through_torchrun():
     ("BASE=iwslt14\nLR=-1\n", "LR must be > 0"),
     ("BASE=nosuch\n", "BASE=nosuch, but there is no"),
     ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--foo 'unclosed\n", "EXTRA_TRAIN_ARGS: No closing quotation"),
+    # issue 22 case 10: a key set twice took the last value; a byte that is not UTF-8 named no file
+    ("BASE=iwslt14\nLR=1e-3\n\nLR=2e-3\n", "bad.conf:4: LR is set twice (lines 2 and 4): keep one"),
+    (b"BASE=iwslt14\nROW=caf\xe9\n", "bad.conf:2: not UTF-8 text (byte 0xe9): save the file as UTF-8"),
 ])
 def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
     bad = tmp_path / "bad.conf"
-    bad.write_text(text)
+    bad.write_bytes(text if isinstance(text, bytes) else text.encode())
     proc = subprocess.run(["bash", TRAIN, "--cpu", "--dry-run", str(bad), "/d", "/o"], capture_output=True, text=True)
     assert proc.returncode != 0 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
@@ -116,7 +119,9 @@ def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
 
 
 def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
-    """train.sh's record: the resolved config and the exact commands; a resume may only train longer."""
+    """train.sh's record: the resolved config and the exact commands; once the run has a checkpoint,
+    a resume may only train longer. Issue 22 case 4: before that (a start that failed: fairseq-train
+    refused a flag, a value it could not use), the rerun with other settings is the run."""
     cfg = config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "10"}, environ={})
     commands = tmp_path / "cmds"
     commands.write_text("fairseq-train a b\n")
@@ -125,8 +130,16 @@ def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
     saved = json.loads(record.read_text())
     assert saved["values"]["MAX_UPDATE"] == "10" and saved["train_commands"] == ["fairseq-train a b"]
     assert oct(record.stat().st_mode & 0o777) == oct(0o666 & ~_umask())  # not mkstemp's 0600
+    # no checkpoint yet (crash.pt, fairseq's dump of a NaN step, is none): not bound
+    (tmp_path / "run" / "checkpoints").mkdir()
+    (tmp_path / "run" / "checkpoints" / "crash.pt").write_bytes(b"")
+    config.record(config.resolve("iwslt14_de_en_tfixup", {"LR": "2e-3", "EXTRA_TRAIN_ARGS": "--no-such"}, environ={}),
+                  [], record)
+    assert json.loads(record.read_text())["values"]["LR"] == "2e-3"
+    config.record(cfg, [], record)
+    (tmp_path / "run" / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")  # bound from here on
     config.record(config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "20"}, environ={}), [], record)
-    with pytest.raises(config.ConfigError, match="trained with LR=5e-4, now LR=1e-3"):
+    with pytest.raises(config.ConfigError, match="holds checkpoints trained with LR=5e-4, now LR=1e-3: use a new OUT_DIR"):
         config.record(config.resolve("iwslt14_de_en_tfixup", {"LR": "1e-3"}, environ={}), [], record)
     # evaluation reads the record: beam may change, the model may not
     assert config.resolve_run(record.parent, {"BEAM": "7"}, environ={}).values["BEAM"] == "7"

@@ -74,6 +74,24 @@ def test_report_names_and_skips_a_bad_results_file(tmp_path, capsys):
     assert f"skipping {bad}" in capsys.readouterr().err
 
 
+def test_one_bad_field_skips_its_file_and_the_table_is_still_written(tmp_path, capsys):
+    """Issue 22 case 10: one results.json with a field of the wrong kind stopped the whole report."""
+    from harness import config
+
+    cfg = config.resolve("wmt17_en_de_base_tfixup", environ={}).values
+    good = {"experiment": "wmt17_en_de_base_tfixup", "paper_metric": "tok", "bleu_tok": 28.6, "bleu_detok": 27.9,
+            "num_updates": 10, "device_hours": 1.5, "device": "cpu", "sacrebleu_signature": "s", "config": cfg}
+    atomic.write_json(tmp_path / "good.json", good)
+    for field, value in (("device_hours", "1.5h"), ("bleu_tok", "x"), ("config", {**cfg, "PAPER_BLEU": "n/a"})):
+        atomic.write_json(tmp_path / "bad.json", {**good, "experiment": "wmt17_en_de_big_tfixup", field: value})
+        md = report.build_report(["wmt17_en_de_base_tfixup", "wmt17_en_de_big_tfixup"],
+                                 [str(tmp_path / "good.json"), str(tmp_path / "bad.json")], "T")
+        lines = md.splitlines()
+        assert "| 28.60 |" in lines[4] and "not run" in lines[5]
+        err = capsys.readouterr().err
+        assert f"skipping {tmp_path / 'bad.json'}" in err and f"field {field}" in err, err
+
+
 def test_partial_test_set_is_refused():
     """A generate output that lost sentences (e.g. to fairseq's batching) must not give a BLEU."""
     with pytest.raises(ValueError, match="2 of the 3 test sentences"):

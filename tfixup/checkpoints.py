@@ -1,5 +1,5 @@
-"""Safe loading of fairseq checkpoints under torch >= 2.6 (torch and numpy only: the plugin registers
-these types when imported, the harness loads checkpoints without importing fairseq).
+"""Safe loading of fairseq checkpoints under torch >= 2.6 (torch and numpy only: the plugin registers these
+types when imported; the harness loads checkpoints without importing fairseq).
 
 torch >= 2.6 loads with ``weights_only=True``: its unpickler accepts tensors,
 containers and plain values, plus the types registered with
@@ -15,13 +15,35 @@ array reconstructor, ``ndarray`` and ``dtype`` (the types
 checkpoint). We register those and nothing else, and never switch safe loading
 off (torch's environment switch or the per-call flag), which would unpickle
 arbitrary code.
+
+Safe unpickling does not cover what fairseq does with the plain strings of a
+checkpoint's config: some it ``eval()``s when it builds a model. ``load`` also
+refuses a checkpoint holding anything but a literal in those fields (literals.py),
+and ``verify`` tests the zip's CRCs, which torch does not: a bit flip in a tensor
+loads without error and trains into NaN.
+
+``install_atomic_saves`` (at plugin import) makes fairseq's checkpoint writes
+atomic: fairseq 0.12 copies checkpoint_last.pt (and the best/epoch copies) with
+``shutil.copyfile`` straight to its name, so a full disk left a truncated
+checkpoint_last.pt, and a failed ``torch.save`` left its ``.pt.tmp``.
 """
 
 import argparse
 import pickle
+import zipfile
 
 import numpy as np
 import torch
+
+from tfixup import atomic, literals
+
+
+class CorruptCheckpoint(ValueError):
+    """A checkpoint that cannot be read, or fails its CRC check, in one line naming it."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"{path} is corrupt ({reason})")
+        self.path, self.reason = str(path), reason
 
 
 def _numpy_array_types() -> tuple:
@@ -44,19 +66,106 @@ def register_safe_globals() -> None:
         add(list(SAFE_GLOBALS))
 
 
-def load(path, mmap: bool = False) -> dict:
+def verify(path) -> None:
+    """``CorruptCheckpoint`` unless every member of the checkpoint's zip has its recorded CRC-32
+    (torch reads without checking them). Reads the whole file; a legacy (non-zip) file passes."""
+    try:
+        if not zipfile.is_zipfile(path):
+            return
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError) as e:
+        raise CorruptCheckpoint(path, f"not a readable zip: {e}") from None
+    if bad is not None:
+        raise CorruptCheckpoint(path, f"{bad} fails its CRC check: the file changed after it was written "
+                                      "(a bad disk or copy)")
+
+
+def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
     """A checkpoint's state, safely (``weights_only=True``), on CPU. ``mmap=True`` maps
-    the tensors instead of reading them: cheap when only the bookkeeping is needed."""
+    the tensors instead of reading them: cheap when only the bookkeeping is needed.
+    ``check_crc``: ``verify`` it first. Refused: pickled code (``pickle.UnpicklingError``),
+    a non-literal in a field fairseq evaluates (``literals.UnsafeCheckpoint``); unreadable:
+    ``CorruptCheckpoint``; each in one line naming PATH."""
     register_safe_globals()
+    if check_crc:
+        verify(path)
     try:
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
         except RuntimeError as e:  # mmap needs torch's zip format; older files are read whole
             if not (mmap and "mmap" in str(e)):
                 raise
-            return torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         # torch's message is many lines; keep the one naming the refused global
         cause = next((l.strip() for l in str(e).splitlines() if "GLOBAL" in l or "global" in l), "")
         raise pickle.UnpicklingError(f"{path}: refused by torch.load(weights_only=True): {cause} "
                                      "(not a checkpoint fairseq wrote, or not a checkpoint)") from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile) as e:  # truncated, or not torch's format
+        text = str(e).strip()
+        raise CorruptCheckpoint(path, f"cannot be read: {text.splitlines()[0] if text else type(e).__name__}") from None
+    literals.check_state(state, path)
+    return state
+
+
+class _Writer:
+    """A file for torch.save that keeps the OSError of a failed write: torch's zip writer turns it
+    into "unexpected pos N vs M", and a full disk would not be named."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def _keep(self, call, *args):
+        try:
+            return call(*args)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def write(self, data):
+        return self._keep(self.f.write, data)
+
+    def flush(self):
+        return self._keep(self.f.flush)
+
+
+def save(obj, path) -> None:
+    """``torch.save(obj, path)``; a write that fails raises its own OSError (ENOSPC: the disk is full)."""
+    with open(path, "wb") as f:
+        writer = _Writer(f)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise writer.error from None
+            raise
+
+
+def install_atomic_saves() -> None:
+    """fairseq's checkpoint writes through the plugin's one atomic writer (atomic.py): the
+    copies (checkpoint_last.pt, ...) and torch_persistent_save. A failed write (a full disk)
+    leaves the previous file whole and no temp file. Idempotent."""
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    if getattr(checkpoint_utils.torch_persistent_save, "tfixup_atomic", False):
+        return
+    fairseq_save, fairseq_copy = checkpoint_utils.torch_persistent_save, PathManager.copy
+
+    def torch_persistent_save(obj, filename, async_write: bool = False):
+        if async_write or not isinstance(filename, str) or PathManager.path_requires_pathmanager(filename):
+            return fairseq_save(obj, filename, async_write)
+        atomic.write_file(filename, lambda tmp: save(obj, tmp))
+
+    def copy(src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        if PathManager.path_requires_pathmanager(src_path) or PathManager.path_requires_pathmanager(dst_path):
+            return fairseq_copy(src_path, dst_path, overwrite)
+        import shutil
+
+        atomic.write_file(dst_path, lambda tmp: shutil.copyfile(src_path, tmp))
+        return True
+
+    torch_persistent_save.tfixup_atomic = True
+    checkpoint_utils.torch_persistent_save = torch_persistent_save
+    PathManager.copy = staticmethod(copy)

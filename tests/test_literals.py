@@ -1,0 +1,218 @@
+"""Issue 22 cases 1-2: config strings fairseq eval()s. A real checkpoint (a tiny T-Fixup model, saved
+as fairseq saves it) holding only dicts, a Namespace, strings and tensors, whose
+encoder_xformers_att_config, adaptive_softmax_cutoff or adam_betas is
+"(__import__('os').system('touch X'), None)[1]", ran that command through fairseq-generate, evaluate.sh
+and the hub; ADAM_BETAS in a config did the same through train.sh. Here each entry point refuses it in
+one line naming the file and the field, X is never made, and real checkpoints still load."""
+
+import copy
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR
+
+import fairseq_tfixup  # noqa: F401  (installs the checks, as --user-dir does)
+from tfixup import checkpoints, literals
+
+SCRIPTS = REPO / "scripts"
+
+
+def payload(marker) -> str:
+    """Runs `touch MARKER` when eval()'d, and evaluates to None, so a model builds as usual."""
+    return f"(__import__('os').system('touch {marker}'), None)[1]"
+
+
+@pytest.mark.parametrize("text, value", [
+    ("(0.9,0.98)", (0.9, 0.98)), ("(0.9, 0.999)", (0.9, 0.999)), ("(1e-30, 1e-3)", (1e-30, 1e-3)),
+    ("[(512, 3)] * 2", [(512, 3), (512, 3)]),  # fairseq's fconv default form
+    ("[(512, 10, 5)] + [(512, 3, 2)] * 2", [(512, 10, 5), (512, 3, 2), (512, 3, 2)]),  # wav2vec's
+    ("{'name': 'scaled_dot_product', 'dropout': -0.0}", {"name": "scaled_dot_product", "dropout": 0.0}),
+    ("None", None), ("True", True), ("-1e-3", -1e-3), ("'x' * 3", "xxx"),
+])
+def test_literals_fairseq_itself_uses_are_accepted(text, value):
+    assert literals.literal(text, "f") == value
+
+
+@pytest.mark.parametrize("text", [
+    "(__import__('os').system('true'), None)[1]", "(0.9,0.98) if __import__('os') else 0", "open('x')",
+    "lambda: 0", "[x for x in ()]", "().__class__", "f'{1}'", "[0] * 10 ** 9", "[0] * 10000000", "'a' * 99999999",
+    "9" * 50 + " * " + "9" * 50 + " * " + "9" * 50 + " * 9" * 1000, "{**{}}", "...", "x",
+])
+def test_anything_else_is_refused_in_one_line_naming_the_field(text):
+    with pytest.raises(literals.NotALiteral) as e:
+        literals.literal(text, "adam_betas")
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("adam_betas=") and "is not a Python literal" in line
+
+
+@pytest.fixture(scope="module")
+def crafted(tiny_checkpoint, tmp_path_factory):
+    """The real checkpoint (cfg form, as fairseq 0.12 saves: plain containers, the model's Namespace) and
+    three crafted from it: the payload in cfg.model.encoder_xformers_att_config, in the legacy args form's
+    adaptive_softmax_cutoff, and in cfg.optimizer.adam_betas."""
+    real, data, state = tiny_checkpoint
+    root = tmp_path_factory.mktemp("crafted")
+    marker = root / "X"
+    paths = {"real": real}
+    evil = copy.deepcopy(state)
+    evil["cfg"]["model"].encoder_xformers_att_config = payload(marker)
+    paths["encoder_xformers_att_config"] = root / "xformers.pt"
+    torch.save(evil, paths["encoder_xformers_att_config"])
+    evil = copy.deepcopy(state)
+    legacy = copy.deepcopy(state["cfg"]["model"])  # the training arguments, as a legacy checkpoint's args
+    legacy.adaptive_softmax_cutoff = payload(marker)
+    evil.update(cfg=None, args=legacy)
+    paths["adaptive_softmax_cutoff"] = root / "cutoff.pt"
+    torch.save(evil, paths["adaptive_softmax_cutoff"])
+    evil = copy.deepcopy(state)
+    evil["cfg"]["optimizer"]["adam_betas"] = payload(marker)
+    paths["adam_betas"] = root / "betas.pt"
+    torch.save(evil, paths["adam_betas"])
+    return paths, data, marker
+
+
+FIELDS = ("encoder_xformers_att_config", "adaptive_softmax_cutoff", "adam_betas")
+
+
+def refused(error, path, field):
+    line = str(error)
+    assert "\n" not in line and line.startswith(f"{path}: refused: ") and f"{field}=" in line, line
+
+
+def test_the_crafted_checkpoints_really_run_the_command_without_the_checks(crafted, monkeypatch):
+    """The fixture is live: with the checkpoint check bypassed, building the model reaches fairseq's
+    eval of each model field (the literal-only helper refuses it there, naming the field); with
+    fairseq's own helpers back, it runs the command."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass import utils as dataclass_utils
+    import fairseq.utils
+
+    paths, data, marker = crafted
+    monkeypatch.setattr(checkpoint_utils, "torch", torch)  # torch's own load: the state is not checked
+    monkeypatch.setattr(dataclass_utils, "override_module_args", dataclass_utils.override_module_args.__wrapped__)
+    for field, helper in (("encoder_xformers_att_config", "eval_str_dict"), ("adaptive_softmax_cutoff", "eval_str_list")):
+        with pytest.raises(literals.NotALiteral, match=field.replace("encoder_", "")):
+            checkpoint_utils.load_model_ensemble_and_task([str(paths[field])], arg_overrides={"data": str(data)})
+        assert not marker.exists()
+        with monkeypatch.context() as m:
+            m.setattr(fairseq.utils, helper, literals.FAIRSEQ_ORIGINALS[("fairseq.utils", helper)])
+            try:
+                checkpoint_utils.load_model_ensemble_and_task([str(paths[field])], arg_overrides={"data": str(data)})
+            except TypeError:  # eval_str_list: the payload's None is no list of cutoffs, but it has run
+                assert field == "adaptive_softmax_cutoff"
+        assert marker.exists(), field
+        marker.unlink()
+
+
+def test_fairseq_loader_and_hub_refuse_them_and_load_the_real_one(crafted):
+    """fairseq's one checkpoint loader (fairseq-train's resume, generate, interactive, validate, the hub)
+    and the hub's from_pretrained, after `import fairseq_tfixup`; also the plugin's own loader and
+    averaging (evaluate.sh)."""
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+
+    from harness import average, recover
+
+    paths, data, marker = crafted
+    for field in FIELDS:
+        path = paths[field]
+        with pytest.raises(literals.UnsafeCheckpoint) as e:
+            checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+        refused(e.value, path, field)
+        with pytest.raises(literals.UnsafeCheckpoint) as e:
+            TransformerModel.from_pretrained(str(path.parent), checkpoint_file=path.name, data_name_or_path=str(data))
+        refused(e.value, path, field)
+        # fairseq-train's resume (Trainer.load_checkpoint) calls the loader itself; then the plugin's own
+        for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load, recover.num_updates,
+                     lambda p: average.average_checkpoints([p])):
+            with pytest.raises(literals.UnsafeCheckpoint) as e:
+                load(str(path))
+            refused(e.value, path, field)
+    assert not marker.exists()
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(paths["real"])], arg_overrides={"data": str(data)})
+    assert type(models[0]).__name__ == "TFixupTransformerModel"
+    hub = TransformerModel.from_pretrained(str(paths["real"].parent), checkpoint_file=paths["real"].name,
+                                           data_name_or_path=str(data))
+    assert hub.models[0].encoder.embed_tokens.weight.shape == (40 + 4, 16)
+
+
+def test_fairseq_generate_with_the_plugin_refuses_in_one_line(crafted):
+    paths, data, marker = crafted
+    path = paths["encoder_xformers_att_config"]
+    proc = subprocess.run(["fairseq-generate", str(data), "--user-dir", str(USER_DIR), "--path", str(path),
+                           "--task", "translation", "-s", "de", "-t", "en", "--cpu"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {path}: refused: cfg.model.encoder_xformers_att_config=") and "Traceback" not in proc.stderr
+    assert not marker.exists()
+
+
+def run_dir(tmp_path, checkpoint, data):
+    """A run folder as train.sh leaves it (its record), holding CHECKPOINT as checkpoint_last.pt."""
+    from harness import config
+
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    config.record(config.resolve("iwslt14_de_en_tfixup", environ={}), ["fairseq-train ..."], out / config.RECORD, data)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(checkpoint.read_bytes())
+    return out
+
+
+@pytest.mark.parametrize("script", ["train.sh", "evaluate.sh"])
+def test_train_sh_resume_and_evaluate_sh_refuse_before_fairseq_starts(crafted, tmp_path, script):
+    paths, data, marker = crafted
+    out = run_dir(tmp_path, paths["encoder_xformers_att_config"], data)
+    proc = subprocess.run(["bash", str(SCRIPTS / script), "--cpu", "iwslt14_de_en_tfixup", str(data), str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {out}/checkpoints/checkpoint_last.pt: refused: cfg.model.encoder_xformers_att_config=")
+    assert "mv " in last  # and how to go on without it
+    assert not marker.exists() and not (out / "eval").exists() and not (out / "train.log").exists()
+
+
+def test_adam_betas_from_a_config_or_a_command_line_is_held_to_a_literal(tmp_path, dict_dir):
+    """Case 2: ADAM_BETAS reached fairseq's Adam, which eval()s it. train.sh refuses it (and any
+    EXTRA_TRAIN_ARGS flag fairseq evaluates) at its config check; a command line given to fairseq-train
+    itself meets the literal-only eval in fairseq's optimizer."""
+    from fairseq.optim.adam import FairseqAdam
+    from omegaconf import OmegaConf
+
+    marker = tmp_path / "X"
+    for key, value in (("ADAM_BETAS", f"(0.9,0.98) if {payload(marker)} is None else 0"),
+                       ("EXTRA_TRAIN_ARGS", f"--adaptive-softmax-cutoff \"{payload(marker)}\"")):
+        proc = subprocess.run(["bash", str(SCRIPTS / "train.sh"), "--cpu", "--set", f"{key}={value}",
+                               "iwslt14_de_en_tfixup", str(dict_dir), str(tmp_path / "run")], capture_output=True, text=True)
+        last = proc.stderr.strip().splitlines()[-1]
+        assert proc.returncode == 1 and last.startswith("error: ") and "is not a Python literal" in last, proc.stderr
+        assert f"(--set {key})" in last
+    cfg = OmegaConf.create({"adam_betas": payload(marker), "adam_eps": 1e-8, "weight_decay": 0.0, "lr": [1e-3],
+                            "use_old_adam": False, "fp16_adam_stats": False, "tpu": False})
+    with pytest.raises(literals.NotALiteral, match="^adam_betas="):
+        FairseqAdam(cfg, [torch.nn.Parameter(torch.zeros(2))])
+    assert not marker.exists() and not (tmp_path / "run").exists()
+    assert FairseqAdam(OmegaConf.create({**OmegaConf.to_container(cfg), "adam_betas": "(0.9, 0.98)"}),
+                       [torch.nn.Parameter(torch.zeros(2))]).optimizer_config["betas"] == (0.9, 0.98)
+    # a command line given to fairseq-train itself: refused once parsed, before anything is built
+    from fairseq import options
+    import fairseq_cli.train
+
+    literals.install()  # as --user-dir does in fairseq-train (whose module is loaded by then)
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        str(dict_dir), "--user-dir", str(USER_DIR), "--arch", "transformer_tfixup", "--optimizer", "adam",
+        "--adam-betas", payload(marker), "-s", "de", "-t", "en"])
+    with pytest.raises(literals.NotALiteral, match=r"^--adam-betas=\"\(__import__"):
+        fairseq_cli.train.convert_namespace_to_omegaconf(args)
+    # fairseq-validate's eval() of --model-overrides: a command's module, held once it is loaded
+    # (by its console script before --user-dir; by averaging, which calls install() again)
+    from fairseq_cli import validate
+
+    literals.install()
+    assert validate.eval is literals.literal_only_eval
+    overrides = "{'beam': " + payload(marker) + "}"
+    with pytest.raises(literals.NotALiteral, match="is not a Python literal"):
+        validate.eval(overrides)
+    assert validate.eval("{'beam': 5}") == {"beam": 5} and not marker.exists()

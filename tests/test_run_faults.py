@@ -1,0 +1,430 @@
+"""Issue 22 cases 3-10, the second fault pass: a PREPARE that ran a script of its own, a failed start
+that locked its run directory, two train.sh on one run, a train.sh killed outright, stale or changed
+inputs reused, a space in --out, causes named wrongly (a bit flip, another model, a truncated .bin, a
+full disk), evaluation on other data, and the smaller ones. Each asserts the one-line message (the last
+line on stderr) or the exact recovery, and that nothing half-made or foreign is left or reused."""
+
+import gzip
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import REPO, write_dicts
+
+SCRIPTS = REPO / "scripts"
+EXPERIMENT = "iwslt14_de_en_tfixup"
+TINY = {
+    "MAX_EPOCH": "0", "MAX_UPDATE": "10", "SAVE_INTERVAL_UPDATES": "5", "MAX_TOKENS": "1000",
+    "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
+    "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "1", "AVG_CANDIDATES": "1", "OMP_NUM_THREADS": "1",
+}
+
+
+def run(*cmd, env=None, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          env={**os.environ, **TINY, **(env or {})}, **kw)
+
+
+def last_error(proc, *words):
+    """The run failed and its last stderr line is one error naming WORDS."""
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and all(w in last for w in words), proc.stderr[-3000:]
+    return last
+
+
+def train(data, out, *extra, env=None):
+    return run("bash", SCRIPTS / "train.sh", "--cpu", *extra, EXPERIMENT, data, out, env=env)
+
+
+# ---- case 3: PREPARE
+
+
+def test_prepare_names_a_script_of_scripts_and_is_never_globbed(tmp_path):
+    """PREPARE=../../../../tmp/evil.sh ran that script; a glob in it expanded (/etc/host* -> 3 words)."""
+    evil = tmp_path / "evil.sh"
+    marker = tmp_path / "ran"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    relative = os.path.relpath(evil, SCRIPTS)
+    for prepare, words in ((relative, ("PREPARE must start with a script of scripts/", "prepare-iwslt14.sh")),
+                           ("prepare-iwslt14.sh /etc/host*", ("PREPARE's arguments must be plain words", "/etc/host*"))):
+        proc = run("bash", SCRIPTS / "table1.sh", "--only", EXPERIMENT, "--runs", tmp_path / "runs",
+                   "--data-root", tmp_path / "data", env={"PREPARE": prepare})
+        last_error(proc, "(PREPARE from the environment)", *words)
+    assert not marker.exists() and not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()
+    # the table's own word lists are split on blanks, never globbed
+    proc = run("bash", SCRIPTS / "table1.sh", "--dry-run", "--only", EXPERIMENT, "--iwslt-args", "--archive /etc/host*")
+    assert proc.returncode == 0, proc.stderr
+    assert "--archive /etc/host\\*" in proc.stdout and "/etc/hosts" not in proc.stdout
+
+
+# ---- cases 4 and 5: a failed start, two train.sh on one run, kill -9
+
+
+def pgroup_alive(pgid) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def fake_fairseq_train(folder: pathlib.Path, body: str) -> dict:
+    """An environment whose fairseq-train is BODY (a shell script): train.sh's own behaviour around
+    its child, without fairseq's start-up."""
+    folder.mkdir()
+    (folder / "fairseq-train").write_text("#!/bin/sh\n" + body)
+    (folder / "fairseq-train").chmod(0o755)
+    return {"PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def test_failed_start_then_lock_then_kill_9_takes_training_down(tmp_path, dict_dir):
+    """Case 4: fairseq-train refusing a flag (exit 2) left the run bound to its settings: the rerun with
+    good ones was refused. Case 5: a second train.sh on the same OUT_DIR raced the first (train.log
+    interleaved, a false "killed" row), and kill -9 of train.sh left fairseq-train running. Also the
+    booking of a run whose train_runs.tsv line cannot be written (a full disk: here /dev/full).
+    fairseq-train is a stand-in that fails as fairseq's parser does (the message measured from
+    fairseq-train 0.12) or stays up."""
+    env = fake_fairseq_train(tmp_path / "bin", """case " $* " in *" --no-such-flag "*)
+  echo "fairseq-train: error: unrecognized arguments: --no-such-flag" >&2; exit 2;; esac
+echo "fairseq_cli.train | {'_name': None}"
+exec sleep 300
+""")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "train_runs.tsv").symlink_to("/dev/full")
+    failed = train(dict_dir, out, "--set", "EXTRA_TRAIN_ARGS=--no-such-flag", env=env)
+    last_error(failed, "fairseq-train refused its arguments (unrecognized arguments: --no-such-flag)", "EXTRA_TRAIN_ARGS")
+    (booked,) = [p.name for p in out.glob("train_run.open.*")]  # the outcome kept in the name: exit 2
+    assert booked.endswith(".2") and not (out / "train_run.open").exists()
+    (out / "train_runs.tsv").unlink()
+
+    # the rerun with other settings is accepted (no checkpoint yet), and holds the lock while it trains
+    err = open(tmp_path / "a.err", "w")
+    first = subprocess.Popen(["bash", str(SCRIPTS / "train.sh"), "--cpu", "--set", "LR=1e-3", EXPERIMENT,
+                              str(dict_dir), str(out)], stdout=subprocess.DEVNULL, stderr=err,
+                             env={**os.environ, **TINY, **env}, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and first.poll() is None:
+            if (out / "train.log").exists() and "fairseq_cli.train" in (out / "train.log").read_text():
+                break
+            time.sleep(0.1)
+        assert first.poll() is None, (tmp_path / "a.err").read_text()[-3000:]
+        second = train(dict_dir, out, "--set", "LR=1e-3", env=env)
+        last_error(second, f"{out} is in use by another scripts/train.sh (PID {first.pid};", f"kill {first.pid}")
+        os.kill(first.pid, signal.SIGKILL)  # train.sh itself, outright
+        first.wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and pgroup_alive(first.pid):
+            time.sleep(0.1)
+        assert not pgroup_alive(first.pid), "fairseq-train outlived train.sh"
+    finally:
+        if pgroup_alive(first.pid):
+            os.killpg(first.pid, signal.SIGKILL)
+    record = json.loads((out / "config.resolved.json").read_text())
+    assert record["values"]["LR"] == "1e-3" and record["values"]["EXTRA_TRAIN_ARGS"] == ""
+    rows = [line.split("\t") for line in (out / "train_runs.tsv").read_text().splitlines()]
+    assert [r[4] for r in rows] == ["2"]  # the failed start, booked by the rerun; no row from the refused one
+    assert (out / "train_run.open").exists()  # the killed run: booked "killed" by the next one
+    assert "in use by another" not in (out / "train.log").read_text()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("LR=nan", "LR must be a finite number, got 'nan'"), ("LR=inf", "LR must be a finite number"),
+    ("DROPOUT=2", "DROPOUT must be in [0, 1), got 2"), ("LABEL_SMOOTHING=1", "LABEL_SMOOTHING must be in [0, 1)"),
+    ("AVG_CANDIDATES=1 $(touch X)", "AVG_CANDIDATES must be whole numbers >= 1"),
+    ("ADAM_BETAS=(0.9,1.5)", "ADAM_BETAS must be two numbers in [0, 1)"), ("DATASET=../../x", "DATASET must be a plain name"),
+])
+def test_values_fairseq_cannot_use_are_refused_before_anything_is_written(text, message, tmp_path):
+    proc = run("bash", SCRIPTS / "train.sh", "--cpu", "--set", text, EXPERIMENT, tmp_path, tmp_path / "run")
+    last_error(proc, f"(--set {text.split('=')[0]})", message)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "X").exists()
+
+
+def test_divergence_advice_is_a_command_that_is_accepted(tmp_path):
+    """The divergence message's "lower LR (--set LR=...)" was refused by the run's record: now it is a
+    command, in the same OUT_DIR while it holds no checkpoint, else in a new one."""
+    from harness import config, recover
+
+    out = tmp_path / "run"
+    config.record(config.resolve(EXPERIMENT, {"LR": "1e-3"}, environ={}), [], out / config.RECORD)
+    log = ("fairseq_cli.train | {'_name': None}\nepoch 001:   3 / 9 loss=9.1, lr=0.001, num_updates=3\n"
+           "FloatingPointError: gradients are Nan/Inf\n")
+    argv = ["bash", "scripts/train.sh", "--cpu", "--set", "LR=1e-3", EXPERIMENT, "data", str(out), "--", "--x"]
+    line = recover.train_failure(log, 1, str(out), argv)
+    assert "training diverged" in line and "after update 3" in line and "rerun the same command" not in line
+    command = line.split("e.g.: ", 1)[1].split(";")[0]
+    assert command == f"bash scripts/train.sh --cpu --set LR=1e-3 {EXPERIMENT} data {out} --set LR=0.0005 -- --x"
+    config.record(config.resolve(EXPERIMENT, {"LR": "0.0005"}, environ={}), [], out / config.RECORD)  # accepted
+    (out / "checkpoints").mkdir()
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    line = recover.train_failure(log, 1, str(out), argv)
+    assert f"{out} --set" not in line and f"{out}-lr0.00025 --set LR=0.00025 -- --x" in line and "new OUT_DIR" in line
+
+
+# ---- cases 6, 7 and 10: data
+
+
+def corpus(root: pathlib.Path, shared: pathlib.Path, lines: int = 300):
+    """Real Multi30k De-En pairs as plain files: train = the first LINES, valid and test = 20 of them
+    (no <unk>: with --tokenizer none --bpe-merges 0 every word is in the dictionaries)."""
+    root.mkdir(parents=True)
+    for lang in ("de", "en"):
+        with gzip.open(shared / "multi30k" / f"train.{lang}.gz", "rt", encoding="utf-8") as f:
+            text = [next(f) for _ in range(lines)]
+        (root / f"train.{lang}").write_text("".join(text), encoding="utf-8")
+        (root / f"valid.{lang}").write_text("".join(text[:20]), encoding="utf-8")
+        (root / f"test.{lang}").write_text("".join(text[20:40]), encoding="utf-8")
+    return root
+
+
+def test_corpus_space_in_out_changed_input_lone_cr_stale_tmp_truncated_bin(shared_data, tmp_path):
+    """Case 7: a space in --out lost the <unk> rates (the log regex) and named a deleted log. Case 6:
+    a corpus file replaced at the same path was 'up to date, skipping'. Case 10: a lone \\r was blamed on
+    'a truncated input', and kill -9 of prepare left OUT.tmp.PID. Case 8: a .bin truncated after
+    publishing was found only by fairseq-train."""
+    src = corpus(tmp_path / "corpus", shared_data)
+    out = tmp_path / "data bin" / "m30k de-en"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = pathlib.Path(f"{out}.tmp.{gone.pid}")  # as kill -9 of a prepare leaves it
+    stale.mkdir(parents=True)
+    prepare = ["bash", SCRIPTS / "prepare-corpus.sh", "--src", "de", "--tgt", "en", "--train", src / "train",
+               "--valid", src / "valid", "--test", src / "test", "--tokenizer", "none", "--bpe-merges", "0", "--out", out]
+    clean = (src / "test.de").read_text(encoding="utf-8")
+    (src / "test.de").write_text(clean.replace(" ", " \r", 1), encoding="utf-8")
+    bad = run(*prepare)
+    last_error(bad, f"{src / 'test.de'} line 1 holds a carriage return", "sed", "nothing published")
+    assert not out.exists() and not stale.exists() and not list(out.parent.glob("*.tmp.*"))
+    (src / "test.de").write_text(clean, encoding="utf-8")
+
+    ok = run(*prepare)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["unk_rate_percent"]) == {f"{s}.{l}" for s in ("train", "valid", "test") for l in ("de", "en")}
+    assert manifest["files"]["train.de-en.de.bin"] == (out / "train.de-en.de.bin").stat().st_size
+    assert "up to date, skipping" in run(*prepare).stderr
+
+    train_en = (src / "train.en").read_text(encoding="utf-8")  # new content at the same path
+    (src / "train.en").write_text(train_en.replace(" ", "\rx ", 1), encoding="utf-8")
+    changed = run(*prepare)
+    assert f"an input changed since {out} was made ({src / 'train.en'}: sha256 differs" in changed.stderr
+    last_error(changed, "train.en line 1 holds a carriage return")
+
+    binary = out / "train.de-en.de.bin"
+    binary.write_bytes(binary.read_bytes()[:100])
+    proc = run("python3", "-m", "harness.manifest", "check", out)
+    last_error(proc, f"{binary} is 100 bytes, but manifest.json says", "rebuild it")
+
+
+def test_refused_data_keeps_its_preprocess_log(tmp_path):
+    """Case 7: "see its log" named a log in the temp folder, already deleted."""
+    from harness import manifest
+
+    folder = tmp_path / "tmp bin"
+    folder.mkdir()
+    (folder / "preprocess.log").write_text("[de] /a b/text/train.de: 3 sents, 9 tokens, 0.0% replaced\n")
+    (tmp_path / "in.de").write_text("x\n")
+    kept = tmp_path / "out.preprocess.log"
+    with pytest.raises(SystemExit) as e:
+        manifest.main(["write", str(folder / "manifest.json"), "--params", "{}", "--counts", "train=3", "--inputs",
+                       str(tmp_path / "in.de"), "--made-by", "t", "--preprocess-log", str(folder / "preprocess.log"),
+                       "--keep-log", str(kept)])
+    assert "reported 1 of 2 files in its log (kept: " in str(e.value) and str(kept) in str(e.value)
+    assert kept.read_text().startswith("[de] /a b/text/train.de: 3 sents")
+    assert not (folder / "manifest.json").exists()
+
+
+# ---- case 8: causes named rightly
+
+
+@pytest.fixture
+def run_with(tmp_path, tiny_checkpoint):
+    """An empty run folder (checkpoints/) and the tiny checkpoint's data-bin (its dictionaries)."""
+    _, data, _ = tiny_checkpoint
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    return out, data
+
+
+def flip_a_bit_in_a_tensor(path: pathlib.Path) -> None:
+    import struct
+    import zipfile
+
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    raw[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0x40
+    path.write_bytes(bytes(raw))
+
+
+def test_bit_flip_and_another_model_in_the_run_are_named_before_training(run_with, tiny_checkpoint):
+    """A bit-flipped checkpoint_last.pt (same size) loaded, trained into NaN and was called a divergence
+    ("lower LR"), leaving crash.pt; a checkpoint of another model was called bad data."""
+    from tfixup import checkpoints
+
+    out, data = run_with
+    real, _, _ = tiny_checkpoint
+    ckpts = out / "checkpoints"
+    shutil.copy(real, ckpts / "checkpoint_1_3.pt")
+    shutil.copy(real, ckpts / "checkpoint_last.pt")
+    flip_a_bit_in_a_tensor(ckpts / "checkpoint_last.pt")
+    assert checkpoints.load(ckpts / "checkpoint_last.pt")["optimizer_history"]  # torch alone loads it
+    env = {"EMBED_DIM": "16", "FFN_DIM": "32"}
+    proc = train(data, out, env=env)
+    line = last_error(proc, "checkpoint_last.pt is corrupt (", "fails its CRC check", "checkpoint_1_3.pt (3 updates)",
+                      "resume from it with: mv ")
+    assert "diverged" not in line and not (ckpts / "crash.pt").exists() and not (out / "train.log").exists()
+
+    other = out.parent / "other"  # another run's checkpoint copied into a new run folder
+    (other / "checkpoints").mkdir(parents=True)
+    shutil.copy(real, other / "checkpoints" / "checkpoint_last.pt")
+    proc = train(data, other, env={"EMBED_DIM": "32"})  # the checkpoint's model is 16-dim
+    last_error(proc, "checkpoint_last.pt holds another model than this run trains (encoder_embed_dim 16, not 32",
+               "use a new OUT_DIR")
+    assert not (other / "train.log").exists()
+
+
+def test_load_failures_of_fairseq_train_name_dictionary_or_architecture(run_with, tiny_checkpoint, tmp_path):
+    """What fairseq-train logs when a checkpoint's tensors do not fit the model (its own message around
+    torch's, made here by the same load_state_dict): other dictionaries, or another architecture."""
+    from fairseq_tfixup.diagnostics.models import build_from_flags
+    from tfixup import methods as presets
+    from harness import recover
+
+    out, data = run_with
+    real, _, state = tiny_checkpoint
+    shutil.copy(real, out / "checkpoints" / "checkpoint_last.pt")
+    for other_data, dims, says in ((write_dicts(tmp_path / "d50", size=50), (16, 32, 2, 1, 1), "other dictionaries"),
+                                   (data, (16, 64, 2, 1, 1), "holds another model")):
+        _, _, model, _ = build_from_flags(other_data, ["-s", "de", "-t", "en", *presets.model_flags("tfixup"),
+                                                    *presets.dims_flags(*dims)])
+        with pytest.raises(RuntimeError) as e:
+            model.load_state_dict(state["model"])
+        log = (f"fairseq_cli.train | {{'_name': None}}\nException: Cannot load model parameters from checkpoint "
+               f"{out}/checkpoints/checkpoint_last.pt; please ensure that the architectures match.\n{e.value}\n")
+        line = recover.train_failure(log, 1, str(out), ["bash", "train.sh"])
+        assert says in line and "could not use the data" not in line, line
+        assert ("44 symbols in the checkpoint, 54 now" in line) == (says == "other dictionaries"), line
+
+
+def test_truncated_bin_refused_by_train_sh(iwslt_bin, tmp_path):
+    """Case 8: a .bin truncated after publishing was "rerun the same command to resume"."""
+    data = tmp_path / "data"
+    shutil.copytree(iwslt_bin, data)
+    binary = data / "valid.de-en.en.bin"
+    binary.write_bytes(binary.read_bytes()[:-7])
+    last_error(train(data, tmp_path / "run"), str(binary), "manifest.json says", "rebuild it with scripts/prepare-")
+    assert not (tmp_path / "run").exists()
+
+
+# fairseq-train's checkpoint save at update 5, as fairseq_cli/train.py makes it: fairseq's own
+# checkpoint_utils.save_checkpoint (which writes checkpoint_1_5.pt, then copies it to
+# checkpoint_last.pt) with the plugin loaded, around a trainer that saves a real tiny checkpoint
+SAVE_AT_UPDATE_5 = """
+import argparse, sys
+import torch
+import fairseq_tfixup  # as --user-dir
+from fairseq import checkpoint_utils
+from fairseq.dataclass.configs import CheckpointConfig
+
+print("fairseq_cli.train | {'_name': None}", flush=True)
+state = torch.load(sys.argv[1], weights_only=True)
+save_dir = sys.argv[sys.argv.index("--save-dir") + 1]
+
+class Trainer:
+    data_parallel_rank, checkpoint_suffix, should_save_checkpoint_on_current_rank = 0, "", True
+    always_call_state_dict_during_save_checkpoint = False
+    task = argparse.Namespace()
+    def consolidate_optimizer(self): pass
+    def get_num_updates(self): return 5
+    def save_checkpoint(self, filename, extra_state):
+        # a 1 MB tensor more: the tmpfs below holds one checkpoint and not two
+        checkpoint_utils.torch_persistent_save({**state, "extra_state": extra_state, "more": torch.zeros(2 ** 18)},
+                                               filename)
+
+class Epochs:
+    epoch = 1
+    def end_of_epoch(self): return False
+    def state_dict(self): return {"epoch": 1}
+
+cfg = CheckpointConfig(save_dir=save_dir, save_interval_updates=5, keep_interval_updates=10)
+checkpoint_utils.save_checkpoint(cfg, Trainer(), Epochs(), None)
+"""
+
+
+def test_disk_full_keeps_the_last_checkpoint_whole_and_books_the_run(tiny_checkpoint, tmp_path):
+    """Case 8: a full disk gave 'printf: write error', left a truncated checkpoint_last.pt (fairseq 0.12
+    copies it with shutil.copyfile) and was later booked as "killed"; torch's "unexpected pos" named
+    no full disk. Here train.sh runs on a tmpfs (a mount namespace of its own) that holds the first
+    checkpoint and not its copy; fairseq-train is its checkpoint save (SAVE_AT_UPDATE_5)."""
+    import sys
+
+    if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unprivileged mount namespaces are not available here (unshare -rm)")
+    real, data, _ = tiny_checkpoint
+    (tmp_path / "save.py").write_text(SAVE_AT_UPDATE_5)
+    env = fake_fairseq_train(tmp_path / "bin", f'exec "{sys.executable}" "{tmp_path / "save.py"}" "{real}" "$@"\n')
+    small, copy = tmp_path / "small", tmp_path / "copy"
+    small.mkdir()
+    size_k = (real.stat().st_size + 2 ** 20) * 3 // 2 // 1024
+    script = (f'mount -t tmpfs -o size={size_k}k tmpfs "{small}" && bash "{SCRIPTS}/train.sh" --cpu {EXPERIMENT} '
+              f'"{data}" "{small}/run"; rc=$?; cp -a "{small}/run" "{copy}"; exit $rc')
+    proc = run("unshare", "-rm", "bash", "-c", script, env={**env, "EMBED_DIM": "16", "FFN_DIM": "32"})
+    line = last_error(proc, "disk full (ENOSPC) on the disk of", "training stopped", "checkpoint_1_5.pt (3 updates)",
+                      "then resume with: cp ")
+    ckpts = copy / "checkpoints"
+    assert sorted(p.name for p in ckpts.iterdir()) == ["checkpoint_1_5.pt"], line  # no truncated copy, no temp file
+    rows = [r.split("\t") for r in (copy / "train_runs.tsv").read_text().splitlines()]
+    assert [r[4] for r in rows] == ["1"] and not (copy / "train_run.open").exists()
+
+
+# ---- case 9: what an evaluation used
+
+
+def test_evaluate_refuses_data_with_other_dictionaries(run_with, tiny_checkpoint, tmp_path):
+    from harness import config
+
+    out, data = run_with
+    real, _, _ = tiny_checkpoint
+    config.record(config.resolve(EXPERIMENT, environ=TINY), ["fairseq-train ..."], out / config.RECORD, data)
+    shutil.copy(real, out / "checkpoints" / "checkpoint_last.pt")
+    other = write_dicts(tmp_path / "other", size=41)
+    proc = run("bash", SCRIPTS / "evaluate.sh", "--cpu", EXPERIMENT, other, out)
+    last_error(proc, f"{other}: dict.de.txt differs from the dictionary {out} was trained with (in {data})")
+    assert not (out / "eval").exists()
+    same = tmp_path / "same"
+    shutil.copytree(data, same)
+    assert "the dictionaries of the data-bin the run trained on" in config.check_data(out, same)
+
+
+# ---- case 10: the smaller ones
+
+
+def test_a_failed_averaging_leaves_no_candidate_and_a_corrupt_checkpoint_is_named(run_with, tiny_checkpoint, monkeypatch):
+    from tfixup import checkpoints
+    from harness import average
+
+    out, data = run_with
+    real, _, _ = tiny_checkpoint
+    ckpts = out / "checkpoints"
+    shutil.copy(real, ckpts / "checkpoint_last.pt")
+
+    def fails(*_):
+        raise RuntimeError("fairseq-validate failed on ...")
+
+    monkeypatch.setattr(average, "valid_loss", fails)
+    with pytest.raises(RuntimeError):
+        average.choose_and_average(str(ckpts), [1], str(data), str(out / "averaged.pt"), [])
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints"]
+    (ckpts / "checkpoint_last.pt").write_bytes(real.read_bytes()[:3000])
+    with pytest.raises(checkpoints.CorruptCheckpoint, match=f"^{ckpts}/checkpoint_last.pt is corrupt \\(cannot be read: "):
+        average.choose_and_average(str(ckpts), [1], str(data), str(out / "averaged.pt"), [])
