@@ -7,7 +7,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_tfixup import tfixup_init
+from tfixup import tfixup_init
 from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
 
 from conftest import build_model

@@ -155,7 +155,7 @@ def test_divergence_advice_is_a_command_that_is_accepted(tmp_path):
 
     out = tmp_path / "run"
     config.record(config.resolve(EXPERIMENT, {"LR": "1e-3"}, environ={}), [], out / config.RECORD)
-    log = ("fairseq_cli.train | {'_name': None}\nepoch 001:   3 / 9 loss=9.1, lr=0.001, num_updates=3\n"
+    log = ("fairseq_cli.train | {'_name': None}\n2026-01-01 00:00:00 | INFO | train_inner | epoch 001:   3 / 9 loss=9.1, lr=0.001, num_updates=3\n"
            "FloatingPointError: gradients are Nan/Inf\n")
     argv = ["bash", "scripts/train.sh", "--cpu", "--set", "LR=1e-3", EXPERIMENT, "data", str(out), "--", "--x"]
     line = recover.train_failure(log, 1, str(out), argv)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from fairseq_tfixup import tfixup_init as ti
-from fairseq_tfixup.tfixup_init import Rule
+from tfixup import tfixup_init as ti
+from tfixup.tfixup_init import Rule
 
 
 def test_factors_match_the_paper():

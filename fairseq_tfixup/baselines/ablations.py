@@ -4,7 +4,7 @@
   and fairseq's own initialisation, with no T-Fixup scaling. The paper (§3.1, Fig. 3c): removing
   LayerNorm "makes training very unstable even when warmup is used".
 * ``transformer_tfixup_ln``: T-Fixup's initialisation (redraws and scales of
-  ``fairseq_tfixup.tfixup_init``) on the stock Post-LN Transformer, LayerNorms kept. What LayerNorm
+  ``tfixup.tfixup_init``) on the stock Post-LN Transformer, LayerNorms kept. What LayerNorm
   adds on top of T-Fixup's initialisation, asked on the authors' repository (issue #7) and not
   answered there.
 

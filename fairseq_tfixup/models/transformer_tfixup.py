@@ -5,7 +5,7 @@ Everything but three narrow hooks is fairseq's own ``TransformerModel``:
 * ``build_encoder``/``build_decoder`` return stacks whose ``build_*_layer``
   hook replaces each layer's LayerNorms by ``nn.Identity``;
 * ``build_model`` refuses flags that would bring a LayerNorm back, then
-  applies the rules of ``fairseq_tfixup.tfixup_init`` once, to the freshly
+  applies the rules of ``tfixup.tfixup_init`` once, to the freshly
   built weights. Loading a checkpoint builds first and then overwrites every
   parameter, so trained weights are never rescaled.
 """
@@ -27,7 +27,7 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from fairseq_tfixup import tfixup_init
+from tfixup import tfixup_init
 
 logger = logging.getLogger(__name__)
 

@@ -72,6 +72,14 @@ def embedding_scale(num_layers: int) -> float:
     return (9 * num_layers) ** -0.25
 
 
+def single_stack_scale(num_layers: int) -> float:
+    """(6N)^-1/4 = (3L)^-1/4 for a stack of N layers on its own (decoder-only or encoder-only, L = 2N
+    blocks, no memory): its attention v/out, MLP weights and token embedding. Eq. 6's condition with
+    ||v|| = ||w|| = ||x|| (docs/derivation.md); not in the paper, which derives the encoder-decoder only."""
+    _check_layers(num_layers)
+    return (6 * num_layers) ** -0.25
+
+
 def rule_for(name: str, encoder_layers: int, decoder_layers: int) -> Rule:
     """The T-Fixup rule for parameter ``name`` of a model built by fairseq.
 
