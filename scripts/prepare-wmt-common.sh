@@ -1,5 +1,5 @@
-# Body of scripts/prepare-wmt*.sh (sourced after the caller sets NAME, SRC, TGT, PAIR,
-# ARCHIVES_LIST, CORPORA, BPE_TOKENS, TEST_SET, VALID_SET). fairseq's
+# Body of scripts/prepare-wmt*.sh (sourced after the caller sets DATASET, a row of
+# scripts/wmt-datasets.tsv; its archives are its rows of scripts/wmt-archives.tsv). fairseq's
 # examples/translation/prepare-wmt14en2de.sh with pip tools:
 #   raw corpora -> normalize + tokenize -a (sacremoses) -> valid split (every 100th
 #   pair) or a newstest dev set -> joint BPE (subword-nmt) -> clean (ratio 1.5, 1-250
@@ -8,6 +8,22 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 supervise "$@"
 . "$(dirname "${BASH_SOURCE[0]}")/corpus-lib.sh"
+
+# DATASET's settings (NAME SRC TGT PAIR BPE_TOKENS TEST_SET VALID_SET DESCRIPTION) and archives
+# (ARCHIVES_LIST: "name|url|sha256"; CORPORA: the corpus each holds) from the two tables.
+load_dataset() {
+  local dir row n u s c
+  dir=$(dirname "${BASH_SOURCE[0]}")
+  row=$(awk -F'\t' -v d="$1" '$1 == d' "$dir/wmt-datasets.tsv")
+  [ -n "$row" ] || die "no dataset '$1' in $dir/wmt-datasets.tsv"
+  IFS=$'\t' read -r NAME SRC TGT BPE_TOKENS TEST_SET VALID_SET DESCRIPTION <<< "$row"
+  PAIR=$SRC-$TGT; ARCHIVES_LIST=(); CORPORA=()
+  while IFS=$'\t' read -r _ n u s c; do
+    ARCHIVES_LIST+=("$n|$u|$s"); CORPORA+=("$c")
+  done < <(awk -F'\t' -v d="$1" '$1 == d' "$dir/wmt-archives.tsv")
+  [ ${#ARCHIVES_LIST[@]} -gt 0 ] || die "no archives of '$1' in $dir/wmt-archives.tsv"
+}
+load_dataset "$DATASET"
 
 usage() {
   cat <<USAGE

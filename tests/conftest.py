@@ -2,11 +2,37 @@
 
 import os
 import pathlib
+import subprocess
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_tfixup"
+
+
+# A tiny model and run for the shell scripts' tests (scripts/train.sh reads these as --set values);
+# everything else is the experiment's config.
+TINY_RUN = {
+    "MAX_EPOCH": "0", "MAX_UPDATE": "10", "SAVE_INTERVAL_UPDATES": "5", "MAX_TOKENS": "1000",
+    "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
+    "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "1", "AVG_CANDIDATES": "1", "OMP_NUM_THREADS": "1",
+    # an untrained model's hypotheses run to evaluate.sh's length cap: 20 tokens keep generation to seconds
+    "MAX_LEN_A": "0", "MAX_LEN_B": "20",
+}
+
+
+def run_script(*cmd, env=None, config=None, **kw):
+    """A command with TINY_RUN (or CONFIG) and ENV over the environment; its CompletedProcess."""
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
+                          env={**os.environ, **(TINY_RUN if config is None else config), **(env or {})}, **kw)
+
+
+def last_error(proc, *words):
+    """The run failed and its last stderr line is one error naming WORDS."""
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and all(w in last for w in words), proc.stderr[-3000:]
+    return last
 
 
 # The longest test files, longest first (as timed with pytest --durations on a 2-core machine).

@@ -17,32 +17,12 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, TINY_RUN as TINY, last_error, run_script as run
 from harness import recover
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
 SMALL = ["--train-lines", "2000", "--valid-lines", "100", "--test-lines", "30"]
-TINY = {
-    "MAX_EPOCH": "0", "MAX_UPDATE": "10", "SAVE_INTERVAL_UPDATES": "5", "MAX_TOKENS": "1000",
-    "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
-    "DROPOUT": "0.1", "LR": "2e-3", "LOG_INTERVAL": "1", "AVG_CANDIDATES": "1", "OMP_NUM_THREADS": "1",
-    # an untrained model's hypotheses run to evaluate.sh's length cap: 20 tokens keep generation to seconds
-    "MAX_LEN_A": "0", "MAX_LEN_B": "20",
-}
-
-
-def run(*cmd, env=None, **kw):
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True,
-                          env={**os.environ, **TINY, **(env or {})}, **kw)
-
-
-def last_error(proc, *words):
-    """The run failed and its last stderr line is one error naming WORDS."""
-    assert proc.returncode != 0, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and all(w in last for w in words), proc.stderr[-3000:]
-    return last
 
 
 def leftovers(folder: pathlib.Path):

@@ -47,20 +47,14 @@ import torch
 from torch import nn
 
 from fairseq.models import register_model
-from fairseq.models.transformer import (
-    TransformerConfig,
-    TransformerDecoderBase,
-    TransformerEncoderBase,
-    TransformerModel,
-    base_architecture,
-)
+from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_tfixup.baselines.layers import wrap_layer
 from fairseq_tfixup.baselines.post_ln import register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, check_no_layer_norm_config, without_layer_norms
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, no_layer_norm_config, without_layer_norms
 
 logger = logging.getLogger(__name__)
 
@@ -221,9 +215,7 @@ class RFixupTransformerModel(CustomLayerStacks, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        base_architecture(args)
-        cfg = TransformerConfig.from_namespace(args)
-        check_no_layer_norm_config(cfg, "transformer_rfixup", "Fixup replaces it by scalar biases and multipliers")
+        cfg = no_layer_norm_config(args, "transformer_rfixup", "Fixup replaces it by scalar biases and multipliers")
         model = super().build_model(args, task)
         branches = num_branches(cfg.encoder.layers, cfg.decoder.layers)
         apply_fixup_(model, branches)

@@ -15,16 +15,15 @@ In the paper W = P = 4000; at t = W both schedules reach lr / sqrt(2) here, wher
 ``inverse_sqrt`` would reach lr. The rate is a pure function of t, so a resume is exact.
 """
 
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import List
 
 from omegaconf import II
 
 from fairseq.dataclass import FairseqDataclass
-from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
+from fairseq.optim.lr_scheduler import register_lr_scheduler
 
-from fairseq_tfixup.lr_scheduler.inverse_sqrt_nowarmup import nowarmup_lr, single_lr
+from fairseq_tfixup.lr_scheduler.inverse_sqrt_nowarmup import UpdateSchedule, nowarmup_lr, single_lr
 
 
 def matched_lr(peak_lr: float, decay_period: int, warmup_updates: int, warmup_init_lr: float,
@@ -45,7 +44,7 @@ class InverseSqrtMatchedConfig(FairseqDataclass):
 
 
 @register_lr_scheduler("inverse_sqrt_matched", dataclass=InverseSqrtMatchedConfig)
-class InverseSqrtMatchedSchedule(FairseqLRScheduler):
+class InverseSqrtMatchedSchedule(UpdateSchedule):
     """Warm up linearly over W updates, then follow lr * sqrt(P / (P + t)) (T-Fixup's curve)."""
 
     def __init__(self, cfg: InverseSqrtMatchedConfig, optimizer):
@@ -63,13 +62,5 @@ class InverseSqrtMatchedSchedule(FairseqLRScheduler):
         self.lr = self.warmup_init_lr
         self.optimizer.set_lr(self.lr)
 
-    def step(self, epoch, val_loss=None):
-        """The rate only moves with updates, not at epoch boundaries."""
-        super().step(epoch, val_loss)
-        return self.optimizer.get_lr()
-
-    def step_update(self, num_updates):
-        self.lr = matched_lr(self.peak_lr, self.decay_period, self.warmup_updates, self.warmup_init_lr,
-                             num_updates)
-        self.optimizer.set_lr(self.lr)
-        return self.lr
+    def lr_at(self, num_updates):
+        return matched_lr(self.peak_lr, self.decay_period, self.warmup_updates, self.warmup_init_lr, num_updates)

@@ -34,6 +34,24 @@ def single_lr(lr, scheduler: str) -> float:
     return peak
 
 
+class UpdateSchedule(FairseqLRScheduler):
+    """A rate that is a function of the update count alone (``lr_at``): set at every update, kept at
+    epoch boundaries, so a resumed run continues exactly where it stopped."""
+
+    def lr_at(self, num_updates: int) -> float:
+        raise NotImplementedError
+
+    def step(self, epoch, val_loss=None):
+        """The rate only moves with updates, not at epoch boundaries."""
+        super().step(epoch, val_loss)
+        return self.optimizer.get_lr()
+
+    def step_update(self, num_updates):
+        self.lr = self.lr_at(num_updates)
+        self.optimizer.set_lr(self.lr)
+        return self.lr
+
+
 @dataclass
 class InverseSqrtNoWarmupConfig(FairseqDataclass):
     decay_period: int = field(
@@ -48,7 +66,7 @@ class InverseSqrtNoWarmupConfig(FairseqDataclass):
 
 
 @register_lr_scheduler("inverse_sqrt_nowarmup", dataclass=InverseSqrtNoWarmupConfig)
-class InverseSqrtNoWarmupSchedule(FairseqLRScheduler):
+class InverseSqrtNoWarmupSchedule(UpdateSchedule):
     """Decay the learning rate as lr * sqrt(P / (P + t)) from the first update."""
 
     def __init__(self, cfg: InverseSqrtNoWarmupConfig, optimizer):
@@ -65,12 +83,5 @@ class InverseSqrtNoWarmupSchedule(FairseqLRScheduler):
         self.lr = self.peak_lr
         self.optimizer.set_lr(self.lr)
 
-    def step(self, epoch, val_loss=None):
-        """The rate only moves with updates, not at epoch boundaries."""
-        super().step(epoch, val_loss)
-        return self.optimizer.get_lr()
-
-    def step_update(self, num_updates):
-        self.lr = nowarmup_lr(self.peak_lr, self.decay_period, num_updates)
-        self.optimizer.set_lr(self.lr)
-        return self.lr
+    def lr_at(self, num_updates):
+        return nowarmup_lr(self.peak_lr, self.decay_period, num_updates)

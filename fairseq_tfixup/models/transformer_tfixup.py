@@ -69,16 +69,19 @@ class TFixupTransformerDecoder(TransformerDecoderBase):
         return without_layer_norms(super().build_decoder_layer(cfg, no_encoder_attn))
 
 
-def check_no_layer_norm_config(
-    cfg: TransformerConfig,
+def no_layer_norm_config(
+    args,
     model: str = "transformer_tfixup",
     reason: str = "T-Fixup replaces normalisation by its initialisation",
-) -> None:
-    """Raise a one-line ValueError for settings that defeat a model without LayerNorm.
+) -> TransformerConfig:
+    """The structured config of ARGS (fairseq's defaults filled in); a one-line ValueError for
+    settings that defeat a model without LayerNorm.
 
     Reads the structured config, which fairseq builds alike from command-line
     flags (``--encoder-layers``) and from hydra configs (``encoder.layers``).
     """
+    base_architecture(args)
+    cfg = TransformerConfig.from_namespace(args)
     for value, flag in (
         (cfg.encoder.normalize_before, "--encoder-normalize-before"),
         (cfg.decoder.normalize_before, "--decoder-normalize-before"),
@@ -87,6 +90,7 @@ def check_no_layer_norm_config(
         if value:
             raise ValueError(f"{model} has no LayerNorm: {flag} cannot be used ({reason})")
     check_layers(cfg, model)
+    return cfg
 
 
 def check_layers(cfg: TransformerConfig, model: str) -> None:
@@ -95,13 +99,17 @@ def check_layers(cfg: TransformerConfig, model: str) -> None:
             raise ValueError(f"{model} needs {flag} >= 1, got {n}")
 
 
-def check_post_ln_config(cfg: TransformerConfig, model: str) -> None:
-    """For a model that keeps Post-LN's LayerNorms: refuse the flags that would make it Pre-LN."""
+def post_ln_config(args, model: str) -> TransformerConfig:
+    """For a model that keeps Post-LN's LayerNorms: the structured config of ARGS; refuses the flags
+    that would make it Pre-LN."""
+    base_architecture(args)
+    cfg = TransformerConfig.from_namespace(args)
     for value, flag in ((cfg.encoder.normalize_before, "--encoder-normalize-before"),
                         (cfg.decoder.normalize_before, "--decoder-normalize-before")):
         if value:
             raise ValueError(f"{model} is a Post-LN Transformer: drop {flag}")
     check_layers(cfg, model)
+    return cfg
 
 
 @torch.no_grad()
@@ -152,13 +160,8 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        base_architecture(args)
-        cfg = TransformerConfig.from_namespace(args)
         arch = getattr(args, "arch", None) or "transformer_tfixup"
-        if cls.removes_layer_norm:
-            check_no_layer_norm_config(cfg, model=arch)
-        else:
-            check_post_ln_config(cfg, model=arch)
+        cfg = no_layer_norm_config(args, arch) if cls.removes_layer_norm else post_ln_config(args, arch)
         model = super().build_model(args, task)
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
         if cls.apply_init:
