@@ -17,6 +17,7 @@ The steps of ``scripts/*.sh``:
 * ``recover`` : why a training run failed, in one line, and the next command;
 * ``fairseq_log``: fairseq's code run in this process, its log captured; the one reader of fairseq's logs;
 * ``summary`` : the main job's closing summary.
+* ``proc``    : the one process-tree stopper (the studies' runner and the scripts' ``supervise``).
 
 The studies of ``results/bench`` are ``harness.bench`` (``python -m harness.bench.NAME --help``).
 

@@ -65,24 +65,10 @@ supervise() {
   exit "$rc"
 }
 
-# PID and all its descendants, parents first.
-tree_pids() {
-  ps -e -o pid=,ppid= | awk -v root="$1" '
-    { parent[$1] = $2; pids[NR] = $1 }
-    END { keep[root] = 1; print root; changed = 1
-          while (changed) { changed = 0
-            for (i in pids) { p = pids[i]; if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; print p; changed = 1 } } } }'
-}
-
+# PID and every process below it get SIGNAL; what is left after TFIXUP_STOP_SECONDS
+# (default 10) is killed (harness/proc.py, the one stopper, which the studies use too).
 stop_tree() {  # PID SIGNAL
-  local pids t
-  mapfile -t pids < <(tree_pids "$1")
-  kill -"$2" "${pids[@]}" 2>/dev/null || true
-  for ((t = 0; t < ${TFIXUP_STOP_SECONDS:-10} * 5; t++)); do
-    kill -0 "${pids[@]}" 2>/dev/null || return 0
-    sleep 0.2
-  done
-  kill -KILL "${pids[@]}" 2>/dev/null || true
+  python3 -m harness.proc "$1" "$2" || kill -"$2" "$1" 2>/dev/null || true
 }
 
 # Temp paths removed on any exit; STEP names what is running, so that a step that

@@ -28,7 +28,7 @@ import threading
 import time
 
 from harness.bench import common
-from harness import fairseq_log
+from harness import fairseq_log, proc
 
 
 @dataclasses.dataclass
@@ -66,11 +66,9 @@ _stopping = threading.Event()
 def _stop_children(*_):
     _stopping.set()
     with _live_lock:
-        for p in _live:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        live = list(_live)
+    for p in live:
+        proc.stop_tree(p.pid)
 
 
 def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
