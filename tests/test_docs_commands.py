@@ -84,6 +84,8 @@ COVERED = {
     "tfixup-diagnose ln-norms --data data-bin/iwslt14.de-en --model postln,tfixup --steps 100 --out diag": ("flags",),
     "tfixup-diagnose grad-norms --data data-bin/iwslt14.de-en --depths 2,4,6,8,12 --out diag": ("flags",),
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
+    "tfixup-diagnose update-size --data data-bin/iwslt14.de-en --model tfixup,postln,preln,noln --dim 64 "
+    "--ffn-dim 128 --heads 2 --depths 1,2,4 --out diag": ("flags",),
     # docs/measurements.md
     "python -m harness.bench.speed --out results/bench": ("flags",),
     # docs/pipelines.md

@@ -56,8 +56,3 @@ def test_zero_layers_is_an_error():
         ti.encoder_scale(0)
     with pytest.raises(ValueError, match="at least one layer"):
         ti.rule_for("decoder.layers.0.fc1.weight", 6, 0)
-
-
-def test_xavier_std():
-    assert ti.xavier_uniform_std(512, 512) == pytest.approx(1 / math.sqrt(512))
-    assert ti.xavier_uniform_std(512, 512, gain=1 / math.sqrt(2)) == pytest.approx(1 / math.sqrt(1024))
