@@ -1,4 +1,4 @@
-"""Fault injection on the real IWSLT'14 sample (issue 10): corrupt inputs, a tool killed
+"""Fault injection on the real IWSLT'14 sample: corrupt inputs, a tool killed
 mid-way, stale data, SIGTERM, a corrupt checkpoint_last.pt, a NaN run, a config outside
 configs/. Each asserts the exit code, the one-line message (the last line on stderr), and
 that nothing half-made is left on disk or reused. Inputs are corrupted in a temp copy of
@@ -180,7 +180,7 @@ def test_corrupt_checkpoint_last_names_intact_one_and_its_command_works(data, tm
     first = train(data, out)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "no manifest.json (made before manifests)" in first.stderr  # used, with a warning
-    # issue 11 item 8: what is shown has fairseq's useful lines, not the config dump, hydra's
+    # what is shown has fairseq's useful lines, not the config dump, hydra's
     # deprecation warnings or the tensorboardX notice; the log keeps everything
     shown = first.stdout + first.stderr
     assert "dictionary: " in shown and "done training" in shown
@@ -217,7 +217,7 @@ def test_nan_run_one_line_with_update_loss_lr_and_advice(data, tmp_path):
 
 def test_config_outside_configs_is_the_one_recorded_and_results_are_readable(data, tmp_path):
     """Case 9: evaluate.sh looked a config path up by name in configs/ (another beam in
-    results.json); issue 11 item 9: results.json/averaging.json were 0600."""
+    results.json); results.json/averaging.json are not 0600."""
     conf = tmp_path / "elsewhere" / "my_tfixup.conf"
     conf.parent.mkdir()
     conf.write_text("BASE=iwslt14\nBEAM=2\nLENPEN=0.7\n")
@@ -227,7 +227,7 @@ def test_config_outside_configs_is_the_one_recorded_and_results_are_readable(dat
     ev = run("bash", SCRIPTS / "evaluate.sh", "--cpu", conf, data, out,
              env={"PROGRESS_SECONDS": "1", "MAX_UPDATE": "5", "SAVE_INTERVAL_UPDATES": "0"})
     assert ev.returncode == 0, ev.stderr[-3000:]
-    assert re.search(r"translated \d+ / 60 sentences", ev.stderr)  # issue 11 item 5
+    assert re.search(r"translated \d+ / 60 sentences", ev.stderr)
     res = json.loads((out / "eval" / "results.json").read_text())
     assert res["beam"] == 2 and res["lenpen"] == 0.7 and res["config_file"] == str(conf)
     assert "--beam 2 " in (out / "eval" / "generate-test.cmd").read_text()

@@ -1,4 +1,4 @@
-"""Issue 22 cases 1-2: config strings fairseq eval()s. A real checkpoint (a tiny T-Fixup model, saved
+"""Config strings fairseq eval()s. A real checkpoint (a tiny T-Fixup model, saved
 as fairseq saves it) holding only dicts, a Namespace, strings and tensors, whose
 encoder_xformers_att_config, adaptive_softmax_cutoff or adam_betas is
 "(__import__('os').system('touch X'), None)[1]", ran that command through fairseq-generate, evaluate.sh

@@ -118,7 +118,7 @@ def test_chain_average_generate_score_report(trained, data):
     # the result describes the run that happened: its resolved config and exact command
     assert res["config"]["MAX_UPDATE"] == "30" and res["config"]["EMBED_DIM"] == "64"
     assert res["train_commands"] == (out / "train_command.sh").read_text().splitlines()
-    # and what it was evaluated on (issue 22 case 9): this data-bin, its dictionaries those it trained on
+    # and what it was evaluated on: this data-bin, its dictionaries those it trained on
     assert res["data"]["path"] == str(data.resolve()) and res["train_data"]["path"] == str(data.resolve())
     assert res["data"]["dictionaries"] == res["train_data"]["dictionaries"]
     assert sorted(res["data"]["dictionaries"]) == ["dict.de.txt", "dict.en.txt"]

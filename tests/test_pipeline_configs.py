@@ -104,7 +104,7 @@ def test_multinode_command_goes_through_torchrun():
     ("BASE=iwslt14\nLR=-1\n", "LR must be > 0"),
     ("BASE=nosuch\n", "BASE=nosuch, but there is no"),
     ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--foo 'unclosed\n", "EXTRA_TRAIN_ARGS: No closing quotation"),
-    # issue 22 case 10: a key set twice took the last value; a byte that is not UTF-8 named no file
+    # a key set twice took the last value; a byte that is not UTF-8 named no file
     ("BASE=iwslt14\nLR=1e-3\n\nLR=2e-3\n", "bad.conf:4: LR is set twice (lines 2 and 4): keep one"),
     (b"BASE=iwslt14\nROW=caf\xe9\n", "bad.conf:2: not UTF-8 text (byte 0xe9): save the file as UTF-8"),
 ])
@@ -120,7 +120,7 @@ def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
 
 def test_record_describes_the_run_and_refuses_a_changed_resume(tmp_path):
     """train.sh's record: the resolved config and the exact commands; once the run has a checkpoint,
-    a resume may only train longer. Issue 22 case 4: before that (a start that failed: fairseq-train
+    a resume may only train longer. Before that (a start that failed: fairseq-train
     refused a flag, a value it could not use), the rerun with other settings is the run."""
     cfg = config.resolve("iwslt14_de_en_tfixup", {"MAX_UPDATE": "10"}, environ={})
     commands = tmp_path / "cmds"

@@ -75,7 +75,7 @@ def test_report_names_and_skips_a_bad_results_file(tmp_path, capsys):
 
 
 def test_one_bad_field_skips_its_file_and_the_table_is_still_written(tmp_path, capsys):
-    """Issue 22 case 10: one results.json with a field of the wrong kind stopped the whole report."""
+    """One results.json with a field of the wrong kind stopped the whole report."""
     from harness import config
 
     cfg = config.resolve("wmt17_en_de_base_tfixup", environ={}).values

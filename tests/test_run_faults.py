@@ -1,4 +1,4 @@
-"""Issue 22 cases 3-10, the second fault pass: a PREPARE that ran a script of its own, a failed start
+"""The second fault pass: a PREPARE that ran a script of its own, a failed start
 that locked its run directory, two train.sh on one run, a train.sh killed outright, stale or changed
 inputs reused, a space in --out, causes named wrongly (a bit flip, another model, a truncated .bin, a
 full disk), evaluation on other data, and the smaller ones. Each asserts the one-line message (the last
