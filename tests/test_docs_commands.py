@@ -86,6 +86,10 @@ COVERED = {
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
     # docs/measurements.md
     "python -m harness.bench.speed --out results/bench": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --untied": ("flags",),
+    # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
+    "python examples/tfixup_lm.py --layers 6 --steps 100": ("run",),
     # docs/pipelines.md
     "bash scripts/quickstart.sh --cpu --dry-run --no-install": ("run",),
     _SHRUNK_IWSLT + "bash scripts/quickstart.sh --cpu --experiment iwslt14_de_en_tfixup --valid-lines 500 "

@@ -2,6 +2,7 @@
 have the spreads of tfixup.tfixup_init's rules (the fairseq model's), no LayerNorm is left, what it cannot
 handle is refused with the model left as it was, and a deep stack trains without warmup."""
 
+import pathlib
 import re
 
 import pytest
@@ -12,6 +13,7 @@ from tfixup import tfixup_init
 from tfixup.torch_tfixup import Layer, apply_tfixup
 
 D, FFN, HEADS = 64, 128, 4
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def std_ratio(weight: torch.Tensor, expected: float) -> float:
@@ -198,8 +200,8 @@ def test_deep_encoder_trains_without_warmup_or_nan():
     params = [*stack.parameters(), *embed.parameters(), *pos.parameters()]
     opt = torch.optim.Adam(params, lr=1e-3)
     losses = []
-    for _ in range(40):
-        x = torch.randint(0, vocab, (32, 12))
+    for _ in range(25):
+        x = torch.randint(0, vocab, (16, 12))
         h = stack(embed(x) + pos.weight)
         logits = h @ embed.weight.t()
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab), ((x + 1) % vocab).reshape(-1))
@@ -208,4 +210,22 @@ def test_deep_encoder_trains_without_warmup_or_nan():
         opt.step()
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses)))
-    assert sum(losses[-5:]) / 5 < 0.5 * losses[0], losses
+    assert sum(losses[-5:]) / 5 < 0.75 * losses[0], losses  # from ln(16) = 2.77 toward 0
+
+
+def python_blocks(text: str) -> list:
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def test_docs_python_blocks_are_the_example_or_run():
+    """docs/beyond-fairseq.md: its first Python block is an excerpt of examples/tfixup_lm.py as it is (the
+    example itself runs in test_docs_commands); the custom-stack block runs on a model with those names."""
+    blocks = python_blocks((REPO / "docs" / "beyond-fairseq.md").read_text())
+    assert len(blocks) == 2
+    assert blocks[0] in (REPO / "examples" / "tfixup_lm.py").read_text()
+    model = Custom(4)
+    model.tok_emb = model.embed
+    before = model.blocks[2].v.weight.clone()
+    exec(blocks[1], {"model": model})
+    assert not torch.equal(model.blocks[2].v.weight, before)
+    assert std_ratio(model.tok_emb.weight, D ** -0.5 * tfixup_init.single_stack_scale(4)) == pytest.approx(1, abs=0.1)
