@@ -229,3 +229,16 @@ def test_docs_python_blocks_are_the_example_or_run():
     exec(blocks[1], {"model": model})
     assert not torch.equal(model.blocks[2].v.weight, before)
     assert std_ratio(model.tok_emb.weight, D ** -0.5 * tfixup_init.single_stack_scale(4)) == pytest.approx(1, abs=0.1)
+
+
+def test_importable_without_fairseq():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['fairseq'] = None\n"  # any import of fairseq now fails
+            "import torch; from tfixup.torch_tfixup import apply_tfixup\n"
+            "apply_tfixup(torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16), 2, "
+            "enable_nested_tensor=False))\n"
+            "assert 'fairseq_tfixup' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
