@@ -158,12 +158,16 @@ def unchanged(model, before) -> bool:
     ("no spec", r"unknown layout Custom: pass layers="),
     ("two attentions in one stack", r"has 2 attentions"),
     ("not a linear", r"an attention must be nn\.MultiheadAttention or a \(value, output\) pair"),
+    ("custom encoder in nn.Transformer", r"the encoder is a custom Linear, not torch's"),
 ])
 def test_refusals_are_one_line_and_change_nothing(case, message):
     torch.manual_seed(0)
     if case == "pre-ln":
         model = nn.TransformerEncoder(nn.TransformerEncoderLayer(D, HEADS, FFN, norm_first=True), 3,
                                       enable_nested_tensor=False)
+        kwargs = {}
+    elif case == "custom encoder in nn.Transformer":
+        model = nn.Transformer(D, HEADS, 1, 2, FFN, custom_encoder=nn.Linear(D, D))
         kwargs = {}
     else:
         model = Custom(3, norm_at=2 if case == "layer norm left" else None)

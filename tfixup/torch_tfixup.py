@@ -149,6 +149,10 @@ def _torch_stacks(model, embeddings, decoder_embeddings):
         embeddings, decoder_embeddings = [*embeddings, *decoder_embeddings], []
     out = []
     for (role, stack), stack_embeddings in zip(modules, (embeddings, decoder_embeddings)):
+        if not isinstance(stack, (nn.TransformerEncoder, nn.TransformerDecoder)):
+            raise ValueError(f"apply_tfixup: the {role} is a custom {type(stack).__name__}, not torch's: call "
+                             "apply_tfixup on a module holding the model, with layers= and decoder_layers= naming "
+                             "both stacks' projections")
         stack_layers = []
         for i, layer in enumerate(stack.layers):
             if getattr(layer, "norm_first", False):
