@@ -13,10 +13,12 @@ the output projection, no positional embedding (the causal mask tells positions 
 * ``postln``: those draws with Post-LN's LayerNorms kept; ``preln``: with Pre-LN's (and its final norm).
 
 With ``--untied`` the output projection is its own ``nn.Linear`` (no bias), left at torch's default
-initialisation, as T-Fixup leaves an untied output projection.
+initialisation, as T-Fixup leaves an untied output projection. With ``--encdec`` the model is torch's
+``nn.Transformer`` with N + N layers instead, and T-Fixup is the paper's (0.67 N^-1/4, (9N)^-1/4); its Post-LN
+keeps the final LayerNorm torch puts on each stack.
 
-On a fixed batch of real English text (the Multi30k train sentences' English side, lowercased words, the
-most frequent ``vocab - 1`` words and <unk>), the gradient of the mean next-token cross-entropy, then one step
+On a fixed batch of real English text (the Multi30k train sentences' English side, lowercased words: the
+``vocab - 2`` most frequent, <unk> and end of sentence), the gradient of the mean next-token cross-entropy, then one step
 p -= eta * grad. Two outputs f: the logits, and the stack's output h (the paper's f_d, before the output
 projection). ||Delta f||: root mean square over tokens of the L2 norm of f's change, divided by eta; averaged
 over ``inits`` initialisations; then the log-log slope against N (0: independent of depth, the paper's goal).
@@ -90,27 +92,64 @@ class DecoderOnlyLM(nn.Module):
         return h, (self.head(h) if self.head is not None else h @ self.embed.weight.t())
 
 
+class EncoderDecoderLM(nn.Module):
+    """``--encdec``: torch's nn.Transformer, N + N layers; the decoder predicts the batch's next words, the
+    encoder reads another row of the batch (the rows rolled by one). Target embedding tied to the output
+    projection unless untied; source embedding of its own."""
+
+    def __init__(self, vocab: int, dim: int, ffn: int, heads: int, layers: int, norm_first: bool = False,
+                 untied: bool = False):
+        super().__init__()
+        self.embed, self.src_embed = nn.Embedding(vocab, dim), nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, vocab, bias=False) if untied else None
+        self.stack = nn.Transformer(dim, heads, layers, layers, ffn, dropout=0.0, batch_first=True,
+                                    norm_first=norm_first)
+
+    def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], dtype=self.embed.weight.dtype)
+        return self.stack(self.src_embed(tokens.roll(1, 0)), self.embed(tokens), tgt_mask=mask, tgt_is_causal=True)
+
+    forward = DecoderOnlyLM.forward
+
+
+def torch_layers(model) -> list:
+    stacks = [model.stack.encoder, model.stack.decoder] if isinstance(model.stack, nn.Transformer) else [model.stack]
+    return [layer for stack in stacks for layer in stack.layers]
+
+
 @torch.no_grad()
-def xavier_draws(model: DecoderOnlyLM, keep_norms: bool) -> None:
+def xavier_draws(model, keep_norms: bool) -> None:
     """The draws T-Fixup starts from, unscaled: Xavier (gain 1) for value rows, output and MLP weights, MLP
-    biases 0, embedding N(0, d^-1/2); LayerNorms replaced by identities unless ``keep_norms``."""
-    nn.init.normal_(model.embed.weight, std=model.embed.embedding_dim ** -0.5)
-    for layer in model.stack.layers:
-        e = layer.self_attn.embed_dim
-        nn.init.xavier_uniform_(layer.self_attn.in_proj_weight[2 * e:])
-        nn.init.xavier_uniform_(layer.self_attn.out_proj.weight)
+    biases 0, embeddings N(0, d^-1/2); LayerNorms replaced by identities unless ``keep_norms`` (nn.Transformer's
+    final norms of each stack too)."""
+    for embed in (model.embed, getattr(model, "src_embed", None)):
+        if embed is not None:
+            nn.init.normal_(embed.weight, std=embed.embedding_dim ** -0.5)
+    for layer in torch_layers(model):
+        for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+            if attn is not None:
+                e = attn.embed_dim
+                nn.init.xavier_uniform_(attn.in_proj_weight[2 * e:])
+                nn.init.xavier_uniform_(attn.out_proj.weight)
         for linear in (layer.linear1, layer.linear2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
         if not keep_norms:
-            layer.norm1, layer.norm2 = nn.Identity(), nn.Identity()
+            for name in ("norm1", "norm2", "norm3"):
+                if hasattr(layer, name):
+                    setattr(layer, name, nn.Identity())
+    if not keep_norms and isinstance(model.stack, nn.Transformer):
+        model.stack.encoder.norm, model.stack.decoder.norm = nn.Identity(), nn.Identity()
 
 
 def build(method: str, vocab: int, dim: int, ffn: int, heads: int, layers: int, seed: int,
-          untied: bool = False) -> DecoderOnlyLM:
+          untied: bool = False, encdec: bool = False) -> nn.Module:
     torch.manual_seed(seed)
-    model = DecoderOnlyLM(vocab, dim, ffn, heads, layers, norm_first=(method == "preln"), untied=untied)
-    if method == "tfixup":
+    model = (EncoderDecoderLM if encdec else DecoderOnlyLM)(vocab, dim, ffn, heads, layers,
+                                                            norm_first=(method == "preln"), untied=untied)
+    if method == "tfixup" and encdec:  # the paper's constants
+        apply_tfixup(model.stack, embeddings=[model.src_embed], decoder_embeddings=[model.embed])
+    elif method == "tfixup":
         apply_tfixup(model.stack, embeddings=[model.embed])
     elif method in ("xavier", "postln", "preln"):
         xavier_draws(model, keep_norms=(method != "xavier"))
@@ -124,7 +163,7 @@ def rms_change(before: torch.Tensor, after: torch.Tensor) -> float:
     return float((after - before).pow(2).sum(-1).mean().sqrt())
 
 
-def one_sgd_step(model: DecoderOnlyLM, tokens: torch.Tensor, eta: float, biases: bool = True) -> Dict[str, float]:
+def one_sgd_step(model: nn.Module, tokens: torch.Tensor, eta: float, biases: bool = True) -> Dict[str, float]:
     """||Delta f|| / eta for f = logits and f = hidden (the stack's output) after one SGD step of the mean
     next-token loss (on every parameter, or every one but the biases); the model is restored afterwards."""
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
@@ -156,14 +195,15 @@ KEYS = ("logits", "hidden", "logits_nobias", "hidden_nobias")
 
 
 def measure(methods: Sequence[str], depths: Sequence[int], tokens: torch.Tensor, vocab: int, dim: int, ffn: int,
-            heads: int, eta: float, inits: int, seed: int, untied: bool = False, log=print) -> dict:
+            heads: int, eta: float, inits: int, seed: int, untied: bool = False, encdec: bool = False,
+            log=print) -> dict:
     results = {}
     for m in methods:
         sizes = {key: [] for key in KEYS}
         for n in depths:
             runs = []
             for k in range(inits):
-                model = build(m, vocab, dim, ffn, heads, n, seed + k, untied)
+                model = build(m, vocab, dim, ffn, heads, n, seed + k, untied, encdec)
                 full, nobias = one_sgd_step(model, tokens, eta), one_sgd_step(model, tokens, eta, biases=False)
                 runs.append({**full, **{f"{key}_nobias": v for key, v in nobias.items()}})
             for key in KEYS:
@@ -192,7 +232,7 @@ def table(meta: dict) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m harness.stack_update_size", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="writes stack_update_size{,_untied}.{json,md} here")
+    p.add_argument("--out", required=True, help="writes stack_update_size{,_encdec}{,_untied}.{json,md} here")
     p.add_argument("--methods", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
     p.add_argument("--depths", default="1,2,4,8,16,32,64", help="layers N, comma-separated")
     p.add_argument("--text", default=str(DEFAULT_TEXT), help="gzip'd English text, one sentence a line")
@@ -206,6 +246,8 @@ def parse_args(argv=None):
     p.add_argument("--inits", type=int, default=3, help="initialisations averaged per point")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--untied", action="store_true", help="an output projection of its own (default init)")
+    p.add_argument("--encdec", action="store_true",
+                   help="nn.Transformer with N + N layers instead (T-Fixup: the paper's constants)")
     return p.parse_args(argv)
 
 
@@ -218,21 +260,23 @@ def main(argv=None) -> dict:
     t0 = time.time()
     tokens = token_batch(pathlib.Path(a.text), a.vocab, a.batch, a.length)
     results = measure(methods, depths, tokens, a.vocab, a.dim, a.ffn, a.heads, a.eta, a.inits, a.seed,
-                      a.untied)
+                      a.untied, a.encdec)
     meta = {"command": "python -m harness.stack_update_size " + " ".join(sys.argv[1:] if argv is None else argv),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
                        f"{torch.get_num_threads()} thread(s)",
             "seconds": round(time.time() - t0, 1), "text": a.text, "vocab": a.vocab, "batch": a.batch,
             "length": a.length, "dim": a.dim, "ffn": a.ffn, "heads": a.heads, "eta": a.eta, "inits": a.inits,
-            "seed": a.seed, "untied": a.untied, "depths": depths, "methods": results}
-    out, stem = pathlib.Path(a.out), "stack_update_size" + ("_untied" if a.untied else "")
+            "seed": a.seed, "untied": a.untied, "encdec": a.encdec, "depths": depths, "methods": results}
+    out = pathlib.Path(a.out)
+    stem = "stack_update_size" + ("_encdec" if a.encdec else "") + ("_untied" if a.untied else "")
     atomic.write_json(out / f"{stem}.json", meta)
     atomic.write_text(out / f"{stem}.md",
                       f"`{meta['command']}`\n\n{meta['machine']}, {meta['date']}, {meta['seconds']} s\n\n"
                       f"||Δf|| / η after one SGD step (η = {a.eta:g}), mean of {a.inits} inits; "
                       f"d={a.dim}, ffn={a.ffn}, heads={a.heads}, batch {a.batch}x{a.length} tokens, "
-                      f"{'untied' if a.untied else 'tied'} output projection\n\n"
+                      f"{'untied' if a.untied else 'tied'} output projection"
+                      f"{', encoder-decoder (N + N layers)' if a.encdec else ''}\n\n"
                       f"{table(meta)}\n")
     print(table(meta))
     print(f"[stack-update-size] wrote {out}/{stem}.{{json,md}} ({meta['seconds']} s)")

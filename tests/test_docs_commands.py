@@ -88,6 +88,8 @@ COVERED = {
     "python -m harness.bench.speed --out results/bench": ("flags",),
     "python -m harness.stack_update_size --out results/diagnostics": ("flags",),
     "python -m harness.stack_update_size --out results/diagnostics --untied": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --encdec": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --encdec --untied": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
     "python examples/tfixup_lm.py --layers 6 --steps 100": ("run",),
     # docs/pipelines.md

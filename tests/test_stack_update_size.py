@@ -38,6 +38,14 @@ def test_without_bias_steps_tfixup_is_flat_in_depth_and_xavier_is_not(tokens):
     assert size("xavier", 8) / size("xavier", 1) > 100
 
 
+def test_encoder_decoder_with_the_papers_constants_is_flat_too(tokens):
+    def size(n):
+        return su.one_sgd_step(su.build("tfixup", 200, 32, 64, 2, n, seed=1, untied=True, encdec=True), tokens,
+                               1e-4, biases=False)["hidden"]
+
+    assert 0.7 < size(4) / size(1) < 1.4
+
+
 def test_command_writes_tables(shared_data, tmp_path):
     meta = su.main(["--out", str(tmp_path), "--methods", "tfixup,postln", "--depths", "1,2", "--inits", "1",
                     "--dim", "32", "--ffn", "64", "--heads", "2", "--vocab", "200", "--batch", "4", "--length", "16",
