@@ -15,7 +15,9 @@ the output projection, no positional embedding (the causal mask tells positions 
 With ``--untied`` the output projection is its own ``nn.Linear`` (no bias), left at torch's default
 initialisation, as T-Fixup leaves an untied output projection. With ``--encdec`` the model is torch's
 ``nn.Transformer`` with N + N layers instead, and T-Fixup is the paper's (0.67 N^-1/4, (9N)^-1/4); its Post-LN
-keeps the final LayerNorm torch puts on each stack.
+keeps the final LayerNorm torch puts on each stack. With ``--encoder-only`` the single stack runs without its
+causal mask (the update is measured the same way; the next word is then in view, which does not matter for
+the size of one step at initialisation).
 
 On a fixed batch of real English text (the Multi30k train sentences' English side, lowercased words: the
 ``vocab - 2`` most frequent, <unk> and end of sentence), the gradient of the mean next-token cross-entropy, then one step
@@ -75,8 +77,9 @@ class DecoderOnlyLM(nn.Module):
     """Token embedding -> N torch encoder layers under a causal mask -> tied output projection."""
 
     def __init__(self, vocab: int, dim: int, ffn: int, heads: int, layers: int, norm_first: bool = False,
-                 untied: bool = False):
+                 untied: bool = False, causal: bool = True):
         super().__init__()
+        self.causal = causal
         self.embed = nn.Embedding(vocab, dim)
         self.head = nn.Linear(dim, vocab, bias=False) if untied else None
         layer = nn.TransformerEncoderLayer(dim, heads, ffn, dropout=0.0, batch_first=True, norm_first=norm_first)
@@ -84,6 +87,8 @@ class DecoderOnlyLM(nn.Module):
                                            enable_nested_tensor=False)
 
     def hidden(self, tokens: torch.Tensor) -> torch.Tensor:
+        if not self.causal:  # encoder-only: every position sees every other
+            return self.stack(self.embed(tokens))
         mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1], dtype=self.embed.weight.dtype)
         return self.stack(self.embed(tokens), mask=mask, is_causal=True)
 
@@ -143,10 +148,13 @@ def xavier_draws(model, keep_norms: bool) -> None:
 
 
 def build(method: str, vocab: int, dim: int, ffn: int, heads: int, layers: int, seed: int,
-          untied: bool = False, encdec: bool = False) -> nn.Module:
+          untied: bool = False, encdec: bool = False, causal: bool = True) -> nn.Module:
     torch.manual_seed(seed)
-    model = (EncoderDecoderLM if encdec else DecoderOnlyLM)(vocab, dim, ffn, heads, layers,
-                                                            norm_first=(method == "preln"), untied=untied)
+    if encdec:
+        model = EncoderDecoderLM(vocab, dim, ffn, heads, layers, norm_first=(method == "preln"), untied=untied)
+    else:
+        model = DecoderOnlyLM(vocab, dim, ffn, heads, layers, norm_first=(method == "preln"), untied=untied,
+                              causal=causal)
     if method == "tfixup" and encdec:  # the paper's constants
         apply_tfixup(model.stack, embeddings=[model.src_embed], decoder_embeddings=[model.embed])
     elif method == "tfixup":
@@ -196,14 +204,14 @@ KEYS = ("logits", "hidden", "logits_nobias", "hidden_nobias")
 
 def measure(methods: Sequence[str], depths: Sequence[int], tokens: torch.Tensor, vocab: int, dim: int, ffn: int,
             heads: int, eta: float, inits: int, seed: int, untied: bool = False, encdec: bool = False,
-            log=print) -> dict:
+            causal: bool = True, log=print) -> dict:
     results = {}
     for m in methods:
         sizes = {key: [] for key in KEYS}
         for n in depths:
             runs = []
             for k in range(inits):
-                model = build(m, vocab, dim, ffn, heads, n, seed + k, untied, encdec)
+                model = build(m, vocab, dim, ffn, heads, n, seed + k, untied, encdec, causal)
                 full, nobias = one_sgd_step(model, tokens, eta), one_sgd_step(model, tokens, eta, biases=False)
                 runs.append({**full, **{f"{key}_nobias": v for key, v in nobias.items()}})
             for key in KEYS:
@@ -232,7 +240,8 @@ def table(meta: dict) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m harness.stack_update_size", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="writes stack_update_size{,_encdec}{,_untied}.{json,md} here")
+    p.add_argument("--out", required=True,
+                   help="writes stack_update_size{,_encdec,_encoder_only}{,_untied}.{json,md} here")
     p.add_argument("--methods", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
     p.add_argument("--depths", default="1,2,4,8,16,32,64", help="layers N, comma-separated")
     p.add_argument("--text", default=str(DEFAULT_TEXT), help="gzip'd English text, one sentence a line")
@@ -248,6 +257,8 @@ def parse_args(argv=None):
     p.add_argument("--untied", action="store_true", help="an output projection of its own (default init)")
     p.add_argument("--encdec", action="store_true",
                    help="nn.Transformer with N + N layers instead (T-Fixup: the paper's constants)")
+    p.add_argument("--encoder-only", action="store_true",
+                   help="the single stack without its causal mask (T-Fixup: (6N)^-1/4 as for decoder-only)")
     return p.parse_args(argv)
 
 
@@ -260,23 +271,27 @@ def main(argv=None) -> dict:
     t0 = time.time()
     tokens = token_batch(pathlib.Path(a.text), a.vocab, a.batch, a.length)
     results = measure(methods, depths, tokens, a.vocab, a.dim, a.ffn, a.heads, a.eta, a.inits, a.seed,
-                      a.untied, a.encdec)
+                      a.untied, a.encdec, not a.encoder_only)
     meta = {"command": "python -m harness.stack_update_size " + " ".join(sys.argv[1:] if argv is None else argv),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
                        f"{torch.get_num_threads()} thread(s)",
             "seconds": round(time.time() - t0, 1), "text": a.text, "vocab": a.vocab, "batch": a.batch,
             "length": a.length, "dim": a.dim, "ffn": a.ffn, "heads": a.heads, "eta": a.eta, "inits": a.inits,
-            "seed": a.seed, "untied": a.untied, "encdec": a.encdec, "depths": depths, "methods": results}
+            "seed": a.seed, "untied": a.untied, "encdec": a.encdec, "encoder_only": a.encoder_only, "depths": depths, "methods": results}
     out = pathlib.Path(a.out)
-    stem = "stack_update_size" + ("_encdec" if a.encdec else "") + ("_untied" if a.untied else "")
+    if a.encdec and a.encoder_only:
+        raise SystemExit("error: --encdec and --encoder-only: choose one")
+    stem = ("stack_update_size" + ("_encdec" if a.encdec else "") + ("_encoder_only" if a.encoder_only else "")
+            + ("_untied" if a.untied else ""))
     atomic.write_json(out / f"{stem}.json", meta)
     atomic.write_text(out / f"{stem}.md",
                       f"`{meta['command']}`\n\n{meta['machine']}, {meta['date']}, {meta['seconds']} s\n\n"
                       f"||Δf|| / η after one SGD step (η = {a.eta:g}), mean of {a.inits} inits; "
                       f"d={a.dim}, ffn={a.ffn}, heads={a.heads}, batch {a.batch}x{a.length} tokens, "
                       f"{'untied' if a.untied else 'tied'} output projection"
-                      f"{', encoder-decoder (N + N layers)' if a.encdec else ''}\n\n"
+                      f"{', encoder-decoder (N + N layers)' if a.encdec else ''}"
+                      f"{', encoder-only (no causal mask)' if a.encoder_only else ''}\n\n"
                       f"{table(meta)}\n")
     print(table(meta))
     print(f"[stack-update-size] wrote {out}/{stem}.{{json,md}} ({meta['seconds']} s)")
