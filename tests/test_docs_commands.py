@@ -88,6 +88,14 @@ COVERED = {
     "--ffn-dim 128 --heads 2 --depths 1,2,4 --out diag": ("flags",),
     # docs/measurements.md
     "python -m harness.bench.speed --out results/bench": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --untied": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --encdec": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --encdec --untied": ("flags",),
+    "python -m harness.stack_update_size --out results/diagnostics --encoder-only --untied --methods tfixup,postln":
+        ("flags",),
+    # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
+    "python examples/tfixup_lm.py --layers 6 --steps 100": ("run",),
     # docs/pipelines.md
     "bash scripts/quickstart.sh --cpu --dry-run --no-install": ("run",),
     _SHRUNK_IWSLT + "bash scripts/quickstart.sh --cpu --experiment iwslt14_de_en_tfixup --valid-lines 500 "

@@ -1,0 +1,268 @@
+"""T-Fixup for any PyTorch model, without fairseq: ``apply_tfixup(model, ...)``.
+
+What it handles:
+
+* ``nn.Transformer`` (encoder-decoder): the paper's constants, 0.67 N_e^-1/4 in the encoder and
+  (9 N_d)^-1/4 in the decoder and for both input embeddings;
+* ``nn.TransformerEncoder``, alone (an encoder-only model, or a decoder-only one run with a causal
+  mask): one stack of N layers, (6N)^-1/4 for its blocks and its input embedding;
+* ``nn.TransformerDecoder``, alone (the decoder of some encoder-decoder): the paper's decoder rule,
+  (9N)^-1/4;
+* a user's own residual stack, described by ``layers`` (one :class:`Layer` per layer: its attentions'
+  value and output projections, its MLP's linear layers), and for an encoder-decoder ``decoder_layers``.
+
+What it does (docs/derivation.md derives the constants; they come from ``tfixup.tfixup_init``):
+
+* every LayerNorm of the torch layers and stacks becomes ``nn.Identity`` (a custom model must have none
+  left: it is refused otherwise, naming the module);
+* value and output projections of every attention and the MLP weights are drawn again Xavier-uniform
+  (gain 1; a fused ``in_proj_weight``'s value rows as their own d x d matrix), MLP biases are zeroed,
+  and all of them are multiplied by the stack's scale;
+* the input embeddings given are drawn N(0, d^-1/2) (their padding row zeroed) and multiplied by the
+  scale; a weight shared by several modules (tied input/output embeddings) is one parameter and is
+  scaled once, with the first stack's factor;
+* nothing else is touched: q/k projections (torch draws them Xavier already), biases of attention,
+  positional embeddings, and an untied output projection keep their initialisation (T-Fixup's
+  conditions do not involve them).
+
+It returns what it did: parameter name -> scale (fused value rows as ``...in_proj_weight[v]``).
+"""
+
+import dataclasses
+import math
+from typing import Dict, Iterable, Optional, Sequence, Union
+
+import torch
+from torch import nn
+
+from tfixup import tfixup_init
+
+NORM_TYPES = tuple(t for t in (nn.LayerNorm, getattr(nn, "RMSNorm", None)) if t is not None)
+TORCH_STACKS = (nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder)
+
+Attention = Union[nn.MultiheadAttention, Sequence[nn.Linear]]
+
+
+@dataclasses.dataclass
+class Layer:
+    """One layer of a custom residual stack: ``attention`` holds each of its attentions, either an
+    ``nn.MultiheadAttention`` or a pair ``(value, output)`` of ``nn.Linear``; ``mlp`` its MLP's linear
+    layers (weights scaled, biases zeroed)."""
+
+    attention: Sequence[Attention]
+    mlp: Sequence[nn.Linear] = ()
+
+
+@torch.no_grad()
+def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
+                 decoder_embeddings: Iterable[nn.Module] = (), layers: Optional[Sequence[Layer]] = None,
+                 decoder_layers: Optional[Sequence[Layer]] = None) -> Dict[str, float]:
+    """Apply T-Fixup to ``model`` in place; returns parameter name -> the scale it was multiplied by.
+
+    ``embeddings``: the input token embeddings (``nn.Embedding``, or any module with a 2-D ``weight`` of
+    rows = tokens) of the stack, or of the encoder of an encoder-decoder; ``decoder_embeddings``: the
+    decoder's. ``layers`` (and ``decoder_layers``) describe a custom stack; leave them out for torch's
+    ``nn.Transformer``, ``nn.TransformerEncoder`` and ``nn.TransformerDecoder``. Everything is checked
+    before anything is changed: a refused model is left as it was.
+    """
+    embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
+    if isinstance(model, TORCH_STACKS):
+        if layers is not None or decoder_layers is not None:
+            raise ValueError(f"apply_tfixup: {type(model).__name__} has its own layers: leave out layers= and "
+                             "decoder_layers=")
+        stacks = _torch_stacks(model, embeddings, decoder_embeddings)
+    elif layers is None:
+        raise ValueError(f"apply_tfixup: unknown layout {type(model).__name__}: pass layers=[Layer(attention=..., "
+                         "mlp=...), ...] naming each layer's value, output and MLP projections")
+    elif decoder_layers is None:
+        if decoder_embeddings:
+            raise ValueError("apply_tfixup: decoder_embeddings= without decoder_layers=: a single stack takes "
+                             "embeddings= only")
+        _refuse_norms(model)
+        stacks = [("single", layers, embeddings)]
+    else:
+        _refuse_norms(model)
+        stacks = [("encoder", layers, embeddings), ("decoder", decoder_layers, decoder_embeddings)]
+    for role, stack_layers, stack_embeddings in stacks:
+        _check_layers(stack_layers, "decoder_layers" if role == "decoder" and len(stacks) == 2 else "layers",
+                      max_attention=2 if role == "decoder" else 1)
+        for embedding in stack_embeddings:
+            _embedding_weight(embedding)
+    if isinstance(model, TORCH_STACKS):
+        for _, stack in _torch_modules(model):
+            _remove_norms(stack)
+
+    names = _names(model)
+    done: Dict[str, float] = {}
+    seen = set()  # ids of tensors already drawn and scaled: a shared weight once
+    for role, stack_layers, stack_embeddings in stacks:
+        n = len(stack_layers)
+        scale, embed_scale = {
+            "single": (tfixup_init.single_stack_scale(n), tfixup_init.single_stack_scale(n)),
+            "encoder": (tfixup_init.encoder_scale(n), tfixup_init.embedding_scale(n)),
+            "decoder": (tfixup_init.decoder_scale(n), tfixup_init.embedding_scale(n)),
+        }[role]
+        for layer in stack_layers:
+            for attention in layer.attention:
+                for weight, rows, label in _value_and_output(attention):
+                    if _first(weight, seen):
+                        _xavier_scaled(weight if rows is None else weight[rows], scale)
+                        done[names.get(id(weight), label) + ("" if rows is None else "[v]")] = scale
+            for linear in layer.mlp:
+                if _first(linear.weight, seen):
+                    _xavier_scaled(linear.weight, scale)
+                    done[names.get(id(linear.weight), repr(linear))] = scale
+                if linear.bias is not None:
+                    nn.init.zeros_(linear.bias)
+        for embedding in stack_embeddings:
+            weight = _embedding_weight(embedding)
+            if _first(weight, seen):
+                nn.init.normal_(weight, mean=0.0, std=weight.shape[1] ** -0.5)
+                padding_idx = getattr(embedding, "padding_idx", None)
+                if padding_idx is not None:
+                    weight[padding_idx].zero_()
+                weight.mul_(embed_scale)
+                done[names.get(id(weight), f"embedding {type(embedding).__name__}.weight")] = embed_scale
+    return done
+
+
+# ---------------------------------------------------------------- torch's own Transformer modules
+
+
+def _torch_modules(model):
+    """(role, stack module) of a torch Transformer module. nn.TransformerDecoder alone is the decoder of some
+    encoder-decoder (its layers attend to a memory): the paper's decoder rule."""
+    if isinstance(model, nn.Transformer):
+        return [("encoder", model.encoder), ("decoder", model.decoder)]
+    if isinstance(model, nn.TransformerEncoder):
+        return [("single", model)]
+    return [("decoder", model)]
+
+
+def _torch_stacks(model, embeddings, decoder_embeddings):
+    """[(role, Layers, embeddings)] of a torch Transformer module; refuses Pre-LN layers."""
+    modules = _torch_modules(model)
+    if len(modules) == 1 and decoder_embeddings:
+        if modules[0][0] == "single":
+            raise ValueError("apply_tfixup: nn.TransformerEncoder is one stack: pass its input embedding as "
+                             "embeddings=, not decoder_embeddings=")
+        embeddings, decoder_embeddings = [*embeddings, *decoder_embeddings], []
+    out = []
+    for (role, stack), stack_embeddings in zip(modules, (embeddings, decoder_embeddings)):
+        if not isinstance(stack, (nn.TransformerEncoder, nn.TransformerDecoder)):
+            raise ValueError(f"apply_tfixup: the {role} is a custom {type(stack).__name__}, not torch's: call "
+                             "apply_tfixup on a module holding the model, with layers= and decoder_layers= naming "
+                             "both stacks' projections")
+        stack_layers = []
+        for i, layer in enumerate(stack.layers):
+            if getattr(layer, "norm_first", False):
+                raise ValueError(f"apply_tfixup: {role} layer {i} has norm_first=True (Pre-LN, a method that keeps "
+                                 "its LayerNorms); T-Fixup replaces Post-LN's LayerNorms: build the layers with "
+                                 "norm_first=False")
+            attentions = [layer.self_attn] + ([layer.multihead_attn] if hasattr(layer, "multihead_attn") else [])
+            stack_layers.append(Layer(attention=attentions, mlp=[layer.linear1, layer.linear2]))
+        out.append((role, stack_layers, stack_embeddings))
+    return out
+
+
+def _remove_norms(stack: nn.Module) -> None:
+    for layer in stack.layers:
+        for name in ("norm1", "norm2", "norm3"):
+            if hasattr(layer, name):
+                setattr(layer, name, nn.Identity())
+        if hasattr(layer, "activation_relu_or_gelu"):
+            # the encoder layer's fused inference kernel computes stock Post-LN (and reads norm1.eps): a
+            # falsy flag is the first of its conditions this layer can fail, so it never takes it
+            layer.activation_relu_or_gelu = 0
+    if isinstance(stack, nn.TransformerEncoder):
+        stack.use_nested_tensor = False  # the same fused kernel, entered from the stack
+    if stack.norm is not None:
+        stack.norm = nn.Identity()
+
+
+# ---------------------------------------------------------------- one attention, one tensor
+
+
+def _value_and_output(attention):
+    """[(weight, rows or None, label)]: the value projection (a fused in_proj_weight's value rows) and the output
+    projection of one attention; one-line errors for a layout it cannot read."""
+    if isinstance(attention, nn.MultiheadAttention):
+        if attention.in_proj_weight is not None:
+            weight, e = attention.in_proj_weight, attention.embed_dim
+            if tuple(weight.shape) != (3 * e, e):
+                raise ValueError(f"apply_tfixup: fused in_proj_weight of shape {tuple(weight.shape)} is not "
+                                 f"(3*{e}, {e}): cannot find its value rows")
+            value = (weight, slice(2 * e, 3 * e), "MultiheadAttention.in_proj_weight")  # rows: q, k, v stacked
+        elif getattr(attention, "v_proj_weight", None) is not None:
+            value = (attention.v_proj_weight, None, "MultiheadAttention.v_proj_weight")
+        else:
+            raise ValueError("apply_tfixup: nn.MultiheadAttention with neither in_proj_weight nor v_proj_weight: "
+                             "unknown layout")
+        return [value, (attention.out_proj.weight, None, "MultiheadAttention.out_proj.weight")]
+    pair = list(attention) if isinstance(attention, (list, tuple)) else None
+    if not pair or len(pair) != 2 or not all(isinstance(m, nn.Linear) for m in pair):
+        raise ValueError(f"apply_tfixup: an attention must be nn.MultiheadAttention or a (value, output) pair of "
+                         f"nn.Linear, got {type(attention).__name__}: for a fused qkv Linear, split it into "
+                         "separate q, k, v Linears")
+    value, out = pair
+    if value.out_features != out.in_features:
+        raise ValueError(f"apply_tfixup: the value projection gives {value.out_features} features but the output "
+                         f"projection takes {out.in_features}: a fused qkv Linear, or the pair swapped?")
+    return [(value.weight, None, repr(value)), (out.weight, None, repr(out))]
+
+
+def _xavier_scaled(weight: torch.Tensor, scale: float) -> None:
+    """Xavier-uniform with gain 1 for this (out, in) matrix, then times ``scale``."""
+    fan_out, fan_in = weight.shape
+    bound = math.sqrt(3.0) * tfixup_init.xavier_uniform_std(fan_in, fan_out)
+    weight.uniform_(-bound, bound).mul_(scale)
+
+
+def _embedding_weight(embedding) -> torch.Tensor:
+    weight = embedding if isinstance(embedding, torch.Tensor) else getattr(embedding, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError(f"apply_tfixup: embedding {type(embedding).__name__} has no 2-D weight (tokens x dim)")
+    return weight
+
+
+def _first(tensor: torch.Tensor, seen: set) -> bool:
+    if id(tensor) in seen:
+        return False
+    seen.add(id(tensor))
+    return True
+
+
+# ---------------------------------------------------------------- checks
+
+
+def _check_layers(layers, what: str, max_attention: int) -> None:
+    if not layers:
+        raise ValueError(f"apply_tfixup: {what} is empty: T-Fixup needs at least one layer")
+    for i, layer in enumerate(layers):
+        if not isinstance(layer, Layer):
+            raise ValueError(f"apply_tfixup: {what}[{i}] is {type(layer).__name__}, not tfixup.torch_tfixup.Layer")
+        if not 1 <= len(layer.attention) <= max_attention:
+            role = ("a decoder layer has self- and encoder-attention" if max_attention == 2 else
+                    "a layer of one stack (or an encoder) has one self-attention; an encoder-decoder's "
+                    "decoder goes in decoder_layers=")
+            raise ValueError(f"apply_tfixup: {what}[{i}] has {len(layer.attention)} attentions: {role}")
+        for attention in layer.attention:
+            _value_and_output(attention)
+        for linear in layer.mlp:
+            if not isinstance(linear, nn.Linear):
+                raise ValueError(f"apply_tfixup: {what}[{i}].mlp holds {type(linear).__name__}: list its nn.Linear "
+                                 "layers")
+
+
+def _refuse_norms(model: nn.Module) -> None:
+    for name, module in model.named_modules():
+        if isinstance(module, NORM_TYPES) or "LayerNorm" in type(module).__name__:
+            raise ValueError(f"apply_tfixup: {name or 'the model'} is a {type(module).__name__}; T-Fixup trains "
+                             "without LayerNorm: replace it with nn.Identity() first")
+
+
+def _names(model: nn.Module) -> Dict[int, str]:
+    names = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)  # a shared weight under its first name
+    return names
