@@ -213,6 +213,11 @@ def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iw
     assert small > 0 and half == pytest.approx(small, rel=1e-2)  # ||df|| = Theta(eta): linear as eta -> 0
     for p, b in zip(model.parameters(), before):
         torch.testing.assert_close(p, b, rtol=0, atol=0)  # the probe leaves the model as it was
+    # without the biases in the step, the change is smaller and only the other parameters would move
+    seen = []
+    no_bias = update_size.one_step(model, criterion, batches, lambda ps: seen.extend(ps), biases=False)
+    biases = {id(p) for n, p in model.named_parameters() if n.endswith(".bias")}
+    assert no_bias == 0 and seen and not biases & {id(p) for p in seen}
     assert update_size.loglog_slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
     assert update_size.loglog_slope([1, 2, 4], [5.0, 5.0, 5.0]) == pytest.approx(0.0, abs=1e-12)
 

@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="valid", help="data split (default valid)")
     p.add_argument("--sentences", type=int, default=64, help="first N sentence pairs of the split (default 64)")
     p.add_argument("--inits", type=int, default=2, help="random initialisations averaged (default 2)")
+    p.add_argument("--no-bias-step", dest="biases", action="store_false",
+                   help="leave every bias out of the step (the zero-initialised branch biases T-Fixup does not scale)")
     return parser
 
 
@@ -178,7 +180,7 @@ def run(a) -> None:
         from fairseq_tfixup.diagnostics.update_size import run_update_size
 
         run_update_size(a.data, depths=a.depths, eta=a.eta, adam_lr=a.adam_lr, split=a.split,
-                        n_sentences=a.sentences, inits=a.inits, **common)
+                        n_sentences=a.sentences, inits=a.inits, biases=a.biases, **common)
 
 
 def main(argv=None) -> int:

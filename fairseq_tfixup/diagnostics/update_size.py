@@ -41,10 +41,10 @@ def rms_change(before: list, after: list, batches) -> float:
     return (total / count) ** 0.5
 
 
-def one_step(model, criterion, batches, step: Callable[[list], None]) -> float:
-    """||Delta f|| after ``step(params)`` applied once to the gradient of the mean token loss; the model is
-    restored afterwards."""
-    params = [p for p in model.parameters() if p.requires_grad]
+def one_step(model, criterion, batches, step: Callable[[list], None], biases: bool = True) -> float:
+    """||Delta f|| after ``step(params)`` applied once to the gradient of the mean token loss (every
+    parameter, or all but the biases); the model is restored afterwards."""
+    params = [p for name, p in model.named_parameters() if p.requires_grad and (biases or not name.endswith(".bias"))]
     saved = [p.detach().clone() for p in params]
     model.zero_grad(set_to_none=True)
     ntokens = sum(int(b["ntokens"]) for b in batches)
@@ -85,8 +85,9 @@ def loglog_slope(depths: Sequence[int], values: Sequence[float]) -> float:
 def run_update_size(data_bin, out, models=("tfixup", "postln", "preln", "noln"), spec=None,
                     depths=(1, 2, 4, 8, 16, 32, 64, 128, 200), eta: float = 1e-4, adam_lr: float = 5e-4,
                     split: str = "valid", n_sentences: int = 64, inits: int = 2, seed: int = 1,
-                    device: str = "cpu", log: Callable[[str], None] = print) -> dict:
-    """Writes update_size.{png,npz,json} to ``out``."""
+                    biases: bool = True, device: str = "cpu", log: Callable[[str], None] = print) -> dict:
+    """Writes update_size.{png,npz,json} to ``out``. ``biases=False``: the step leaves every bias as it
+    is (the zero-initialised, unscaled branch biases move the residual stream once per block)."""
     spec = dataclasses.replace(spec or ModelSpec(), dropout=0.0)
     out = pathlib.Path(out)
     arrays: Dict[str, np.ndarray] = {"depths": np.asarray(depths)}
@@ -100,8 +101,8 @@ def run_update_size(data_bin, out, models=("tfixup", "postln", "preln", "noln"),
                     seed=seed + k, device=device)
                 model.train()  # dropout is 0 in ``spec``
                 batches = data.fixed_batches(task, args, split, n_sentences, device=device)
-                sizes[i, k, 0] = one_step(model, criterion, batches, sgd(eta)) / eta
-                sizes[i, k, 1] = one_step(model, criterion, batches, adam(adam_lr))
+                sizes[i, k, 0] = one_step(model, criterion, batches, sgd(eta), biases) / eta
+                sizes[i, k, 1] = one_step(model, criterion, batches, adam(adam_lr), biases)
             log(f"[update-size] {m} N={n}: SGD ||df||/eta {np.nanmean(sizes[i, :, 0]):.4g}, "
                 f"Adam ||df|| {np.nanmean(sizes[i, :, 1]):.4g}")
         arrays[m] = sizes
@@ -113,10 +114,10 @@ def run_update_size(data_bin, out, models=("tfixup", "postln", "preln", "noln"),
         log(f"[update-size] {m}: log-log slope vs depth: SGD {summary[m]['sgd_loglog_slope']:.3f}, "
             f"Adam {summary[m]['adam_loglog_slope']:.3f} (0: independent of depth)")
     meta = {"data_bin": str(data_bin), "split": split, "sentences": n_sentences, "inits": inits, "seed": seed,
-            "eta": eta, "adam_lr": adam_lr, "depths": list(depths), "spec": dataclasses.asdict(spec),
+            "eta": eta, "adam_lr": adam_lr, "biases_stepped": biases, "depths": list(depths), "spec": dataclasses.asdict(spec),
             "models": summary}
     title = (f"one update at initialisation, d={spec.dim}: output change vs layers per side "
-             f"({n_sentences} pairs of {split}, mean over {inits} inits)")
+             f"({n_sentences} pairs of {split}, mean over {inits} inits{'' if biases else '; biases not stepped'})")
     atomic.save_npz(out / "update_size.npz", arrays)
     atomic.write_json(out / "update_size.json", meta)
     curves = {m: np.nanmean(arrays[m], axis=1) for m in models}
