@@ -167,17 +167,19 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                 bests = [r["best_valid"] for r in here if r["method"] == b and r["best_valid"] is not None]
                 if not bests:
                     continue
-                got = [r[f"ratio_to_{b}"] for r in tfixup if r[f"ratio_to_{b}"] is not None]
+                # T-Fixup seeds with a run of this baseline at the same seed
+                paired = [r for r in tfixup if f"{r['group']}-{b}-lr{r['lr']:g}-s{r['seed']}" in records]
+                got = [r[f"ratio_to_{b}"] for r in paired if r[f"ratio_to_{b}"] is not None]
                 per_baseline[b] = {
                     "baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
-                    "seeds": len(tfixup), "reached": len(got),
+                    "seeds": len(paired), "reached": len(got),
                     "ratio_mean": round(statistics.mean(got), 3) if got else None,
                     "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
                     "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
             # the baseline's better schedule: the lower mean best valid loss over its seeds
             better = min(per_baseline, key=lambda b: per_baseline[b]["baseline_best_valid_mean"], default=None)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
-                                              **(per_baseline[better] if better else {})}
+                                              **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
     sgd_choice = {}
     for m in (m for m in METHODS if METHODS[m][0] == "sgd"):
         grid = [r for r in rows if r["method"] == m and r["best_valid"] is not None]
@@ -223,7 +225,7 @@ def report(res: dict) -> str:
                  "loss over its seeds).\n\n")
         rows = []
         for k, h in res["headline"].items():
-            cells = [k, h.get("seeds")]
+            cells = [k, h.get("tfixup_seeds")]
             for b in BASELINE_SCHEDULES:
                 pb = h["per_baseline"].get(b)
                 cells += [None, None] if pb is None else [
