@@ -28,7 +28,8 @@ import threading
 import time
 
 from harness.bench import common
-from harness import fairseq_log, proc
+from harness import fairseq_log
+from harness.proc import stop_tree
 
 
 @dataclasses.dataclass
@@ -68,7 +69,7 @@ def _stop_children(*_):
     with _live_lock:
         live = list(_live)
     for p in live:
-        proc.stop_tree(p.pid)
+        stop_tree(p.pid)
 
 
 def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
@@ -80,6 +81,8 @@ def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
                                 start_new_session=True)
         with _live_lock:
             _live.add(proc)
+        if _stopping.is_set():  # the study began to stop while this child was starting
+            stop_tree(proc.pid)
         try:
             return proc.wait()
         finally:
