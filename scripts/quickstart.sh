@@ -44,6 +44,7 @@ e.g. the paper's IWSLT'14 job shrunk for a CPU (a pipeline check, not a translat
 USAGE
 }
 
+QUICKSTART_ARGS=("$@")  # for the summary's command that trains longer
 NAME=""; WORK_DIR=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; INSTALL=1; DRY_RUN=0; TRAIN_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -107,7 +108,8 @@ prepare_command
 TRAIN_CMD=(bash "$S/train.sh" "${dev[@]}" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$DATA" "$RUN" -- --log-format json)
 EVAL_CMD=(bash "$S/evaluate.sh" "${dev[@]}" "$EXPERIMENT" "$DATA" "$RUN")
 REPORT_CMD=(bash "$S/report.sh" --runs "$WORK_DIR/runs" --out "$RUN/report.md" "$EXPERIMENT")
-SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md")
+SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md"
+             -- "${QUICKSTART_ARGS[@]}")
 
 if [ "$DRY_RUN" = 1 ]; then
   show() { printf '%q ' "$@" | sed 's/ $//'; echo; }

@@ -1,0 +1,139 @@
+"""Translating your own text with a trained run (scripts/translate.sh, harness/translate.py): the
+commands the main job's summary prints run as printed; the text gets the data-bin's preprocessing
+(as its manifest records it) and the output is detokenized; the hub snippet loads the model with
+the plugin and fails without it as docs/pipelines.md says."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+from harness import translate
+
+RUN = "runs/multi30k_de_en_cpu_tfixup"
+DATA = "data-bin/multi30k.de-en-n1000-v40-t20"
+
+
+def sh(cmd, stdin=None, check=True, **kw):
+    proc = subprocess.run(cmd, cwd=REPO, input=stdin, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"}, **kw)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+def printed_command(summary: str, heading: str) -> str:
+    """The command on the line after HEADING in the summary."""
+    lines = summary.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith(heading))
+    return lines[i + 1].strip()
+
+
+def test_the_printed_command_translates_a_typed_sentence_as_the_data_was_made(cpu_main_job):
+    work, out, _ = cpu_main_job
+    # the summary's last lines: the command, then what it printed for its example
+    cmd = printed_command(out, "Translate your own text")
+    example = out.rstrip().splitlines()[-1]
+    assert example.startswith("  -> ")
+    assert sh(["bash", "-c", cmd]).stdout == example[len("  -> "):] + "\n"
+    # a typed mixed-case sentence with umlauts, and a raw (cased) test sentence of the data: made into the
+    # tokens the model was trained on (lowercased, BPE'd with the data-bin's codes): no <unk>, and the test
+    # sentence's tokens are those evaluate.sh translated (generate-test.txt, BPE removed)
+    raw_test = (work / DATA / "test.raw.de").read_text(encoding="utf-8").splitlines()[0]
+    typed = "Zwei Männer spielen Fußball im Park."
+    run_dir = cmd.split()[-1]
+    proc = sh(["bash", "scripts/translate.sh", "--verbose", run_dir], stdin=f"{typed}\n\n{raw_test}\n")
+    seen = re.findall(r"^S: (.*)$", proc.stderr, re.M)
+    wrote = re.findall(r"^T: (.*)$", proc.stderr, re.M)
+    hyps = proc.stdout.split("\n")[:-1]
+    assert len(seen) == len(wrote) == len(hyps) == 3, proc.stderr[-2000:]
+    assert "<unk>" not in seen[0] and seen[0] == seen[0].lower() and "männer" in seen[0], seen[0]
+    assert seen[1] == hyps[1] == ""  # an empty line stays a line
+    generated = (work / RUN / "eval" / "generate-test.txt").read_text(encoding="utf-8")
+    assert seen[2].replace("@@ ", "") == re.search(r"^S-0\t(.*)$", generated, re.M).group(1)
+    # the output: the model's tokens with BPE removed and detokenized
+    for tokens, text in zip(wrote, hyps):
+        assert "@@" not in text and text == translate.TextPipeline.decode(pipeline(work), tokens)
+
+
+def pipeline(work):
+    data = work / DATA
+    return translate.TextPipeline(translate.text_steps(data), data)
+
+
+def test_decoding_removes_bpe_and_detokenizes(cpu_main_job):
+    work, _, _ = cpu_main_job
+    assert pipeline(work).decode("a man &apos;s hat@@ s , too .") == "a man's hats, too."
+    assert pipeline(work).encode("Ein Hund, der läuft.").replace("@@ ", "") == "ein hund , der läuft ."
+
+
+def test_show_names_the_final_model_dictionaries_and_codes(cpu_main_job, tmp_path):
+    work, _, _ = cpu_main_job
+    shown = json.loads(sh(["bash", "scripts/translate.sh", "--show", str(work / RUN)]).stdout)
+    assert shown["model"] == str(work / RUN / "eval" / "averaged.pt")
+    assert shown["bpe_codes"] == str(work / DATA / "code") and all(os.path.isfile(d) for d in shown["dictionaries"])
+    # without the averaged model: fairseq's best checkpoint, else its last
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint_last.pt").touch()
+    assert translate.final_model(run) == run / "checkpoints" / "checkpoint_last.pt"
+    (run / "checkpoints" / "checkpoint_best.pt").touch()
+    assert translate.final_model(run) == run / "checkpoints" / "checkpoint_best.pt"
+    shutil.rmtree(run / "checkpoints")
+    with pytest.raises(translate.TranslateError, match="holds no model"):
+        translate.final_model(run)
+
+
+def test_a_data_bin_made_before_its_preprocessing_was_recorded(cpu_main_job, tmp_path):
+    work, _, _ = cpu_main_job
+    data = tmp_path / "data"
+    shutil.copytree(work / DATA, data)
+    m = json.loads((data / "manifest.json").read_text())
+    recorded = m.pop("preprocess")
+    (data / "manifest.json").write_text(json.dumps(m))
+    # prepare-corpus.sh always recorded its tokenizer, casing and merges in its parameters
+    steps = translate.text_steps(data)
+    assert {k: steps[k] for k in recorded} == recorded
+    # any other script: one line naming the field and the command that makes the data-bin again
+    m["made_by"] = "scripts/prepare-iwslt14.sh"
+    (data / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(translate.TranslateError) as e:
+        translate.text_steps(data, work / RUN)
+    msg = str(e.value)
+    assert "'preprocess'" in msg and "\n" not in msg
+    assert f"rm -rf {data} && bash scripts/prepare-corpus.sh --src de --tgt en --lowercase" in msg
+    assert "--train-lines 1000 --valid-lines 40 --test-lines 20" in msg
+
+
+def test_hub_snippet_loads_with_the_plugin_and_without_it_fails_as_documented(cpu_main_job):
+    work, _, _ = cpu_main_job
+    report = (work / RUN / "report.md").read_text(encoding="utf-8")
+    snippet = re.search(r"```python\n(.*?)```", report, re.S).group(1)
+    assert snippet.startswith("import fairseq_tfixup")
+    assert sh(["python3", "-c", snippet]).stdout.strip()
+    # without the plugin: torch's own error, which docs/pipelines.md quotes with its fix
+    proc = sh(["python3", "-c", snippet.split("\n", 1)[1]], check=False)
+    assert proc.returncode != 0
+    assert "Weights only load failed" in proc.stderr and "argparse.Namespace" in proc.stderr
+    docs = (REPO / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    assert "Weights only load failed" in docs and "argparse.Namespace" in docs and "import fairseq_tfixup" in docs
+
+
+def test_the_summary_names_the_model_and_the_command_that_trains_longer(cpu_main_job):
+    work, out, _ = cpu_main_job
+    model = re.search(r"^  model: +(\S+)$", out, re.M).group(1)
+    assert model == str(work / RUN / "eval" / "averaged.pt")
+    dicts = re.search(r"^  dictionaries: +(.+)$", out, re.M).group(1).split(", ")
+    codes = re.search(r"^  BPE codes: +(\S+)$", out, re.M).group(1)
+    assert all(os.path.isfile(f) for f in [*dicts, codes]) and codes == str(work / DATA / "code")
+    # the main job's command with twice the epochs and this job's overrides: it trains on (a dry run shows it)
+    longer = printed_command(out, "Train longer")
+    assert "MAX_EPOCH=4 " in longer and "BPE_MERGES=1000 " in longer and f"--work {work}" in longer
+    shown = sh(["bash", "-c", longer + " --dry-run"]).stdout
+    assert "--max-epoch 4 " in shown and str(work / RUN) in shown
+    report = (work / RUN / "report.md").read_text(encoding="utf-8")
+    assert model in report and codes in report and longer in report
