@@ -123,6 +123,8 @@ if [ "$DRY_RUN" = 1 ]; then
   show "${SUMMARY_CMD[@]}"
   exit 0
 fi
+# torch threads for training and evaluation: not more than the cores other trainings leave
+set_threads
 if [ "$INSTALL" = 1 ]; then
   log "1/6 install (skipped when already done)"
   bash "$S/install.sh"

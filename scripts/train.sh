@@ -281,6 +281,7 @@ main() {
     printf '%s\n' "${CMDS[@]}"
     exit 0
   fi
+  set_threads "$NPROC"  # torch threads per process, for the NPROC processes started here
   lock_run_dir
   record_config
   check_resume
