@@ -1,6 +1,10 @@
 # Data-preparation helpers shared by scripts/prepare-*.sh (sourced after lib.sh).
 # pip tools only: sacremoses (tokenizer), subword-nmt (BPE), sacrebleu (test sets).
 
+# subword-nmt learn-bpe draws a progress bar (tqdm, redrawn with carriage returns): on a terminal it
+# is progress, in a log file one line of several KB. Off unless stderr is a terminal.
+[ -t 2 ] || export TQDM_DISABLE=1
+
 # harness/corpus.py (stdlib only; lib.sh puts the repo root on PYTHONPATH)
 corpus_py() { python3 -m harness.corpus "$@"; }
 

@@ -45,3 +45,15 @@ def test_the_documented_diagnostics_output_folder_is_ignored():
     for out in outs:
         if not (out.startswith("/") or out.startswith("..")):  # inside the checkout
             sh("git", "check-ignore", "-q", f"{out}/grad_norms.png")
+
+
+def test_the_main_jobs_screen_has_progress_lines_and_its_log_everything(cpu_main_job):
+    work, out, _ = cpu_main_job
+    screen = out + (work.parent / "stderr").read_text()
+    log = (work / "runs" / "multi30k_de_en_cpu_tfixup" / "train.log").read_text()
+    # progress as short lines; fairseq's JSON records, the model's structure, progress bars: in the log only
+    assert re.search(r"^\S+ \S+ \| epoch 2 \| update \d+ of ~?\d+ \| loss [\d.]+ \| lr [\d.e-]+ \| [\d.]+ updates/s",
+                     screen, re.M), screen[-3000:]
+    assert '{"epoch"' not in screen and "TFixupTransformerModel(" not in screen
+    assert "| train_inner |" not in screen and "\r" not in screen and max(map(len, screen.splitlines())) < 500
+    assert '{"epoch"' in log and "TFixupTransformerModel(" in log

@@ -35,29 +35,26 @@ def printed_command(summary: str, heading: str) -> str:
 
 def test_the_printed_command_translates_a_typed_sentence_as_the_data_was_made(cpu_main_job):
     work, out, _ = cpu_main_job
-    # the summary's last lines: the command, then what it printed for its example
+    # the summary's last lines: the command for a typed mixed-case sentence with umlauts, then what it printed
     cmd = printed_command(out, "Translate your own text")
-    example = out.rstrip().splitlines()[-1]
-    assert example.startswith("  -> ")
-    assert sh(["bash", "-c", cmd]).stdout == example[len("  -> "):] + "\n"
-    # a typed mixed-case sentence with umlauts, and a raw (cased) test sentence of the data: made into the
-    # tokens the model was trained on (lowercased, BPE'd with the data-bin's codes): no <unk>, and the test
-    # sentence's tokens are those evaluate.sh translated (generate-test.txt, BPE removed)
-    raw_test = (work / DATA / "test.raw.de").read_text(encoding="utf-8").splitlines()[0]
     typed = "Zwei Männer spielen Fußball im Park."
-    run_dir = cmd.split()[-1]
-    proc = sh(["bash", "scripts/translate.sh", "--verbose", run_dir], stdin=f"{typed}\n\n{raw_test}\n")
-    seen = re.findall(r"^S: (.*)$", proc.stderr, re.M)
-    wrote = re.findall(r"^T: (.*)$", proc.stderr, re.M)
-    hyps = proc.stdout.split("\n")[:-1]
-    assert len(seen) == len(wrote) == len(hyps) == 3, proc.stderr[-2000:]
-    assert "<unk>" not in seen[0] and seen[0] == seen[0].lower() and "männer" in seen[0], seen[0]
-    assert seen[1] == hyps[1] == ""  # an empty line stays a line
+    example = out.rstrip().splitlines()[-1]
+    assert example.startswith("  -> ") and typed in cmd
+    proc = sh(["bash", "-c", cmd + " --verbose"])
+    assert proc.stdout == example[len("  -> "):] + "\n"
+    # the model read it lowercased and BPE'd with the data-bin's codes: no <unk> (fairseq's dictionary
+    # shows one as "<unk>"), every piece in the training dictionary
+    seen, wrote = re.search(r"^S: (.*)\nT: (.*)$", proc.stderr, re.M).groups()
+    assert seen == pipeline(work).encode(typed) and "<unk>" not in seen and seen == seen.lower(), seen
+    known = {line.split()[0] for line in (work / DATA / "dict.de.txt").read_text(encoding="utf-8").splitlines()}
+    assert set(seen.split()) <= known and "männer" in seen.replace("@@ ", "")
+    # and what it wrote: BPE removed, detokenized
+    assert "@@" not in proc.stdout and proc.stdout.strip() == pipeline(work).decode(wrote)
+    # a raw (cased, untokenized) test sentence becomes the tokens evaluate.sh translated (generate-test.txt
+    # shows them with BPE removed)
+    raw_test = (work / DATA / "test.raw.de").read_text(encoding="utf-8").splitlines()[0]
     generated = (work / RUN / "eval" / "generate-test.txt").read_text(encoding="utf-8")
-    assert seen[2].replace("@@ ", "") == re.search(r"^S-0\t(.*)$", generated, re.M).group(1)
-    # the output: the model's tokens with BPE removed and detokenized
-    for tokens, text in zip(wrote, hyps):
-        assert "@@" not in text and text == translate.TextPipeline.decode(pipeline(work), tokens)
+    assert pipeline(work).encode(raw_test).replace("@@ ", "") == re.search(r"^S-0\t(.*)$", generated, re.M).group(1)
 
 
 def pipeline(work):
