@@ -51,7 +51,7 @@ def run_data(run) -> pathlib.Path:
     if path is None and rec.get("train_commands"):  # recorded before data identities
         words = shlex.split(rec["train_commands"][0])
         path = words[1] if len(words) > 1 else None
-    if not path or not pathlib.Path(path, manifest.NAME).parent.is_dir():
+    if not path or not pathlib.Path(path).is_dir():
         raise TranslateError(f"the data-bin {run} trained on ({path or 'not recorded'}) is not there: "
                              "its dictionaries and BPE codes are needed to translate")
     return pathlib.Path(path)
@@ -171,7 +171,7 @@ class Translator:
         self.data = run_data(self.run)
         self.steps = text_steps(self.data, self.run)
         self.text = TextPipeline(self.steps, self.data)
-        values = config.resolve_run(self.run).values
+        values = config.resolve_run(self.run, environ={}).values  # as the run was evaluated
         # the length cap of scripts/evaluate.sh (same environment variables and defaults): an undertrained
         # model would otherwise write up to 200 tokens a sentence
         self.gen = {"beam": int(values["BEAM"]), "lenpen": float(values["LENPEN"]),
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
                     if args.verbose:
                         print(f"S: {r['tokens_in']}\nT: {r['tokens_out']}", file=sys.stderr)
                     print(r["translation"], flush=True)
-    except (TranslateError, OSError, UnicodeDecodeError) as e:
+    except (TranslateError, config.ConfigError, OSError, UnicodeDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from conftest import REPO
-from harness import translate
+from harness import manifest, translate
 
 RUN = "runs/multi30k_de_en_cpu_tfixup"
 DATA = "data-bin/multi30k.de-en-n1000-v40-t20"
@@ -134,3 +134,12 @@ def test_the_summary_names_the_model_and_the_command_that_trains_longer(cpu_main
     assert "--max-epoch 4 " in shown and str(work / RUN) in shown
     report = (work / RUN / "report.md").read_text(encoding="utf-8")
     assert model in report and codes in report and longer in report
+
+
+def test_the_recorded_preprocessing_is_complete_and_checked():
+    with pytest.raises(manifest.DataError, match="lacks normalize_punctuation, remove_nonprinting"):
+        manifest.preprocess_record(["tokenizer=moses", "lowercase=1"])
+    with pytest.raises(manifest.DataError, match="lowercase=yes: must be 0 or 1"):
+        manifest.preprocess_record(["lowercase=yes"])
+    with pytest.raises(manifest.DataError, match="tokenizer=spacy: must be one of moses, none"):
+        manifest.preprocess_record(["tokenizer=spacy"])
