@@ -146,8 +146,20 @@ class TextPipeline:
         return tokens
 
 
+def check_model(model: pathlib.Path) -> None:
+    """MODEL read by the project's safe loader first (weights_only, CRCs, the literals fairseq evaluates;
+    tensors memory-mapped): a corrupt or foreign file stops here in one line, not in fairseq's traceback."""
+    from tfixup import checkpoints, literals
+
+    try:
+        checkpoints.load(model, mmap=True, check_crc=True)
+    except (checkpoints.CorruptCheckpoint, pickle.UnpicklingError, literals.NotALiteral) as e:
+        raise TranslateError(f"{e}: translate with another checkpoint of the run, or train it again") from None
+
+
 def load_hub(model: pathlib.Path, data: pathlib.Path):
     """fairseq's hub interface on MODEL with DATA's dictionaries, loaded safely (torch's weights_only)."""
+    check_model(model)
     import fairseq_tfixup  # noqa: F401  (registers the plugin and the types torch may load)
     from fairseq.models.transformer import TransformerModel
 

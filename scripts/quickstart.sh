@@ -34,6 +34,9 @@ Without a GPU and without --cpu it stops at once.
   -- ARGS            passed to scripts/train.sh (e.g. --nproc 2)
 Writes under DIR: data-bin/, runs/EXPERIMENT/ (checkpoints, train.log, eval/results.json,
 eval/generate-test.txt), runs/EXPERIMENT/report.md and runs/EXPERIMENT/learning-curve.png.
+The summary ends with the model's files, the command that trains it longer, a Python snippet, and
+the command that translates your own text (scripts/translate.sh RUN_DIR). Torch's thread count:
+one per core shared with running trainings (OMP_NUM_THREADS=N chooses), printed.
 Rerunning the same command resumes. BPE_MERGES=N in the environment replaces the config's BPE
 merges for prepare-corpus.sh corpora (a smoke run on --train-lines 1000 needs about 1000).
 Any config key can be overridden through the environment,

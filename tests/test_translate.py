@@ -143,3 +143,15 @@ def test_the_recorded_preprocessing_is_complete_and_checked():
         manifest.preprocess_record(["lowercase=yes"])
     with pytest.raises(manifest.DataError, match="tokenizer=spacy: must be one of moses, none"):
         manifest.preprocess_record(["tokenizer=spacy"])
+
+
+def test_a_corrupt_model_stops_in_one_line(cpu_main_job, tmp_path):
+    work, _, _ = cpu_main_job
+    run = tmp_path / "run"
+    (run / "eval").mkdir(parents=True)
+    shutil.copy(work / RUN / "config.resolved.json", run)
+    model = (work / RUN / "eval" / "averaged.pt").read_bytes()
+    (run / "eval" / "averaged.pt").write_bytes(model[:len(model) // 2])
+    proc = sh(["bash", "scripts/translate.sh", str(run)], stdin="Ein Hund.\n", check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "averaged.pt is corrupt" in proc.stderr
