@@ -127,12 +127,14 @@ def main(argv=None) -> int:
         print(f"  epoch {epoch:3d}  updates {updates:6d}  valid loss {loss:.3f}"
               + ("" if bleu is None else f"  valid BLEU {bleu:.2f}"))
     print(f"\nLearning curve (PNG): {args.png}\nReport: {args.report}\nAll results: {run / 'eval' / 'results.json'}")
+    train_longer = continue_command(run, quickstart_args)
     try:
         use = translate.usage(run, translate.Translator(run))
     except translate.TranslateError as e:  # e.g. a data-bin made before its preprocessing was recorded
-        print(f"\nerror: cannot translate with this run: {e}", file=sys.stderr)
-        return 1
-    train_longer = continue_command(run, quickstart_args)
+        print(f"\nYour model: {translate.shown_path(translate.final_model(run))}\n\n"
+              f"Train longer (resumes from checkpoint_last.pt, then evaluates again):\n  {train_longer}\n\n"
+              f"Translate your own text: not with this data-bin: {e}")
+        return 0
     report.add_model_section(pathlib.Path(args.report), use, train_longer)
     # last: the command a user copies next
     print("\n".join(model_lines(use, train_longer)))

@@ -67,9 +67,14 @@ def rebuild_command(run, data, params: Dict) -> str:
     if not words:
         return f"rm -rf {shlex.quote(str(data))}, then rerun the scripts/prepare-*.sh command that made it"
     cmd = ["bash", f"scripts/{words[0]}", *words[1:], "--out", str(data)]
-    for key in ("train_lines", "valid_lines", "test_lines"):
-        if str(params.get(key, "0")) != "0":
-            cmd += [f"--{key.replace('_', '-')}", str(params[key])]
+    # the sizes the manifest recorded, in place of the config's (e.g. BPE_MERGES for a smoke run)
+    for key in ("bpe_merges", "bpe_tokens", "train_lines", "valid_lines", "test_lines"):
+        flag, value = f"--{key.replace('_', '-')}", str(params.get(key, "0"))
+        if flag in cmd:
+            i = cmd.index(flag)
+            del cmd[i:i + 2]
+        if value != "0" or key.startswith("bpe_") and key in params:
+            cmd += [flag, value]
     return f"rm -rf {shlex.quote(str(data))} && " + " ".join(shlex.quote(w) for w in cmd)
 
 

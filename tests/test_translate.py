@@ -102,8 +102,9 @@ def test_a_data_bin_made_before_its_preprocessing_was_recorded(cpu_main_job, tmp
         translate.text_steps(data, work / RUN)
     msg = str(e.value)
     assert "'preprocess'" in msg and "\n" not in msg
-    assert f"rm -rf {data} && bash scripts/prepare-corpus.sh --src de --tgt en --lowercase" in msg
-    assert "--train-lines 1000 --valid-lines 40 --test-lines 20" in msg
+    # the config's prepare command with the sizes this data-bin was made with (1000 merges, not the config's 8000)
+    assert msg.endswith(f"rm -rf {data} && bash scripts/prepare-corpus.sh --src de --tgt en --lowercase --out {data} "
+                        "--bpe-merges 1000 --train-lines 1000 --valid-lines 40 --test-lines 20")
 
 
 def test_hub_snippet_loads_with_the_plugin_and_without_it_fails_as_documented(cpu_main_job):
@@ -155,3 +156,21 @@ def test_a_corrupt_model_stops_in_one_line(cpu_main_job, tmp_path):
     proc = sh(["bash", "scripts/translate.sh", str(run)], stdin="Ein Hund.\n", check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and "averaged.pt is corrupt" in proc.stderr
+
+
+def test_the_summary_of_a_run_on_such_a_data_bin_says_so_and_ends_well(cpu_main_job, tmp_path):
+    work, _, _ = cpu_main_job
+    copy = tmp_path / "qs"
+    shutil.copytree(work, copy, ignore=shutil.ignore_patterns("checkpoint*.pt"))
+    rec = copy / RUN / "config.resolved.json"
+    rec.write_text(rec.read_text().replace(str(work), str(copy)))
+    m = json.loads((copy / DATA / "manifest.json").read_text())
+    del m["preprocess"]
+    m["made_by"] = "scripts/prepare-iwslt14.sh"
+    (copy / DATA / "manifest.json").write_text(json.dumps(m))
+    run = copy / RUN
+    proc = sh(["python3", "-m", "harness.summary", "--run", str(run), "--png", str(run / "curve.png"),
+               "--report", str(run / "report.md"), "--", "--cpu"])
+    last = proc.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("Translate your own text: not with this data-bin: ") and "'preprocess'" in last
+    assert f"Your model: {run / 'eval' / 'averaged.pt'}" in proc.stdout
