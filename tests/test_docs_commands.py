@@ -18,6 +18,8 @@ the docs no longer hold. The checks run from the repo root, as the docs assume:
 |         | batch size and a --save-dir under work/                                         |
 | tiny    | the one real run: the CPU main job, tiny model and data (conftest.cpu_main_job)   |
 | model   | a command on the main job's model: run as written on the tiny run's work folder  |
+| summary | a command the main job's summary prints (there with the tiny run's work folder): |
+|         | the same words (test_translate.py runs the printed one)                          |
 | no-gpu  | as written; without a GPU it must stop at once with one line and write nothing   |
 | install | a manual install step (not run: it installs packages); scripts/install.sh, which |
 |         | made this environment, must hold the same step (the marker given)               |
@@ -120,7 +122,7 @@ COVERED = {
         ("flags",),  # --dry-run needs a trained run's record
     # docs/pipelines.md: the main job's model
     "echo Zwei Männer spielen Fußball im Park. | bash scripts/translate.sh "
-    "work/quickstart-cpu-multi30k_de_en_cpu_tfixup/runs/multi30k_de_en_cpu_tfixup": ("model",),
+    "work/quickstart-cpu-multi30k_de_en_cpu_tfixup/runs/multi30k_de_en_cpu_tfixup": ("summary",),
     "bash scripts/translate.sh --show work/quickstart-cpu-multi30k_de_en_cpu_tfixup/runs/multi30k_de_en_cpu_tfixup":
         ("model",),
     "MAX_EPOCH=14 bash scripts/quickstart.sh --cpu": ("dry",),
@@ -289,7 +291,7 @@ def _parse_fairseq_train(argv):
 
 DOCUMENTED = documented()
 # the tiny run has its own test; a command missing from the docs fails the coverage test
-CHECKS = sorted(c for c, how in COVERED.items() if how[0] not in ("tiny", "model") and c in DOCUMENTED)
+CHECKS = sorted(c for c, how in COVERED.items() if how[0] not in ("tiny", "model", "summary") and c in DOCUMENTED)
 MAIN_JOB_WORK = "work/quickstart-cpu-multi30k_de_en_cpu_tfixup"
 
 
@@ -334,13 +336,20 @@ def test_documented_command(cmd):
         raise AssertionError(f"unknown kind {kind}")
 
 
-@pytest.mark.parametrize("cmd", [c for c, how in COVERED.items() if how[0] == "model"])
+@pytest.mark.parametrize("cmd", [c for c, how in COVERED.items() if how[0] in ("model", "summary")])
 def test_documented_command_on_the_main_jobs_model(cmd, cpu_main_job):
-    """As written, in the tiny main job's work folder instead of the default one."""
-    work, _, _ = cpu_main_job
-    words = DOCUMENTED[cmd][0]
-    line = " ".join(w if w == "|" else shlex.quote(w.replace(MAIN_JOB_WORK, str(work))) for w in words)
-    assert MAIN_JOB_WORK in cmd and run(["bash", "-c", line], {"OMP_NUM_THREADS": "1"}).stdout.strip()
+    """As written, in the tiny main job's work folder instead of the default one; or, a command the summary
+    prints, the same words as the summary's."""
+    work, summary, _ = cpu_main_job
+    words = [w.replace(MAIN_JOB_WORK, str(work)) for w in DOCUMENTED[cmd][0]]
+    assert MAIN_JOB_WORK in cmd
+    if COVERED[cmd][0] == "summary":
+        # the summary's command lines (its example sentences may hold a lone quote: not split)
+        printed = [shlex.split(line) for line in summary.splitlines() if "bash scripts/" in line]
+        assert words in printed, f"the summary prints no such command: {' '.join(words)}"
+        return
+    line = " ".join(w if w == "|" else shlex.quote(w) for w in words)
+    assert run(["bash", "-c", line], {"OMP_NUM_THREADS": "1"}).stdout.strip()
 
 
 def test_cpu_main_job_tiny_run_prints_bleu_translations_curve_and_report(shared_data, cpu_main_job):
