@@ -22,7 +22,14 @@ when installed next to fairseq) or ``common.user_dir`` in a hydra config.
 
 __version__ = "0.1.0"
 
-from tfixup import checkpoints, literals
+import logging
+
+# Imported before fairseq (tfixup-diagnose, hub users): fairseq's import logs "Please install tensorboardX"
+# (an optional dependency nothing here uses) at INFO through a root handler it sets up, as the first line
+# of every command, --help included. Only that logger is quieted; under fairseq-train, fairseq is imported first.
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+
+from tfixup import checkpoints, literals  # noqa: E402
 
 # torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
 # checkpoints hold, and nothing that can run code (see checkpoints.py).

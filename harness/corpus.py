@@ -46,11 +46,14 @@ def segs(args) -> None:
                     sys.stdout.write(m.group(1).replace("\u2019", "'") + "\n")
 
 
+def nonprinting_to_space(line: str) -> str:
+    """Moses remove-non-printing-char.perl on one line: control/format characters become spaces, tabs stay."""
+    return "".join(c if c == "\t" or unicodedata.category(c)[0] != "C" else " " for c in line)
+
+
 def nonprint(_args) -> None:
-    """Moses remove-non-printing-char.perl: drop control/format characters, keep tabs."""
     for line in sys.stdin:
-        line = line.rstrip("\n")
-        sys.stdout.write("".join(c if c == "\t" or unicodedata.category(c)[0] != "C" else " " for c in line) + "\n")
+        sys.stdout.write(nonprinting_to_space(line.rstrip("\n")) + "\n")
 
 
 def lower(_args) -> None:

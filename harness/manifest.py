@@ -6,7 +6,7 @@ only after every check passed.
     python -m harness.manifest status DIR PARAMS_JSON        -> current | differs | changed PATH | missing | foreign
     python -m harness.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
                                       [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
-                                      [--keep-log FILE]
+                                      [--keep-log FILE] [--preprocess KEY=VALUE ...]
     python -m harness.manifest check DIR                     -> exit 0 complete, 2 none (made before
                                                                  manifests), 1 incomplete or changed (one line)
 """
@@ -28,6 +28,44 @@ _PREPROCESS = re.compile(r"\[(\w+)\] (?:.*/)?(train|valid|test)\.(\w+): (\d+) se
 
 class DataError(ValueError):
     """Data that must not be published, in one line naming the file and the fix."""
+
+
+# How the text was made into the data-bin's tokens, recorded as manifest["preprocess"] so that new
+# text can be made into the same tokens (harness/translate.py): each step in the order the prepare
+# scripts run it. Keys and what their values may be (bools are written 0/1 on the command line).
+PREPROCESS_KEYS = {
+    "normalize_punctuation": bool,  # sacremoses normalize (Moses normalize-punctuation.perl)
+    "remove_nonprinting": bool,     # Moses remove-non-printing-char.perl (harness.corpus nonprint)
+    "tokenizer": ("moses", "none"),  # sacremoses tokenize (escaping on, as its command line does)
+    "aggressive_dash_splits": bool,  # its -a
+    "lowercase": bool,              # after tokenizing
+    "bpe": ("subword_nmt", "none"),  # subword-nmt apply-bpe, separator @@
+    "bpe_codes": str,               # a file of the data-bin ("code"); "" without BPE
+}
+
+
+def preprocess_record(pairs) -> dict:
+    """KEY=VALUE words -> manifest["preprocess"], every key of PREPROCESS_KEYS given once with a valid value."""
+    record = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        kind = PREPROCESS_KEYS.get(key)
+        if not sep or kind is None or key in record:
+            raise DataError(f"--preprocess {pair!r}: expected each of {', '.join(PREPROCESS_KEYS)} once, as KEY=VALUE")
+        if kind is bool:
+            if value not in ("0", "1"):
+                raise DataError(f"--preprocess {key}={value}: must be 0 or 1")
+            record[key] = value == "1"
+        elif isinstance(kind, tuple):
+            if value not in kind:
+                raise DataError(f"--preprocess {key}={value}: must be one of {', '.join(kind)}")
+            record[key] = value
+        else:
+            record[key] = value
+    missing = [k for k in PREPROCESS_KEYS if k not in record]
+    if missing:
+        raise DataError(f"--preprocess lacks {', '.join(missing)}")
+    return record
 
 
 def read(path_dir):
@@ -84,7 +122,8 @@ def file_sizes(path_dir) -> dict:
             if name not in (NAME, "preprocess.log") and os.path.isfile(os.path.join(path_dir, name))}
 
 
-def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None, folder=None):
+def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None, folder=None,
+          preprocess=None):
     manifest = {
         "complete": True, "made_by": made_by, "params": params,
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -95,6 +134,13 @@ def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=()
         manifest["files"] = file_sizes(folder)
     if bpe_merges is not None:
         manifest["bpe_merges"] = bpe_merges
+    if preprocess is not None:
+        codes = preprocess["bpe_codes"]
+        if (preprocess["bpe"] == "none") != (codes == ""):
+            raise DataError(f"preprocess: bpe={preprocess['bpe']} with bpe_codes={codes!r}")
+        if codes and folder is not None and not os.path.isfile(os.path.join(folder, codes)):
+            raise DataError(f"preprocess names BPE codes {codes}, which the data-bin lacks")
+        manifest["preprocess"] = preprocess
     if log_text is not None:
         unk = unk_rates(log_text, counts)
         want = 2 * len(counts)
@@ -167,6 +213,8 @@ def main(argv=None):
     s.add_argument("--bpe-merges", type=int)
     s.add_argument("--keep-log", help="where fairseq-preprocess's log is copied when the data is refused "
                                       "(the temp folder that holds it is removed)")
+    s.add_argument("--preprocess", nargs="+", metavar="KEY=VALUE",
+                   help=f"how the text was made into tokens: {', '.join(PREPROCESS_KEYS)}")
     s = sub.add_parser("check")
     s.add_argument("dir")
     s = sub.add_parser("count", help="sentence pairs of a split")
@@ -183,8 +231,10 @@ def main(argv=None):
             counts = {k: int(v) for k, v in (c.split("=", 1) for c in args.counts)}
             log_text = open(args.preprocess_log, encoding="utf-8").read() if args.preprocess_log else None
             try:
+                preprocess = preprocess_record(args.preprocess) if args.preprocess else None
                 m = build(json.loads(args.params), counts, args.inputs, args.made_by, log_text, args.max_unk,
-                          bpe_merges=args.bpe_merges, folder=os.path.dirname(os.path.abspath(args.out)))
+                          bpe_merges=args.bpe_merges, folder=os.path.dirname(os.path.abspath(args.out)),
+                          preprocess=preprocess)
             except DataError as e:
                 if args.keep_log and args.preprocess_log:
                     import shutil

@@ -133,3 +133,35 @@ def load_results(paths: Sequence[str]) -> Dict[str, Dict]:
 def build_report(experiments: List[str], result_paths: Sequence[str], title: str = "") -> str:
     results = load_results([p for p in result_paths if os.path.exists(p)])
     return render_markdown([report_row(name, results.get(name)) for name in experiments], title)
+
+
+MODEL_HEADING = "## Your model"
+
+
+def model_section(use: Dict, train_longer: str) -> str:
+    """Markdown: where the model is and how to use it (harness.translate.usage), how to train longer."""
+    from harness.translate import shown_path
+
+    lines = [MODEL_HEADING, "", f"- model: `{shown_path(use['model'])}`",
+             f"- dictionaries: {', '.join(f'`{shown_path(d)}`' for d in use['dictionaries'])}"]
+    if use["bpe_codes"]:
+        lines.append(f"- BPE codes: `{shown_path(use['bpe_codes'])}`")
+    lines += [f"- its training text was: {use['steps_text']} (scripts/translate.sh does the same to yours)", "",
+              f"Translate your own text ({use['src']} -> {use['tgt']}; one sentence per line, or a file: "
+              f"`{use['translate_file_command']}`):", "", "```bash", use["translate_command"], "```", ""]
+    if use["example_translation"] is not None:
+        lines += [f"which prints: `{md_cell(use['example_translation'])}`", ""]
+    lines += ["Train longer (resumes from checkpoint_last.pt, then evaluates again):", "", "```bash", train_longer,
+              "```", "", "In Python, with fairseq's hub (`import fairseq_tfixup` first, or torch's safe loader "
+              "refuses the checkpoint's `argparse.Namespace`; never `weights_only=False`):", "", "```python",
+              use["hub"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def add_model_section(path: pathlib.Path, use: Dict, train_longer: str) -> None:
+    """REPORT (report.sh's table) with model_section at its end, replacing one written before."""
+    from tfixup import atomic
+
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    text = text.split("\n" + MODEL_HEADING + "\n")[0].rstrip("\n") + "\n"
+    atomic.write_text(str(path), text + "\n" + model_section(use, train_longer))

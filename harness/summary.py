@@ -1,7 +1,11 @@
 """The main job's closing summary (scripts/quickstart.sh): test BLEU, three example
-translations, the learning curve as a PNG, and where the report is.
+translations, the learning curve as a PNG, where the report is, and the model: its files, how to
+translate your own text (the command, with one example it translated), how to train it longer,
+and how to load it in Python. report.md gets the same model section.
 
-    python3 -m harness.summary --run RUN --png RUN/learning-curve.png --report RUN/report.md
+    python3 -m harness.summary --run RUN --png RUN/learning-curve.png --report RUN/report.md [-- QUICKSTART_ARGS]
+
+QUICKSTART_ARGS: the main job's own arguments, for the command that trains longer.
 
 RUN is a run of scripts/train.sh (JSON log, ``--log-format json``) evaluated by
 scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
@@ -10,7 +14,9 @@ scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
 import argparse
 import json
 import logging
+import os
 import pathlib
+import shlex
 import sys
 
 # where fairseq is imported, it logs "Please install tensorboardX" (optional, unused) and leaves the
@@ -18,6 +24,7 @@ import sys
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
+from harness import config, report, translate
 from harness.fairseq_log import parse_train_log
 from tfixup.atomic import save_figure
 from harness.bench.quality import samples
@@ -55,7 +62,42 @@ def plot(curve: list, title: str, path: pathlib.Path) -> None:
     save_figure(path, fig)
 
 
+def continue_command(run: pathlib.Path, quickstart_args) -> str:
+    """The main job's command again, training twice as long: it resumes from checkpoint_last.pt, then
+    evaluates and summarizes again. Keeps the overrides this job had in its environment (config keys,
+    and the variables quickstart.sh itself reads), which decide the data and the model."""
+    values = config.read_record(run)["values"]
+    key = "MAX_UPDATE" if values.get("MAX_UPDATE", "0") != "0" else "MAX_EPOCH"
+    env = {k: os.environ[k] for k in sorted(values) if k in os.environ and k not in ("MAX_UPDATE", "MAX_EPOCH")}
+    env.update({k: os.environ[k] for k in ("BPE_MERGES", "WORK_DIR", "TFIXUP_SHARED_DATA") if k in os.environ})
+    env[key] = str(2 * int(values[key]))
+    script = translate.shown_path(pathlib.Path(__file__).resolve().parents[1] / "scripts" / "quickstart.sh")
+    words = [f"{k}={shlex.quote(v)}" for k, v in env.items()] + ["bash", shlex.quote(script)]
+    return " ".join(words + [shlex.quote(a) for a in quickstart_args if a != "--dry-run"])
+
+
+def model_lines(use: dict, train_longer: str) -> list:
+    """The summary's model section (plain text); report.model_section is its Markdown."""
+    lines = ["", "Your model:",
+             f"  model:        {translate.shown_path(use['model'])}",
+             f"  dictionaries: {', '.join(translate.shown_path(d) for d in use['dictionaries'])}"]
+    if use["bpe_codes"]:
+        lines.append(f"  BPE codes:    {translate.shown_path(use['bpe_codes'])}")
+    lines += [f"  its text was: {use['steps_text']} (scripts/translate.sh does the same to yours)",
+              "", f"Train longer (resumes from checkpoint_last.pt, then evaluates again):", f"  {train_longer}",
+              "", "In Python (fairseq's hub; import fairseq_tfixup first, or torch refuses the checkpoint):"]
+    lines += [f"  {line}" for line in use["hub"].splitlines()]
+    lines += ["", f"Translate your own text ({use['src']} -> {use['tgt']}; a file: {use['translate_file_command']}):",
+              f"  {use['translate_command']}"]
+    if use["example_translation"] is not None:
+        lines.append(f"  -> {use['example_translation']}")
+    return lines
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    quickstart_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", required=True, help="the run's folder (scripts/train.sh OUT_DIR)")
     p.add_argument("--png", required=True, help="where to write the learning curve")
@@ -85,6 +127,17 @@ def main(argv=None) -> int:
         print(f"  epoch {epoch:3d}  updates {updates:6d}  valid loss {loss:.3f}"
               + ("" if bleu is None else f"  valid BLEU {bleu:.2f}"))
     print(f"\nLearning curve (PNG): {args.png}\nReport: {args.report}\nAll results: {run / 'eval' / 'results.json'}")
+    train_longer = continue_command(run, quickstart_args)
+    try:
+        use = translate.usage(run, translate.Translator(run))
+    except translate.TranslateError as e:  # e.g. a data-bin made before its preprocessing was recorded
+        print(f"\nYour model: {translate.shown_path(translate.final_model(run))}\n\n"
+              f"Train longer (resumes from checkpoint_last.pt, then evaluates again):\n  {train_longer}\n\n"
+              f"Translate your own text: not with this data-bin: {e}")
+        return 0
+    report.add_model_section(pathlib.Path(args.report), use, train_longer)
+    # last: the command a user copies next
+    print("\n".join(model_lines(use, train_longer)))
     return 0
 
 

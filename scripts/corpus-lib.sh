@@ -1,6 +1,10 @@
 # Data-preparation helpers shared by scripts/prepare-*.sh (sourced after lib.sh).
 # pip tools only: sacremoses (tokenizer), subword-nmt (BPE), sacrebleu (test sets).
 
+# subword-nmt learn-bpe draws a progress bar (tqdm, redrawn with carriage returns): on a terminal it
+# is progress, in a log file one line of several KB. Off unless stderr is a terminal.
+[ -t 2 ] || export TQDM_DISABLE=1
+
 # harness/corpus.py (stdlib only; lib.sh puts the repo root on PYTHONPATH)
 corpus_py() { python3 -m harness.corpus "$@"; }
 
@@ -101,9 +105,12 @@ skip_if_current() {  # OUT PARAMS_JSON
 }
 
 PREPROCESS_ARGS=()
+# How the script made text into tokens (KEY=VALUE words, harness/manifest.py PREPROCESS_KEYS):
+# recorded in the manifest, so that scripts/translate.sh makes new text into the same tokens.
+TEXT_STEPS=()
 # fairseq-preprocess TMP/text/{train,valid,test}.{SRC,TGT} into TMP/bin (extra arguments
-# in PREPROCESS_ARGS), check its counts and <unk> rates, write the manifest, publish
-# TMP/bin as OUT. TMP/text/test.raw.* and TMP/text/code go along.
+# in PREPROCESS_ARGS), check its counts and <unk> rates, write the manifest (with TEXT_STEPS),
+# publish TMP/bin as OUT. TMP/text/test.raw.* and TMP/text/code go along.
 binarize_and_publish() {  # TMP SRC TGT MAX_UNK PARAMS SPLIT=N... -- INPUT...
   local tmp=$1 src=$2 tgt=$3 max_unk=$4 params=$5 counts=() merges=(); shift 5
   while [ "$1" != -- ]; do counts+=("$1"); shift; done; shift
@@ -122,7 +129,7 @@ binarize_and_publish() {  # TMP SRC TGT MAX_UNK PARAMS SPLIT=N... -- INPUT...
   # refused data: its log is kept beside OUT (the temp folder goes)
   python3 -m harness.manifest write "$tmp/bin/manifest.json" --made-by "scripts/$(basename "$0")" \
     --params "$params" --counts "${counts[@]}" --inputs "$@" --preprocess-log "$tmp/bin/preprocess.log" \
-    --max-unk "$max_unk" "${merges[@]}" --keep-log "$OUT.preprocess.log"
+    --max-unk "$max_unk" "${merges[@]}" --keep-log "$OUT.preprocess.log" --preprocess "${TEXT_STEPS[@]}"
   rm -f "$OUT.preprocess.log"
   publish_dir "$tmp/bin" "$OUT"
 }

@@ -20,6 +20,34 @@ stream_awk() {
   if awk -W version 2>/dev/null | grep -q mawk; then awk -W interactive "$@"; else awk "$@"; fi
 }
 
+# fairseq-train processes running on this machine (other jobs', on a shared machine): a process whose
+# program (first word, or the script its interpreter runs) is fairseq-train, or python -m fairseq_cli.train.
+fairseq_train_count() {
+  ps -e -o args= 2>/dev/null | awk '{ for (i = 1; i <= 3 && i <= NF; i++)
+      if ($i ~ /(^|\/)fairseq-train$/ || ($i == "fairseq_cli.train" && $(i - 1) == "-m")) { n++; break } }
+    END { print n + 0 }'
+}
+
+# Torch's threads per process (OMP_NUM_THREADS, exported): as the user set it, else one per core shared
+# with the fairseq-train processes already running and the PROCS this job starts (default 1), at least 1.
+# More threads than cores (two trainings each taking every core) ran 10x slower than one training alone.
+# One line says the choice; a script called by one that chose (quickstart.sh -> train.sh) says nothing.
+set_threads() {  # [PROCS]
+  [ -z "${TFIXUP_THREADS:-}" ] || [ "${OMP_NUM_THREADS:-}" != "$TFIXUP_THREADS" ] || return 0
+  local n why
+  if [ -n "${OMP_NUM_THREADS:-}" ]; then
+    n=$OMP_NUM_THREADS; why="OMP_NUM_THREADS as set"
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "OMP_NUM_THREADS must be a whole number of threads (1 or more), got '$n'"
+  else
+    local cores others
+    cores=$(nproc 2>/dev/null || echo 1); others=$(fairseq_train_count)
+    n=$((cores / (others + ${1:-1}))); [ "$n" -ge 1 ] || n=1
+    why="$cores cores, $others other fairseq-train process(es) running; OMP_NUM_THREADS=N to choose"
+  fi
+  export OMP_NUM_THREADS=$n TFIXUP_THREADS=$n
+  log "torch threads: $n per process ($why)"
+}
+
 # Activate the project's virtual environment if there is one and no fairseq is on PATH.
 use_venv() {
   if ! command -v fairseq-train >/dev/null 2>&1 && [ -f "$TFIXUP_ROOT/.venv/bin/activate" ]; then

@@ -164,6 +164,9 @@ fi
 
 # 4. binarize, check <unk> rates, write the manifest, publish
 PREPROCESS_ARGS=(); [ "$JOINED" = 1 ] && PREPROCESS_ARGS+=(--joined-dictionary)
+bpe=(bpe=none bpe_codes=); [ "$BPE_MERGES" = 0 ] || bpe=(bpe=subword_nmt bpe_codes=code)
+TEXT_STEPS=(normalize_punctuation=0 remove_nonprinting=0 tokenizer="$TOKENIZER" aggressive_dash_splits=0
+            lowercase="$LOWERCASE" "${bpe[@]}")
 binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK" "$PARAMS" \
   "train=${COUNT[train]}" "valid=${COUNT[valid]}" "test=${COUNT[test]}" -- \
   "${FILES[train.$SRC]}" "${FILES[train.$TGT]}" "${FILES[valid.$SRC]}" "${FILES[valid.$TGT]}" \

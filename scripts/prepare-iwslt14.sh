@@ -235,6 +235,9 @@ for split in train valid test; do
 done
 expect_lines "${COUNT[test]}" "test" "$TMP/text"/test.raw.{de,en}
 
+# fairseq's recipe (both modes): Moses tokenizer without -a, lowercased, joint BPE
+TEXT_STEPS=(normalize_punctuation=0 remove_nonprinting=0 tokenizer=moses aggressive_dash_splits=0 lowercase=1
+            bpe=subword_nmt bpe_codes=code)
 binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK_RATE" "$PARAMS" \
   "train=${COUNT[train]}" "valid=${COUNT[valid]}" "test=${COUNT[test]}" -- "${INPUTS[@]}"
 log "ready: $OUT ($SRC -> $TGT: ${COUNT[train]} train, ${COUNT[valid]} valid, ${COUNT[test]} test pairs)"

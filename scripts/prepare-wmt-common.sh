@@ -210,6 +210,10 @@ if [ -n "$TRAIN_SRC" ]; then INPUTS=("$TRAIN_SRC" "$TRAIN_TGT"); else
   for a in "${ARCHIVES_LIST[@]}"; do IFS='|' read -r n u s <<< "$a"; INPUTS+=("$WORK/archives/$n"); done
 fi
 PREPROCESS_ARGS=(--joined-dictionary)
+# moses_tok (corpus-lib.sh): normalize, non-printing characters out, tokenize -a; cased; joint BPE
+# (a --pretokenized training text was made so; valid and test are made so here)
+TEXT_STEPS=(normalize_punctuation=1 remove_nonprinting=1 tokenizer=moses aggressive_dash_splits=1 lowercase=0
+            bpe=subword_nmt bpe_codes=code)
 binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK_RATE" "$PARAMS" "train=$(wc -l < "$WORK/bpe/train.$SRC")" \
   "valid=$(wc -l < "$WORK/bpe/valid.$SRC")" "test=$(wc -l < "$WORK/bpe/test.$SRC")" -- "${INPUTS[@]}"
 log "ready: $OUT ($SRC -> $TGT, test $TEST_SET)"

@@ -34,6 +34,9 @@ Without a GPU and without --cpu it stops at once.
   -- ARGS            passed to scripts/train.sh (e.g. --nproc 2)
 Writes under DIR: data-bin/, runs/EXPERIMENT/ (checkpoints, train.log, eval/results.json,
 eval/generate-test.txt), runs/EXPERIMENT/report.md and runs/EXPERIMENT/learning-curve.png.
+The summary ends with the model's files, the command that trains it longer, a Python snippet, and
+the command that translates your own text (scripts/translate.sh RUN_DIR). Torch's thread count:
+one per core shared with running trainings (OMP_NUM_THREADS=N chooses), printed.
 Rerunning the same command resumes. BPE_MERGES=N in the environment replaces the config's BPE
 merges for prepare-corpus.sh corpora (a smoke run on --train-lines 1000 needs about 1000).
 Any config key can be overridden through the environment,
@@ -44,6 +47,7 @@ e.g. the paper's IWSLT'14 job shrunk for a CPU (a pipeline check, not a translat
 USAGE
 }
 
+QUICKSTART_ARGS=("$@")  # for the summary's command that trains longer
 NAME=""; WORK_DIR=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; INSTALL=1; DRY_RUN=0; TRAIN_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -107,7 +111,8 @@ prepare_command
 TRAIN_CMD=(bash "$S/train.sh" "${dev[@]}" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$DATA" "$RUN" -- --log-format json)
 EVAL_CMD=(bash "$S/evaluate.sh" "${dev[@]}" "$EXPERIMENT" "$DATA" "$RUN")
 REPORT_CMD=(bash "$S/report.sh" --runs "$WORK_DIR/runs" --out "$RUN/report.md" "$EXPERIMENT")
-SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md")
+SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md"
+             -- "${QUICKSTART_ARGS[@]}")
 
 if [ "$DRY_RUN" = 1 ]; then
   show() { printf '%q ' "$@" | sed 's/ $//'; echo; }
@@ -121,6 +126,8 @@ if [ "$DRY_RUN" = 1 ]; then
   show "${SUMMARY_CMD[@]}"
   exit 0
 fi
+# torch threads for training and evaluation: not more than the cores other trainings leave
+set_threads
 if [ "$INSTALL" = 1 ]; then
   log "1/6 install (skipped when already done)"
   bash "$S/install.sh"

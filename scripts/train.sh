@@ -97,6 +97,21 @@ choose_devices() {
 
 quote() { printf '%q ' "$@" | sed 's/ $//'; }
 
+# The config's --log-format and its value are dropped when an extra argument after "--" sets it again
+# (quickstart.sh's --log-format json): fairseq takes the last, but the command showed both.
+drop_overridden() {  # ARRAY (the config's fairseq-train arguments)
+  local -n _args=$1
+  local kept=() i opt
+  for ((i = 0; i < ${#_args[@]}; i++)); do
+    opt=${_args[$i]}
+    if [[ $opt == --log-format ]] && [[ " ${EXTRA[*]} " == *" $opt "* || " ${EXTRA[*]} " == *" $opt="* ]]; then
+      i=$((i + 1)); continue  # the option and its value
+    fi
+    kept+=("$opt")
+  done
+  _args=("${kept[@]}")
+}
+
 # CMDS: one shell-quoted command line per process to start on this machine
 build_commands() {
   local args=() tmp
@@ -105,6 +120,7 @@ build_commands() {
   python3 -m harness.config train-args "$EXPERIMENT" "$DATA" "$OUT" --world "$WORLD" --device "$DEVICE_KIND" \
     "${bpp[@]}" "${SETS[@]}" > "$tmp" || { rm -f "$tmp"; exit 1; }
   mapfile -d '' -t args < "$tmp"; rm -f "$tmp"
+  drop_overridden args
   CMDS=()
   if [ "$CPU" = 1 ] && [ "$NPROC" -gt 1 ]; then
     # fairseq only spawns per GPU: on CPU each rank is its own process
@@ -281,6 +297,7 @@ main() {
     printf '%s\n' "${CMDS[@]}"
     exit 0
   fi
+  set_threads "$NPROC"  # torch threads per process, for the NPROC processes started here
   lock_run_dir
   record_config
   check_resume

@@ -38,9 +38,10 @@ def last_error(proc, *words):
 # The longest test files, longest first (as timed with pytest --durations on a 2-core machine).
 # scripts/test.sh hands whole files to its workers in collection order (--dist loadfile
 # --no-loadscope-reorder): started last, a long file kept one worker busy alone at the end.
-# The first two files do not wait for each other: only the first needs the shared IWSLT data-bin.
-LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_bench_studies.py", "test_cli.py",
-                 "test_faults.py", "test_bench_smoke.py", "test_baselines_deepnorm.py", "test_diagnostics.py",
+# The first two files do not wait for each other: only the first needs the shared IWSLT data-bin; the
+# second and third share the tiny main job (cpu_main_job), made by whichever asks first.
+LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_translate.py", "test_bench_studies.py",
+                 "test_cli.py", "test_faults.py", "test_bench_smoke.py", "test_baselines_deepnorm.py", "test_diagnostics.py",
                  "test_run_faults.py", "test_literals.py", "test_safe_load.py"]
 
 
@@ -93,6 +94,43 @@ def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
         )
 
     return shared_across_workers(tmp_path_factory, "iwslt", make) / "bin"
+
+
+# The CPU main job made tiny: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs (with 1000
+# BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)
+TINY_MAIN_ENV = {"BPE_MERGES": "1000", "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1",
+                 "DECODER_LAYERS": "1", "MAX_EPOCH": "2", "MAX_TOKENS": "2048", "AVG_CANDIDATES": "1 2",
+                 "LOG_INTERVAL": "10", "MAX_LEN_A": "0", "MAX_LEN_B": "20"}  # an untrained model's hypotheses run to the cap
+TINY_MAIN_ARGS = ["--no-install", "--train-lines", "1000", "--valid-lines", "40", "--test-lines", "20"]
+
+
+def untracked_and_ignored() -> set:
+    """The repo's untracked and ignored files (what a run may have left in the checkout)."""
+    import subprocess
+
+    out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    return {line[3:] for line in out if "__pycache__" not in line and not line.startswith(" M")}
+
+
+@pytest.fixture(scope="session")
+def cpu_main_job(shared_data, tmp_path_factory):
+    """`bash scripts/quickstart.sh --cpu` to its end, made tiny (TINY_MAIN_ENV, TINY_MAIN_ARGS) with --work in a
+    temp folder, once per test run: (work folder, its stdout, the checkout's untracked files before and after)."""
+    import subprocess
+
+    def make(root):
+        before = untracked_and_ignored()
+        env = {**os.environ, **TINY_MAIN_ENV, "TFIXUP_SHARED_DATA": str(shared_data), "OMP_NUM_THREADS": "1"}
+        proc = subprocess.run(["bash", "scripts/quickstart.sh", "--cpu", "--work", str(root / "qs"), *TINY_MAIN_ARGS],
+                              cwd=REPO, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        (root / "stdout").write_text(proc.stdout)
+        (root / "stderr").write_text(proc.stderr)
+        (root / "untracked").write_text("\n".join(sorted(before ^ untracked_and_ignored())))
+
+    root = shared_across_workers(tmp_path_factory, "cpu_main_job", make)
+    return root / "qs", (root / "stdout").read_text(), (root / "untracked").read_text().split()
 
 
 def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pathlib.Path:

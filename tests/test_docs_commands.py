@@ -16,7 +16,10 @@ the docs no longer hold. The checks run from the repo root, as the docs assume:
 | parse   | a fairseq-train line: fairseq's parser with the plugin accepts it (``DATA`` ->   |
 |         | a data-bin; ``...`` and ``[optional]`` dropped); a complete one also names a     |
 |         | batch size and a --save-dir under work/                                         |
-| tiny    | the one real run: the CPU main job, tiny model and data (TINY_*), to the summary |
+| tiny    | the one real run: the CPU main job, tiny model and data (conftest.cpu_main_job)   |
+| model   | a command on the main job's model: run as written on the tiny run's work folder  |
+| summary | a command the main job's summary prints (there with the tiny run's work folder): |
+|         | the same words (test_translate.py runs the printed one)                          |
 | no-gpu  | as written; without a GPU it must stop at once with one line and write nothing   |
 | install | a manual install step (not run: it installs packages); scripts/install.sh, which |
 |         | made this environment, must hold the same step (the marker given)               |
@@ -127,6 +130,12 @@ COVERED = {
         ("dry",),
     "bash scripts/evaluate.sh iwslt14_de_en_radam data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_radam":
         ("flags",),  # --dry-run needs a trained run's record
+    # docs/pipelines.md: the main job's model
+    "echo Zwei Männer spielen Fußball im Park. | bash scripts/translate.sh "
+    "work/quickstart-cpu-multi30k_de_en_cpu_tfixup/runs/multi30k_de_en_cpu_tfixup": ("summary",),
+    "bash scripts/translate.sh --show work/quickstart-cpu-multi30k_de_en_cpu_tfixup/runs/multi30k_de_en_cpu_tfixup":
+        ("model",),
+    "MAX_EPOCH=14 bash scripts/quickstart.sh --cpu": ("dry",),
     # docs/measurements.md: the evidence studies
     "bash scripts/prepare-iwslt14.sh --out work/data-bin/iwslt14-v1000 --valid-lines 1000": ("flags",),
     "bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/data/multi30k/train "
@@ -138,12 +147,6 @@ COVERED = {
     "python -m harness.bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
 }
-# the tiny real run of the CPU main job: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs
-# (with 1000 BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)
-TINY_ENV = {"BPE_MERGES": "1000", "EMBED_DIM": "32", "FFN_DIM": "64", "HEADS": "2", "ENCODER_LAYERS": "1", "DECODER_LAYERS": "1",
-            "MAX_EPOCH": "2", "MAX_TOKENS": "2048", "AVG_CANDIDATES": "1 2", "LOG_INTERVAL": "10",
-            "MAX_LEN_A": "0", "MAX_LEN_B": "20"}  # an untrained model's hypotheses run to the cap
-TINY_ARGS = ["--no-install", "--train-lines", "1000", "--valid-lines", "40", "--test-lines", "20"]
 
 
 # ---------------------------------------------------------------- reading the Markdown
@@ -298,7 +301,8 @@ def _parse_fairseq_train(argv):
 
 DOCUMENTED = documented()
 # the tiny run has its own test; a command missing from the docs fails the coverage test
-CHECKS = sorted(c for c, how in COVERED.items() if how[0] != "tiny" and c in DOCUMENTED)
+CHECKS = sorted(c for c, how in COVERED.items() if how[0] not in ("tiny", "model", "summary") and c in DOCUMENTED)
+MAIN_JOB_WORK = "work/quickstart-cpu-multi30k_de_en_cpu_tfixup"
 
 
 @pytest.mark.parametrize("cmd", CHECKS, ids=[c[:60] for c in CHECKS])
@@ -342,20 +346,27 @@ def test_documented_command(cmd):
         raise AssertionError(f"unknown kind {kind}")
 
 
-def _untracked_and_ignored() -> set:
-    out = run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"]).stdout.splitlines()
-    return {line[3:] for line in out if "__pycache__" not in line and not line.startswith(" M")}
+@pytest.mark.parametrize("cmd", [c for c, how in COVERED.items() if how[0] in ("model", "summary")])
+def test_documented_command_on_the_main_jobs_model(cmd, cpu_main_job):
+    """As written, in the tiny main job's work folder instead of the default one; or, a command the summary
+    prints, the same words as the summary's."""
+    work, summary, _ = cpu_main_job
+    words = [w.replace(MAIN_JOB_WORK, str(work)) for w in DOCUMENTED[cmd][0]]
+    assert MAIN_JOB_WORK in cmd
+    if COVERED[cmd][0] == "summary":
+        # the summary's command lines (its example sentences may hold a lone quote: not split)
+        printed = [shlex.split(line) for line in summary.splitlines() if "bash scripts/" in line]
+        assert words in printed, f"the summary prints no such command: {' '.join(words)}"
+        return
+    line = " ".join(w if w == "|" else shlex.quote(w) for w in words)
+    assert run(["bash", "-c", line], {"OMP_NUM_THREADS": "1"}).stdout.strip()
 
 
-def test_cpu_main_job_tiny_run_prints_bleu_translations_curve_and_report(shared_data, tmp_path):
-    """`bash scripts/quickstart.sh --cpu` with its config shrunk (TINY_ENV, TINY_ARGS) and --work
+def test_cpu_main_job_tiny_run_prints_bleu_translations_curve_and_report(shared_data, cpu_main_job):
+    """`bash scripts/quickstart.sh --cpu` with its config shrunk (conftest.cpu_main_job) and --work
     in a temp folder, to the end: BLEU with signature, the first three test sentences, the
     curve as a PNG, the report; nothing written outside --work."""
-    work = tmp_path / "qs"
-    before = _untracked_and_ignored()
-    proc = run(["bash", "scripts/quickstart.sh", "--cpu", "--work", str(work), *TINY_ARGS],
-               {**TINY_ENV, "TFIXUP_SHARED_DATA": str(shared_data), "OMP_NUM_THREADS": "1"})
-    out = proc.stdout
+    work, out, left_in_checkout = cpu_main_job
     assert re.search(r"tokenized BLEU +\d+\.\d\d", out), out
     assert re.search(r"sacreBLEU +\d+\.\d\d +nrefs:1\|case:lc\|", out), out
     triples = re.findall(r"\[(\d+)\] source: +(.+)\n +reference: +(.+)\n +hypothesis: (.*)", out)
@@ -373,4 +384,4 @@ def test_cpu_main_job_tiny_run_prints_bleu_translations_curve_and_report(shared_
     assert f"Learning curve (PNG): {png}" in out and f"Report: {report}" in out
     assert "| Main job (CPU): Multi30k De-En, T-Fixup |" in report.read_text()
     assert (work / "data-bin" / "multi30k.de-en-n1000-v40-t20" / "dict.de.txt").is_file()
-    assert _untracked_and_ignored() == before
+    assert left_in_checkout == []

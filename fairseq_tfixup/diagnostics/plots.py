@@ -96,7 +96,7 @@ def grad_norms(per_layer: dict, layer_names: list, depths: list, last_fc2: dict,
     b.set_xticklabels([str(int(v)) for v in d])
     b.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     b.set_xlabel("layers L (encoder = decoder)")
-    b.set_ylabel("‖∇W^{2,L}‖ (last decoder FFN fc2)")
+    b.set_ylabel(r"$\Vert\nabla W^{2,L}\Vert$ (last decoder FFN fc2)")  # mathtext: superscript 2,L
     b.set_title("last-layer FFN gradient vs depth (dotted: ∝ 1/√L)", fontsize=9)
     b.grid(alpha=0.3, which="both")
     b.legend()

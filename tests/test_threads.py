@@ -1,0 +1,66 @@
+"""The thread count of a training (scripts/lib.sh set_threads, called by quickstart.sh and train.sh):
+one per core, shared with the fairseq-train processes already running, at least 1; OMP_NUM_THREADS as
+the user set it wins; one line says the choice."""
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+# `ps -e -o args=` of a busy machine: two trainings (a console script, and python -m), a torchrun
+# parent (its workers are the trainings), an editor on a file named fairseq-train.log
+OTHERS = ["/venv/bin/python3 /venv/bin/fairseq-train data-bin/x --arch transformer",
+          "python -m fairseq_cli.train data-bin/y", "python /venv/bin/torchrun --nproc-per-node 2 /venv/bin/fairseq-train d",
+          "vim fairseq-train.log", "bash scripts/train.sh --cpu exp data out"]
+
+
+def set_threads(tmp_path, cores, running, procs="", omp=None):
+    """set_threads with `nproc` and `ps` answering CORES and the processes RUNNING."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    lines = "".join(f"echo '{line}'\n" for line in running)
+    for name, body in (("nproc", f"echo {cores}\n"), ("ps", lines)):
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "TFIXUP_THREADS")}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    if omp is not None:
+        env["OMP_NUM_THREADS"] = omp
+    proc = subprocess.run(["bash", "-c", f'. scripts/lib.sh; set_threads {procs}; echo "$OMP_NUM_THREADS"; '
+                           f'set_threads {procs}'], cwd=REPO, env=env, capture_output=True, text=True)
+    return proc
+
+
+@pytest.mark.parametrize("cores, running, procs, want", [
+    (4, [], "", 4),               # alone: every core
+    (4, OTHERS[:1], "", 2),       # one other training: half each
+    (12, OTHERS, "", 4),          # two trainings counted (a script named like it, an editor, torchrun's parent not)
+    (12, OTHERS, "2", 3),         # this job's 2 processes share too
+    (2, OTHERS, "", 1),           # more trainings than cores: at least 1
+])
+def test_one_thread_per_core_shared_with_running_trainings(tmp_path, cores, running, procs, want):
+    proc = set_threads(tmp_path, cores, running, procs)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(want)
+    # one line, and none from a second call (a script started by one that chose)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"torch threads: {want} per process" in lines[0], proc.stderr
+
+
+def test_omp_num_threads_set_by_the_user_wins(tmp_path):
+    proc = set_threads(tmp_path, 8, OTHERS, omp="3")
+    assert proc.stdout.strip() == "3" and "torch threads: 3 per process (OMP_NUM_THREADS as set)" in proc.stderr
+    proc = set_threads(tmp_path, 8, [], omp="many")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: OMP_NUM_THREADS must be a whole number of threads (1 or more), got 'many'"]
+
+
+def test_the_main_job_says_its_thread_count(cpu_main_job):
+    work, _, _ = cpu_main_job
+    stderr = (work.parent / "stderr").read_text()
+    # the fixture sets OMP_NUM_THREADS=1: said once, by quickstart.sh, not again by train.sh
+    assert stderr.count("torch threads: ") == 1 and "torch threads: 1 per process (OMP_NUM_THREADS as set)" in stderr
