@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import pickle
+import re
 import shlex
 import sys
 import warnings
@@ -147,8 +148,15 @@ class TextPipeline:
         if self.bpe:  # fairseq's --remove-bpe (subword_nmt): "@@ " joins
             tokens = (tokens + " ").replace("@@ ", "").rstrip()
         if self.detokenizer:
-            return self.detokenizer.detokenize(tokens.split())
-        return tokens
+            tokens = self.detokenizer.detokenize(tokens.split())
+        return recase(tokens) if self.steps["lowercase"] else tokens
+
+
+def recase(text: str) -> str:
+    """A lowercased model's output as a sentence: its first letter and the pronoun "i" upper-case (the
+    model saw no case; names stay lowercase)."""
+    text = re.sub(r"(?<![\w'])i(?=$|[\s,.;:!?'])", "I", text)
+    return text[:1].upper() + text[1:]
 
 
 def check_model(model: pathlib.Path) -> None:
