@@ -47,6 +47,10 @@ quiet() {  # [MAX_UPDATE [MAX_EPOCH]]
        function stamp() { return ($0 ~ /^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] /) ? substr($0, 1, 19) " | " : "" }
        /\| \{.?_name.?: / || /Please install tensorboardX/ { next }
        / \| fairseq\.tasks\.fairseq_task \| / || / \| fairseq\.data\.iterators \| / { next }
+       # start-up bookkeeping (train.log keeps it): data loaded, devices, the model'"'"'s parts
+       / \| INFO \| fairseq\.(data\.data_utils|tasks\.[a-z_]+) \| / { next }
+       / \| INFO \| fairseq_cli\.train \| (task|criterion|num\. expert model params|training on|max tokens per device|begin dry-run|Start iterating)/ { next }
+       / \| INFO \| fairseq\.trainer \| (detected shared parameter|Preparing to load checkpoint|loading train data|begin training epoch)/ { next }
        # the model printed by fairseq_cli.train: "... | Name(" then indented lines, then ")"
        / \| fairseq_cli\.train \| [A-Za-z0-9_]+\($/ { dump = 1; next }
        dump { if ($0 == ")") dump = 0; next }
