@@ -50,18 +50,17 @@ SPLITS = {"train": "train.en.gz", "valid": "val.en.gz"}
 
 def study_arms() -> dict:
     """arm name -> (method, schedule, label), from the rows of tfixup/methods.py with a language model:
-    each method on the schedule of its own paper (warmup ones on the matched warmup), then Post-LN
+    each method on the schedule of its own paper (warmup ones on the matched warmup), and Post-LN
     without warmup."""
     out = {}
 
     def add(name, kind):
         out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + SCHEDULE_LABEL[kind])
 
-    names = [n for n, m in presets.METHODS.items() if m.lm_arch]
-    for name in names:
+    for name in (n for n, m in presets.METHODS.items() if m.lm_arch):
         add(name, "matched" if presets.method(name).warmup else "nowarmup")
-    if "postln" in names:
-        add("postln", "nowarmup")
+        if name == "postln":  # right after its warmup baseline: the arms a short session must not miss
+            add("postln", "nowarmup")
     return out
 
 
@@ -94,17 +93,19 @@ def _read_lines(path: pathlib.Path, limit: int) -> list:
     return lines[:limit] if limit else lines
 
 
-def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, root: str = None) -> pathlib.Path:
-    """The LM data-bin of Multi30k's English side (module docstring), made once under ``root`` (default
-    <repo>/work/data-bin) with a manifest.json of its inputs (sha256), parameters and line counts; a
-    folder with another manifest is rebuilt. ``data`` names an existing LM data-bin to use as is."""
+def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, root: str = None,
+                 shared: pathlib.Path = None) -> pathlib.Path:
+    """The LM data-bin of Multi30k's English side (module docstring) read from ``shared`` (default
+    ../shared/data or $TFIXUP_SHARED_DATA), made once under ``root`` (default <repo>/work/data-bin) with a
+    manifest.json of its inputs (sha256), parameters and line counts; a folder with another manifest is
+    rebuilt. ``data`` names an existing LM data-bin to use as is."""
     if data:
         path = pathlib.Path(data)
         if not (path / "dict.txt").is_file() or not (path / "valid.idx").is_file():
             common.die(f"--data {path}: not a language-model data-bin (no dict.txt, valid.idx): "
                        "leave --data out to prepare one")
         return path
-    source = common.shared_data_dir() / CORPUS
+    source = pathlib.Path(shared or common.shared_data_dir()) / CORPUS
     inputs = {split: source / name for split, name in SPLITS.items()}
     for f in inputs.values():
         if not f.is_file():
