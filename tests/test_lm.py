@@ -245,3 +245,34 @@ def test_study_smoke_end_to_end(lm_bin, tmp_path):
         assert r["status"] == "ok" and [u for u, _ in r["valid_curve"]] == [4, 8], r
         assert "--task language_modeling" in r["command"]
     assert (out / "lm.png").stat().st_size > 0 and "unigram level" in (out / "lm.md").read_text().lower()
+
+
+def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path, monkeypatch):
+    """The default study's 8 runs through run_study with a fake fairseq-train (no training): every run
+    recorded with its row's command, the report and figure per depth, the resumed study runs nothing."""
+    from harness.bench import runs as runlib
+
+    ran = []
+
+    def fake_train(run, work, threads=1):
+        ran.append(run.id)
+        fast = run.meta["method"] == "tfixup"
+        curve = [(u, 7.0 - u / (100 if fast else 200)) for u in range(25, 401, 25)]
+        return {"id": run.id, **run.meta, "status": "ok", "returncode": 0, "wall_s": 0.1, "key": run.key(),
+                "command": " ".join(run.command(work / run.id)), "valid_curve": curve, "train_curve": [],
+                "s_per_update": 0.1}
+
+    monkeypatch.setattr(runlib, "train", fake_train)
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    assert lm.main(["--data", str(lm_bin), "--out", str(tmp_path)]) == 0
+    assert len(ran) == 8 and ran[:4] == [r.id for r in lm.plan(lm_bin)][:4]
+    res = json.loads((tmp_path / "lm.json").read_text())
+    assert res["complete"] and set(res["headline"]) == {"6 layers", "24 layers"}
+    for rec in res["records"].values():
+        name = lm.METHODS[rec["method"]][0]
+        assert f"--arch {methods.method(name).lm_arch} " in rec["command"]
+    # T-Fixup's fake curve falls twice as fast: it reaches the baseline's best (at 400) by update 200
+    assert res["headline"]["24 layers"]["arms"]["tfixup"]["ratio_to_baseline"] == 0.5
+    assert "PARTIAL" not in (tmp_path / "lm.md").read_text()
+    ran.clear()
+    assert lm.main(["--data", str(lm_bin), "--out", str(tmp_path)]) == 0 and ran == []

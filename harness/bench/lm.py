@@ -250,8 +250,10 @@ def report(res: dict) -> str:
         rows = []
         for depth, h in res["headline"].items():
             for m, a in h["arms"].items():
-                rows.append([depth, METHODS[m][2], a["best_ppl"], a["best_at"], a["updates_to_baseline_best"]
-                             if a["updates_to_baseline_best"] is not None else "not reached",
+                reached = a["updates_to_baseline_best"]
+                if reached is None:
+                    reached = "not reached" if h["baseline_best_ppl"] is not None else "no baseline run yet"
+                rows.append([depth, METHODS[m][2], a["best_ppl"], a["best_at"], reached,
                              a["ratio_to_baseline"], "STUCK" if a["stuck"] else "no", a["status"]])
         text += common.md_table(["depth", "arm", "best valid ppl", "at update", "updates to the baseline's best",
                                  "ratio", "stuck", "status"], rows) + "\n\n"
