@@ -127,6 +127,7 @@ COVERED = {
     "--iwslt work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m harness.bench.lm --out results/bench --jobs 1": ("flags",),
 }
 # the tiny real run of the CPU main job: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs
 # (with 1000 BPE merges: 8000 on 1000 pairs leave 3 % of the valid words <unk>, which prepare refuses)

@@ -207,6 +207,8 @@ def test_study_updates_to_the_baselines_best_and_stuck(tmp_path, monkeypatch):
     assert rows["postln"]["stuck"] and not rows["tfixup"]["stuck"]
     assert rows["postln"]["updates_to_baseline_best"] is None
     assert res["headline"]["6 layers"]["baseline_best_ppl"] == pytest.approx(2 ** 5.5, abs=0.01)
+    assert res["headline"]["6 layers"]["better_warmup"] == "postln_matched"  # the only warmup arm here
+    assert rows["tfixup"]["ratio_to_better_warmup"] == 0.5
     text = lm.report(res)
     assert "STUCK" in text and "not reached" in text and "perplexity **208.0**" in text
     lm.plot(res, tmp_path / "lm.png")
@@ -273,6 +275,8 @@ def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path,
         assert f"--arch {methods.method(name).lm_arch} " in rec["command"]
     # T-Fixup's fake curve falls twice as fast: it reaches the baseline's best (at 400) by update 200
     assert res["headline"]["24 layers"]["arms"]["tfixup"]["ratio_to_baseline"] == 0.5
+    # both warmup arms have the same fake curve: the better one is either, with the same best
+    assert res["headline"]["24 layers"]["arms"]["tfixup"]["ratio_to_better_warmup"] == 0.5
     assert "PARTIAL" not in (tmp_path / "lm.md").read_text()
     ran.clear()
     assert lm.main(["--data", str(lm_bin), "--out", str(tmp_path)]) == 0 and ran == []
