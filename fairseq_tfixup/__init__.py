@@ -6,6 +6,8 @@ Importing the package registers, with fairseq:
   (``transformer_tfixup``, ``transformer_tfixup_iwslt_de_en``,
   ``transformer_tfixup_wmt_en_de``, ``transformer_tfixup_vaswani_wmt_en_de_big``,
   ``transformer_tfixup_deep_narrow``);
+* the language model ``transformer_lm_tfixup`` (task ``language_modeling``; architectures
+  ``transformer_lm_tfixup``, ``transformer_lm_tfixup_small``, ``transformer_lm_tfixup_deep``);
 * the learning-rate schedulers ``inverse_sqrt_nowarmup`` (T-Fixup's) and
   ``inverse_sqrt_matched`` (a warmup onto T-Fixup's curve, for baselines);
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
@@ -41,4 +43,5 @@ checkpoints.install_atomic_saves()
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup, inverse_sqrt_matched  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)
+from fairseq_tfixup.models import transformer_lm_tfixup  # noqa: F401  (registers)
 from fairseq_tfixup import baselines  # noqa: F401  (registers the methods T-Fixup is compared against)

@@ -41,8 +41,8 @@ def last_error(proc, *words):
 # The first two files do not wait for each other: only the first needs the shared IWSLT data-bin; the
 # second and third share the tiny main job (cpu_main_job), made by whichever asks first.
 LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_translate.py", "test_bench_studies.py",
-                 "test_cli.py", "test_faults.py", "test_bench_smoke.py", "test_baselines_deepnorm.py", "test_diagnostics.py",
-                 "test_run_faults.py", "test_literals.py", "test_safe_load.py"]
+                 "test_cli.py", "test_faults.py", "test_bench_smoke.py", "test_lm.py", "test_baselines_deepnorm.py",
+                 "test_diagnostics.py", "test_run_faults.py", "test_literals.py", "test_safe_load.py"]
 
 
 def pytest_collection_modifyitems(items):

@@ -10,15 +10,17 @@ import pathlib
 import pytest
 
 from conftest import REPO
-from harness.bench import batch, common, convergence, depth, plateau, quality
+from harness.bench import batch, common, convergence, depth, lm, plateau, quality
 from tfixup import methods as presets
 
 RESULTS = REPO / "results" / "bench"
 IWSLT, MULTI30K = pathlib.Path("/data/iwslt14-v1000"), pathlib.Path("/data/multi30k.de-en")
+LM_DATA = pathlib.Path("/data/lm-multi30k-en-t0-v0")
 PLANS = {
     "convergence": lambda: convergence.plan(IWSLT), "depth": lambda: depth.plan(IWSLT),
     "batch": lambda: batch.plan(IWSLT), "quality": lambda: quality.plan({"multi30k": MULTI30K, "iwslt": IWSLT}),
     "plateau": lambda: plateau.plan({"multi30k": MULTI30K}),
+    "lm": lambda: lm.plan(LM_DATA),
 }
 
 
@@ -36,14 +38,16 @@ def test_a_new_method_row_appears_in_every_study_it_names(monkeypatch):
     """Adding a method is its module plus one row: a throwaway row shows up in each study's plan."""
     row = dataclasses.replace(presets.METHODS["postln"], label="Throwaway")
     monkeypatch.setitem(presets.METHODS, "throwaway", row)
-    for module in (convergence, quality, depth):
+    for module in (convergence, quality, depth, lm):
         monkeypatch.setattr(module, "METHODS", module.study_arms())
     arms = {"convergence": {r.meta["method"] for r in convergence.plan(IWSLT)},
             "quality": {r.meta["method"] for r in quality.plan({"multi30k": MULTI30K})},
-            "depth": {r.meta["method"] for r in depth.plan(IWSLT)}}
+            "depth": {r.meta["method"] for r in depth.plan(IWSLT)},
+            "lm": {r.meta["method"] for r in lm.plan(LM_DATA)}}
     assert {"throwaway_warmup", "throwaway_matched"} <= arms["convergence"]
     assert {"throwaway", "throwaway_matched"} <= arms["quality"]
     assert "throwaway" in arms["depth"]
+    assert "throwaway_matched" in arms["lm"]  # a row with a language model (lm_arch), trained with warmup
 
 
 def test_every_method_has_a_color_of_its_own():

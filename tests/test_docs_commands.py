@@ -146,6 +146,7 @@ COVERED = {
     "--iwslt work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
+    "python -m harness.bench.lm --out results/bench --jobs 1": ("flags",),
 }
 
 

@@ -30,6 +30,8 @@ class Method:
     optimizer: str = "adam"  # fairseq --optimizer
     paper_label: str = ""  # its row label in the T-Fixup paper's Tables 1-3 ("": not in them)
     studies: Tuple[str, ...] = STUDIES  # the studies that run it
+    lm_arch: str = ""  # fairseq --arch of its decoder-only language model (task language_modeling); "": none
+    lm_flags: Tuple[str, ...] = ()  # further fairseq flags that make its language model
 
 
 PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
@@ -39,9 +41,12 @@ PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
 # of its Fig. 3c that are no method of its tables (plain SGD; T-Fixup's two steps each alone,
 # fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
 METHODS = {
-    "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup"),
-    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline"),
-    "preln": Method("transformer", "Pre-LN", "C1", warmup=True, flags=PRE_LN, paper_label="Pre-LN"),
+    "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup",
+                     lm_arch="transformer_lm_tfixup"),
+    # fairseq's --arch transformer_lm is Post-LN (its config's default); --decoder-normalize-before makes it Pre-LN
+    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm"),
+    "preln": Method("transformer", "Pre-LN", "C1", warmup=True, flags=PRE_LN, paper_label="Pre-LN",
+                    lm_arch="transformer_lm", lm_flags=("--decoder-normalize-before",)),
     "radam": Method("transformer", "RAdam (Post-LN)", "C4", warmup=False, optimizer="radam",
                     paper_label="RAdam, no warmup"),
     "dsinit": Method("transformer_dsinit", "DS-Init", "C5", warmup=True, paper_label="DS-Init"),
@@ -88,6 +93,23 @@ def model_flags(name: str, arch: str = "") -> List[str]:
     return ["--arch", arch or m.arch, *m.flags]
 
 
+def lm_model_flags(name: str, arch: str = "") -> List[str]:
+    """``--arch`` of the method's language model (or ``arch``) and its flags."""
+    m = method(name)
+    if not m.lm_arch:
+        raise ValueError(f"method {name!r} has no language model; choose from "
+                         f"{', '.join(n for n, r in METHODS.items() if r.lm_arch)} (tfixup/methods.py)")
+    return ["--arch", arch or m.lm_arch, *m.lm_flags]
+
+
+def lm_dims_flags(embed: int, ffn: int, heads: int, layers: int) -> List[str]:
+    """A decoder-only stack's sizes as fairseq flags; its input and output dims are the embedding's
+    (fairseq's transformer_lm config would otherwise project a 512-dim embedding in and out)."""
+    return ["--decoder-embed-dim", str(embed), "--decoder-input-dim", str(embed), "--decoder-output-dim", str(embed),
+            "--decoder-ffn-embed-dim", str(ffn), "--decoder-attention-heads", str(heads),
+            "--decoder-layers", str(layers)]
+
+
 def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7", decay_period: int = 4000) -> List[str]:
     """``warmup``: fairseq's inverse_sqrt, linear warmup over ``period`` updates from
     ``warmup_init_lr``, then lr * sqrt(period / t). ``nowarmup``: this plugin's
@@ -109,6 +131,7 @@ def schedule_flags(kind: str, period: int, warmup_init_lr: str = "1e-7", decay_p
 
 SCHEDULES = ("warmup", "matched", "nowarmup")
 SHARE_FLAGS = {"decoder": ("--share-decoder-input-output-embed",), "all": ("--share-all-embeddings",), "none": ()}
+TASKS = ("translation", "language_modeling")
 
 
 @dataclass(frozen=True)
@@ -141,6 +164,11 @@ class Recipe:
     max_update: object = 0  # 0: no flag
     max_epoch: object = 0
     seed: object = 1
+    # language_modeling: a decoder-only LM of the method's lm_arch with decoder_layers layers (encoder_layers
+    # unused), trained on blocks of tokens_per_sample tokens with plain cross-entropy (label_smoothing unused)
+    task: str = "translation"
+    tokens_per_sample: object = 512
+    sample_break_mode: str = "none"
 
     def kind(self) -> str:
         return ("warmup" if method(self.method).warmup else "nowarmup") if self.schedule == "auto" else self.schedule
@@ -156,16 +184,26 @@ def train_args(recipe: Recipe, user_dir=USER_DIR, cpu: bool = False, log_format:
     r, opt = recipe, recipe.opt()
     kind = r.kind()
     period = r.decay_period if kind == "nowarmup" else r.warmup
-    args = [*model_flags(r.method, r.arch),
-            *dims_flags(r.embed, r.ffn, r.heads, r.encoder_layers, r.decoder_layers),
-            *schedule_flags(kind, period, r.warmup_init_lr, r.decay_period),
-            *(["--cpu"] if cpu else []), "--user-dir", str(user_dir), "--task", "translation",
-            *SHARE_FLAGS[r.share], "--optimizer", opt,
+    if r.task == "translation":
+        model = [*model_flags(r.method, r.arch), *dims_flags(r.embed, r.ffn, r.heads, r.encoder_layers,
+                                                             r.decoder_layers)]
+        task = ["--task", "translation", *SHARE_FLAGS[r.share]]
+        criterion = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(r.label_smoothing)]
+    elif r.task == "language_modeling":
+        if r.share == "all":
+            raise ValueError("a language model has one embedding: share='all' is for translation; use 'decoder' "
+                             "(tied input/output embedding) or 'none'")
+        model = [*lm_model_flags(r.method, r.arch), *lm_dims_flags(r.embed, r.ffn, r.heads, r.decoder_layers)]
+        task = ["--task", "language_modeling", "--tokens-per-sample", str(r.tokens_per_sample),
+                "--sample-break-mode", r.sample_break_mode, *SHARE_FLAGS[r.share]]
+        criterion = ["--criterion", "cross_entropy"]
+    else:
+        raise ValueError(f"unknown task {r.task!r}; choose {' or '.join(TASKS)}")
+    args = [*model, *schedule_flags(kind, period, r.warmup_init_lr, r.decay_period),
+            *(["--cpu"] if cpu else []), "--user-dir", str(user_dir), *task, "--optimizer", opt,
             # plain SGD (the paper's Fig. 3c arm): no momentum; adam and radam take Adam's betas
             *(["--momentum", "0.0"] if opt == "sgd" else ["--adam-betas", r.adam_betas]),
-            "--clip-norm", str(r.clip_norm), "--lr", str(r.lr),
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", str(r.label_smoothing),
-            "--dropout", str(r.dropout)]
+            "--clip-norm", str(r.clip_norm), "--lr", str(r.lr), *criterion, "--dropout", str(r.dropout)]
     for flag, value in (("--attention-dropout", r.attention_dropout), ("--activation-dropout", r.activation_dropout)):
         if value is not None:
             args += [flag, str(value)]

@@ -30,6 +30,12 @@ What fairseq 0.12 gives us, and why some weights are drawn again:
   N(0, d^-1/2) (fairseq's ``Embedding``), so both are only scaled.
 * A shared embedding matrix is one parameter and is scaled once, with the
   encoder's factor (as the authors' code does with ``--share-all-embeddings``).
+
+``lm_rule_for`` is the same for a single stack (a decoder-only language model,
+fairseq's ``transformer_lm``, whose parameters are named ``decoder.*``): the
+same redraws, and one factor, ``single_stack_scale`` (docs/derivation.md), for
+the self-attention v/out, MLP weights and the token embedding; a tied
+input/output embedding is one parameter, scaled once.
 """
 
 import math
@@ -103,6 +109,34 @@ def rule_for(name: str, encoder_layers: int, decoder_layers: int) -> Rule:
         stack = m.group(1)
         return Rule("xavier", stack_scale[stack](layers[stack]))
     if _MLP_BIAS.match(name):
+        return Rule("zeros", 1.0)
+    return KEEP
+
+
+_LM_ATTENTION = re.compile(r"^decoder\.layers\.\d+\.self_attn\.(v_proj|out_proj)\.weight$")
+_LM_MLP = re.compile(r"^decoder\.layers\.\d+\.(fc1|fc2)\.weight$")
+_LM_MLP_BIAS = re.compile(r"^decoder\.layers\.\d+\.(fc1|fc2)\.bias$")
+_LM_EMBEDDING = "decoder.embed_tokens.weight"
+
+
+def lm_rule_for(name: str, num_layers: int) -> Rule:
+    """The T-Fixup rule for parameter ``name`` of a decoder-only language model of ``num_layers``
+    layers built by fairseq (``transformer_lm``: self-attention and MLP blocks, no encoder memory).
+
+    ``name`` is as ``model.named_parameters()`` yields it, e.g.
+    ``decoder.layers.3.self_attn.v_proj.weight`` or ``decoder.embed_tokens.weight``. The factor is
+    ``single_stack_scale(num_layers)`` everywhere; q/k projections, biases other than the MLP's,
+    positional embeddings and an untied output projection keep fairseq's initialisation.
+    """
+    scale = single_stack_scale(num_layers)
+    if name == _LM_EMBEDDING:
+        return Rule("", scale)
+    m = _LM_ATTENTION.match(name)
+    if m:
+        return Rule("xavier" if m.group(1) == "v_proj" else "", scale)
+    if _LM_MLP.match(name):
+        return Rule("xavier", scale)
+    if _LM_MLP_BIAS.match(name):
         return Rule("zeros", 1.0)
     return KEEP
 

@@ -33,7 +33,11 @@ _DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np
 
 
 def _target_counts(data: pathlib.Path, split: str, src: str, tgt: str, vocab: int) -> np.ndarray:
-    stem = data / f"{split}.{src}-{tgt}.{tgt}"
+    return _token_counts(data / f"{split}.{src}-{tgt}.{tgt}", vocab)
+
+
+def _token_counts(stem: pathlib.Path, vocab: int) -> np.ndarray:
+    """Count of each symbol over every sentence of the binarized split STEM.idx/STEM.bin."""
     idx, bin_ = stem.with_name(stem.name + ".idx"), stem.with_name(stem.name + ".bin")
     if not idx.is_file() or not bin_.is_file():
         raise FileNotFoundError(f"no binarized {split} targets in {data} ({stem.name}.idx/.bin): "
@@ -58,7 +62,9 @@ def _loss_bits(counts_eval: np.ndarray, counts_fit: np.ndarray, eps: float) -> f
     q = ((1 - eps - eps_i) * counts_fit + eps_i * n_fit) / n_fit
     n = counts_eval.sum()
     w = (1 - eps - eps_i) * counts_eval + eps_i * n
-    return float(-(w * np.log(q)).sum() / n / math.log(2))
+    seen = w > 0  # without smoothing, symbols absent from the scored split add nothing (0 log 0 = 0)
+    with np.errstate(divide="ignore"):
+        return float(-(w[seen] * np.log(q[seen])).sum() / n / math.log(2))
 
 
 def unigram_level(data: pathlib.Path, src: str, tgt: str, label_smoothing: float = 0.1) -> dict:
@@ -73,3 +79,17 @@ def unigram_level(data: pathlib.Path, src: str, tgt: str, label_smoothing: float
         "train_fit": round(_loss_bits(valid, train, label_smoothing), 4),
         "label_smoothing": label_smoothing, "vocab": vocab, "valid_tokens": int(valid.sum()),
     }
+
+
+def lm_unigram_level(data: pathlib.Path) -> dict:
+    """The same for a language model's data-bin (fairseq-preprocess --only-source: dict.txt,
+    {train,valid}.idx/.bin) and its plain cross-entropy (no label smoothing): bits per token over every
+    valid token (each line's words and its </s>, all of them targets of fairseq's language_modeling), and
+    the perplexity 2^bits that fairseq reports."""
+    data = pathlib.Path(data)
+    vocab = 4 + sum(1 for line in open(data / "dict.txt", encoding="utf-8") if line.strip())
+    valid, train = _token_counts(data / "valid", vocab), _token_counts(data / "train", vocab)
+    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
+    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
+            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
+            "valid_tokens": int(valid.sum())}

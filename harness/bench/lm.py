@@ -1,0 +1,381 @@
+"""T-Fixup for a decoder-only language model on real English text: 6 and 24 layers, without warmup.
+
+Data: the English side of Multi30k (task 1) in ../shared/data/multi30k: ``train.en.gz`` (29,000
+captions) to train on, ``val.en.gz`` (1,014) to validate on; Moses-tokenized (sacremoses, en) and
+lowercased, word-level vocabulary of the train words seen at least twice (fairseq-preprocess
+--only-source --thresholdsrc 2; rarer words are <unk>), made once by ``prepare_data`` under
+<repo>/work/data-bin/ (never in the repository). Lines are one stream (--sample-break-mode none) cut into
+blocks of ``tokens_per_sample`` tokens; every token of valid (each line's words and its </s>) is scored.
+
+Arms, derived from the method rows of tfixup/methods.py that have a language model (``lm_arch``):
+a method trained without warmup in its paper runs without it (T-Fixup: ``transformer_lm_tfixup``,
+inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)), P = 4000); one trained with warmup runs with the matched
+warmup (inverse_sqrt_matched: linear over W updates onto the same curve, then that curve, so after W
+every arm has T-Fixup's rate); and, the question the paper asks, Post-LN without warmup. Post-LN is
+fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before. Same width (default
+128-512-4), lr, batch, update budget, dropout, seed and evaluation for every arm.
+
+Valid loss is fairseq's cross-entropy in bits per token (perplexity = 2^loss) every ``valid_every``
+updates. The unigram level (harness/bench/unigram.py, ``lm_unigram_level``) is computed from the data: a
+run whose best valid loss is not ``--margin`` bits below it is **stuck** at the unigram stage. Headline,
+per depth: the updates each arm needs to reach the warmup baseline's (Post-LN + matched warmup) best valid
+perplexity, and that over the updates the baseline needs; the same against the better warmup arm (Post-LN or
+Pre-LN on the matched warmup, the lower best valid loss), the reference where Post-LN does not train.
+
+Resumable: each finished run is recorded under OUT/lm/runs/; rerunning skips those and runs the rest,
+in order (6 layers first), ``--jobs`` at a time.
+
+    python -m harness.bench.lm --smoke --out /tmp/lm          # < 1 min, for the tests
+    python -m harness.bench.lm --out results/bench --jobs 1    # the study (~30 min of one core)
+"""
+
+import gzip
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+from harness import manifest
+from harness.bench import common, runs as runlib
+from harness.bench.convergence import best, updates_to_reach
+from harness.bench.unigram import lm_unigram_level
+
+presets = common.presets
+SUFFIX = {"nowarmup": "", "matched": "_matched"}
+SCHEDULE_LABEL = {"nowarmup": ", no warmup", "matched": " + matched warmup"}
+BASELINE = "postln_matched"
+CORPUS = "multi30k"
+SPLITS = {"train": "train.en.gz", "valid": "val.en.gz"}
+
+
+def study_arms() -> dict:
+    """arm name -> (method, schedule, label), from the rows of tfixup/methods.py with a language model:
+    each method on the schedule of its own paper (warmup ones on the matched warmup), and Post-LN
+    without warmup."""
+    out = {}
+
+    def add(name, kind):
+        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + SCHEDULE_LABEL[kind])
+
+    for name in (n for n, m in presets.METHODS.items() if m.lm_arch):
+        add(name, "matched" if presets.method(name).warmup else "nowarmup")
+        if name == "postln":  # right after its warmup baseline: the arms a short session must not miss
+            add("postln", "nowarmup")
+    return out
+
+
+METHODS = study_arms()
+
+MODES = {
+    "smoke": dict(embed=32, ffn=64, heads=2, depths=[2], updates=8, valid_every=4, warmup=4, lr=1e-3,
+                  max_tokens=256, tokens_per_sample=32, train_lines=300, valid_lines=50, arms=["tfixup", BASELINE]),
+    # CPU width; 400 updates leave the unigram stage (a 6-layer T-Fixup run was 1.3 bits below it by
+    # update 80; the report's "stuck" column says for every run) and keep a 24-layer run near 6 min of one
+    # core (~0.85 s per update; 6 layers ~0.3 s); W = a quarter of the budget, as in the convergence study
+    "default": dict(embed=128, ffn=512, heads=4, depths=[6, 24], updates=400, valid_every=25, warmup=100, lr=1e-3,
+                    max_tokens=1024, tokens_per_sample=64, train_lines=0, valid_lines=0, arms=None),
+}
+
+
+# ---------------------------------------------------------------- data
+
+
+def _tokenize(lines):
+    from sacremoses import MosesTokenizer
+
+    tok = MosesTokenizer(lang="en")
+    return [tok.tokenize(line.strip(), escape=False, return_str=True).lower() for line in lines]
+
+
+def _read_lines(path: pathlib.Path, limit: int) -> list:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return lines[:limit] if limit else lines
+
+
+def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, root: str = None,
+                 shared: pathlib.Path = None) -> pathlib.Path:
+    """The LM data-bin of Multi30k's English side (module docstring) read from ``shared`` (default
+    ../shared/data or $TFIXUP_SHARED_DATA), made once under ``root`` (default <repo>/work/data-bin) with a
+    manifest.json of its inputs (sha256), parameters and line counts; a folder with another manifest is
+    rebuilt. ``data`` names an existing LM data-bin to use as is."""
+    if data:
+        path = pathlib.Path(data)
+        if not (path / "dict.txt").is_file() or not (path / "valid.idx").is_file():
+            common.die(f"--data {path}: not a language-model data-bin (no dict.txt, valid.idx): "
+                       "leave --data out to prepare one")
+        return path
+    source = pathlib.Path(shared or common.shared_data_dir()) / CORPUS
+    inputs = {split: source / name for split, name in SPLITS.items()}
+    for f in inputs.values():
+        if not f.is_file():
+            common.die(f"{f} not found (set TFIXUP_SHARED_DATA to the folder holding {CORPUS}/)")
+    root = pathlib.Path(root) if root else common.REPO / "work" / "data-bin"
+    path = root / f"lm-{CORPUS}-en-t{train_lines}-v{valid_lines}"
+    params = {"corpus": f"{CORPUS} English", "train": str(inputs["train"].resolve()),
+              "valid": str(inputs["valid"].resolve()), "train_lines": train_lines, "valid_lines": valid_lines,
+              "tokenizer": "sacremoses en, lowercased", "vocabulary": "train words seen >= 2 times",
+              "made_by": "harness/bench/lm.py prepare_data"}
+    state = manifest.status(str(path), params)
+    if state == "current":
+        return path
+    if state == "foreign":
+        common.die(f"{path} exists without a complete manifest.json (half-made?): remove it, then rerun")
+    common.log(f"preparing {path} ({state})")
+    tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "text").mkdir(parents=True)
+    counts = {}
+    for split, f in inputs.items():
+        lines = _tokenize(_read_lines(f, train_lines if split == "train" else valid_lines))
+        (tmp / "text" / f"{split}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        counts[split] = len(lines)
+    proc = subprocess.run(
+        ["fairseq-preprocess", "--only-source", "--trainpref", str(tmp / "text" / "train.txt"),
+         "--validpref", str(tmp / "text" / "valid.txt"), "--destdir", str(tmp / "bin"), "--thresholdsrc", "2",
+         "--workers", "1"], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if proc.returncode != 0:
+        common.die(f"fairseq-preprocess failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    (tmp / "bin" / "preprocess.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    m = manifest.build(params, counts, [str(f) for f in inputs.values()], "harness/bench/lm.py",
+                       folder=str(tmp / "bin"))
+    # one side, so not manifest.build's two-language check: the rates as fairseq-preprocess reported them
+    m["unk_rate_percent"] = manifest.unk_rates(proc.stdout + proc.stderr, counts)
+    common.write_json(tmp / "bin" / manifest.NAME, m)
+    if path.exists():
+        shutil.rmtree(path)
+    (tmp / "bin").rename(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def data_description(path: pathlib.Path) -> str:
+    m = manifest.read(str(path)) or {}
+    counts = m.get("sentences", {})
+    unk = next((v for k, v in m.get("unk_rate_percent", {}).items() if k.startswith("valid.")), None)
+    return (f"Multi30k English side, {CORPUS}/{SPLITS['train']} ({counts.get('train')} lines) to train, "
+            f"{CORPUS}/{SPLITS['valid']} ({counts.get('valid')} lines) to validate; Moses-tokenized, lowercased, "
+            f"words seen >= 2 times in train ({unk}% of valid tokens <unk>)")
+
+
+# ---------------------------------------------------------------- runs
+
+
+def arms(cfg: dict) -> list:
+    return cfg["arms"] or list(METHODS)
+
+
+def make_runs(cfg: dict, data: pathlib.Path) -> list:
+    """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
+    out = []
+    for depth in cfg["depths"]:
+        for arm in arms(cfg):
+            name, kind, _ = METHODS[arm]
+            recipe = presets.Recipe(
+                name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=cfg["lr"], schedule=kind,
+                warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
+                max_update=cfg["updates"], dropout=cfg["dropout"], seed=cfg["seed"], task="language_modeling",
+                tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
+            args = common.train_args(recipe) + [
+                "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+                "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+            out.append(runlib.Run(f"L{depth}-{arm}-lr{cfg['lr']:g}-s{cfg['seed']}", dict(
+                method=arm, depth=depth, lr=cfg["lr"], seed=cfg["seed"], updates=cfg["updates"]), args, str(data)))
+    return out
+
+
+def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
+    threshold = level["train_fit"] - margin
+    rows = []
+    for rec in records.values():
+        b_upd, b_loss = best(rec["valid_curve"])
+        rows.append({**{k: rec[k] for k in ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s")},
+                     "schedule": METHODS[rec["method"]][1], "best_valid": b_loss, "best_at": b_upd,
+                     "best_ppl": round(2 ** b_loss, 2) if b_loss is not None else None,
+                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
+                     "s_per_update": rec.get("s_per_update"),
+                     "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold})
+    headline = {}
+    for depth in cfg["depths"]:
+        here = {r["method"]: r for r in rows if r["depth"] == depth}
+        base = records.get(f"L{depth}-{BASELINE}-lr{cfg['lr']:g}-s{cfg['seed']}")
+        for r in here.values():
+            r["updates_to_baseline_best"] = r["ratio_to_baseline"] = None
+            if base and base["valid_curve"] and r["status"] == "ok":
+                b_upd, b_loss = best(base["valid_curve"])
+                u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
+                r["updates_to_baseline_best"] = u
+                r["ratio_to_baseline"] = round(u / b_upd, 3) if u is not None and b_upd else None
+        # the better warmup arm (the lowest best valid loss of the arms on the matched warmup): the reference
+        # where Post-LN's own warmup run does not train
+        warm = [r for r in here.values() if r["schedule"] == "matched" and r["best_valid"] is not None]
+        better = min(warm, key=lambda r: r["best_valid"]) if warm else None
+        for r in here.values():
+            r["updates_to_better_warmup_best"] = r["ratio_to_better_warmup"] = None
+            if better and r["status"] == "ok":
+                u = updates_to_reach(records[r["id"]]["valid_curve"], better["best_valid"])
+                r["updates_to_better_warmup_best"] = u
+                r["ratio_to_better_warmup"] = round(u / better["best_at"], 3) if u is not None else None
+        if here:
+            b = here.get(BASELINE)
+            headline[f"{depth} layers"] = {
+                "baseline_best_ppl": b["best_ppl"] if b else None, "baseline_best_at": b["best_at"] if b else None,
+                "better_warmup": better["method"] if better else None,
+                "better_warmup_best_ppl": better["best_ppl"] if better else None,
+                "arms": {m: {k: here[m][k] for k in ("best_ppl", "best_at", "updates_to_baseline_best",
+                                                     "ratio_to_baseline", "updates_to_better_warmup_best",
+                                                     "ratio_to_better_warmup", "stuck", "status")}
+                         for m in METHODS if m in here}}
+    return {
+        "benchmark": "lm", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+        "threads": 1, "data": data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
+        "config": cfg, "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
+        "rows": sorted(rows, key=lambda r: (r["depth"], list(METHODS).index(r["method"]))),
+        "records": records,
+    }
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(res: dict) -> str:
+    cfg, lv = res["config"], res["unigram_level"]
+    text = runlib.report_head("T-Fixup for a decoder-only language model, without warmup", res, cfg["n_runs"])
+    text += (
+        f"Decoder-only LM {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {' and '.join(map(str, cfg['depths']))} "
+        f"layers, tied input/output embedding, blocks of {cfg['tokens_per_sample']} tokens, {cfg['max_tokens']} "
+        f"tokens per update, {cfg['updates']} updates, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, no "
+        f"clipping, peak lr {cfg['lr']:g} for every arm, seed {cfg['seed']}. Schedules: **no warmup** "
+        f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']} (T-Fixup's); **matched warmup** (inverse_sqrt_matched) "
+        f"linear from 1e-7 over W = {cfg['warmup']} updates onto the same curve, then that curve: after update W "
+        f"every arm has the same rate. Valid loss: cross-entropy in bits per token, perplexity = 2^loss, every "
+        f"{cfg['valid_every']} updates on all {lv['valid_tokens']} valid tokens.\n\n"
+        f"**Unigram level** of this valid set (computed from the data, harness/bench/unigram.py): "
+        f"{lv['train_fit']} bits = perplexity **{lv['train_fit_ppl']}** for the unigram model fit on train "
+        f"({lv['oracle']} bits = {lv['oracle_ppl']} for the best unigram model fit on valid itself). A run is "
+        f"**stuck** when its best valid loss is not at least {res['margin_bits']} bit below {lv['train_fit']}, "
+        f"i.e. above {res['stuck_threshold']} bits (perplexity {2 ** res['stuck_threshold']:.1f}).\n\n")
+    if res["headline"]:
+        text += ("## Headline: updates to reach the warmup baseline's best valid perplexity\n\n"
+                 f"Baseline: {METHODS[BASELINE][2]}. Ratio: an arm's updates to the baseline's best / the updates "
+                 "the baseline needs for it. The same against the better warmup arm at that depth (the arm on the "
+                 "matched warmup with the lower best valid loss).\n\n")
+        rows = []
+        for depth, h in res["headline"].items():
+            for m, a in h["arms"].items():
+                reached = a["updates_to_baseline_best"]
+                if reached is None:
+                    reached = "not reached" if h["baseline_best_ppl"] is not None else "no baseline run yet"
+                better = a["updates_to_better_warmup_best"]
+                rows.append([depth, METHODS[m][2], a["best_ppl"], a["best_at"], reached, a["ratio_to_baseline"],
+                             METHODS[h["better_warmup"]][2] if h["better_warmup"] else None,
+                             better if better is not None else "not reached", a["ratio_to_better_warmup"],
+                             "STUCK" if a["stuck"] else "no", a["status"]])
+        text += common.md_table(["depth", "arm", "best valid ppl", "at update", "updates to the baseline's best",
+                                 "ratio", "better warmup arm", "updates to its best", "ratio to it", "stuck",
+                                 "status"], rows) + "\n\n"
+        stuck = [d for d, h in res["headline"].items() if h["arms"].get(BASELINE, {}).get("stuck")]
+        if stuck:
+            text += (f"At {' and '.join(stuck)} the baseline itself is **stuck** at the unigram stage: there the "
+                     "updates to its best measure how soon an arm gets past word frequencies, not a speed-up "
+                     "over a baseline that trains.\n\n")
+    text += "## Every run\n\n" + common.md_table(
+        ["depth", "arm", "status", "best valid (bits)", "best ppl", "at update", "final valid (bits)", "stuck",
+         "s/update", "wall s"],
+        [[r["depth"], METHODS[r["method"]][2], r["status"], r["best_valid"], r["best_ppl"], r["best_at"],
+          r["final_valid"], "STUCK" if r["stuck"] else "no", r["s_per_update"], r["wall_s"]]
+         for r in res["rows"]]) + "\n"
+    return text
+
+
+def color(arm: str) -> str:
+    return common.POSTLN_NO_WARMUP_COLOR if arm == "postln" else common.color(METHODS[arm][0])
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    depths = res["config"]["depths"]
+    fig, axes = plt.subplots(1, len(depths), figsize=(5.6 * len(depths), 4.3), squeeze=False)
+    ppl = 2 ** res["unigram_level"]["train_fit"]
+    for ax, depth in zip(axes[0], depths):
+        for arm in METHODS:
+            rec = next((r for r in res["records"].values() if r["method"] == arm and r["depth"] == depth), None)
+            if rec and rec["valid_curve"]:
+                u, l = zip(*rec["valid_curve"])
+                ax.plot(u, [min(2 ** x, 1e5) for x in l], color=color(arm), lw=1.3,
+                        ls="-" if METHODS[arm][1] == "nowarmup" else "--", label=METHODS[arm][2])
+        ax.axhline(ppl, color="gray", ls="--", lw=1, label=f"unigram level ({ppl:.0f})")
+        ax.set_yscale("log")
+        ax.set_title(f"{depth} layers", fontsize=9)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("valid perplexity")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    cfg = res["config"]
+    fig.suptitle(f"Decoder-only LM on Multi30k English, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
+                 f"lr {cfg['lr']:g}", fontsize=10)
+    fig.tight_layout()
+    common.save_figure(path, fig)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parser():
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "lm.{json,md,png}, lm/runs/")
+    p.set_defaults(data=None)
+    for action in p._actions:
+        if action.dest == "data":
+            action.help = "an existing language-model data-bin; default: prepared once under --data-root"
+        if action.dest == "data_root":
+            action.help = "where to prepare data (default <repo>/work/data-bin)"
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1, one thread each)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="bits below the unigram level a run must reach to count as not stuck (default 1)")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
+    p.add_argument("--seed", type=int, default=1)
+    for k in ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"):
+        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+    p.add_argument("--lr", type=float, help="override the mode's lr")
+    p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS),
+                   help="run now only these arms (the report covers the whole study)")
+    return p
+
+
+def make_config(args) -> dict:
+    return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
+                                      decay_period=args.decay_period, seed=args.seed), args,
+                                 ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every", "lr",
+                                  "depths"))
+
+
+def plan(data, mode: str = "default") -> list:
+    return runlib.default_plan(sys.modules[__name__], data, mode)
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    cfg = make_config(args)
+    data = prepare_data(cfg["train_lines"], cfg["valid_lines"], args.data, args.data_root)
+    level = lm_unigram_level(data)
+    common.log(f"unigram level of valid: {level['train_fit']} bits, perplexity {level['train_fit_ppl']} "
+               f"(fit on train); {level['oracle']} bits, perplexity {level['oracle_ppl']} (fit on valid)")
+    all_runs = make_runs(cfg, data)
+    cfg["n_runs"] = len(all_runs)
+    todo = [r for r in all_runs if not args.methods or r.meta["method"] in args.methods]
+    runlib.run_study("lm" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
+                     plot, report, "valid perplexity curves", args.jobs, args.threads, todo=todo,
+                     report_only=args.report_only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
