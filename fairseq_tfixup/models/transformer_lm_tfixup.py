@@ -27,7 +27,7 @@ from torch import nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
-from fairseq_tfixup.models.transformer_tfixup import without_layer_norms
+from fairseq_tfixup.models.transformer_tfixup import apply_rules_, without_layer_norms
 from tfixup import tfixup_init
 
 logger = logging.getLogger(__name__)
@@ -57,18 +57,10 @@ def check_lm_config(args, model: str = NAME) -> None:
         raise ValueError(f"{model} needs --decoder-layers >= 1, got {n}")
 
 
-@torch.no_grad()
 def apply_lm_tfixup_(model: nn.Module, num_layers: int) -> None:
-    """Redraw and scale the weights of a freshly built LM, in place. ``named_parameters`` yields a
-    tied input/output embedding once (as ``decoder.embed_tokens.weight``), so it is scaled once."""
-    for name, param in model.named_parameters():
-        rule = tfixup_init.lm_rule_for(name, num_layers)
-        if rule.redraw == "xavier":
-            nn.init.xavier_uniform_(param)
-        elif rule.redraw == "zeros":
-            nn.init.zeros_(param)
-        if rule.scale != 1.0:
-            param.mul_(rule.scale)
+    """T-Fixup's single-stack rules (``tfixup_init.lm_rule_for``), applied once; a tied input/output
+    embedding is one parameter (``decoder.embed_tokens.weight``), scaled once."""
+    apply_rules_(model, lambda name: tfixup_init.lm_rule_for(name, num_layers))
 
 
 @register_model(NAME, dataclass=TransformerLanguageModelConfig)

@@ -112,15 +112,20 @@ def post_ln_config(args, model: str) -> TransformerConfig:
     return cfg
 
 
-@torch.no_grad()
 def apply_tfixup_(model: nn.Module, encoder_layers: int, decoder_layers: int) -> None:
-    """Redraw and scale the weights of a freshly built model, in place.
+    """T-Fixup's rules for an encoder-decoder (``tfixup_init.rule_for``), applied once."""
+    apply_rules_(model, lambda name: tfixup_init.rule_for(name, encoder_layers, decoder_layers))
+
+
+@torch.no_grad()
+def apply_rules_(model: nn.Module, rule_for) -> None:
+    """Redraw and scale the weights of a freshly built model, in place, as ``rule_for(name)`` says.
 
     ``named_parameters`` yields a shared tensor once (under its first name), so
     shared embeddings are scaled once.
     """
     for name, param in model.named_parameters():
-        rule = tfixup_init.rule_for(name, encoder_layers, decoder_layers)
+        rule = rule_for(name)
         if rule.redraw == "xavier":
             nn.init.xavier_uniform_(param)
         elif rule.redraw == "zeros":

@@ -175,6 +175,13 @@ write_text = atomic.write_text
 save_figure = atomic.save_figure
 
 
+def save_titled_figure(path, fig, title: str) -> None:
+    """FIG with TITLE over its panels, laid out, written atomically to PATH."""
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save_figure(path, fig)
+
+
 def md_table(headers: list, rows: list) -> str:
     def cell(v):
         if v is None:

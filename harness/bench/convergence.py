@@ -132,15 +132,19 @@ def best(curve: list):
     return min(curve, key=lambda ul: ul[1]) if curve else (None, None)
 
 
+def curve_row(rec: dict, keys, threshold: float) -> dict:
+    """A run's row: KEYS of its record, its best valid loss and where, its final one, and whether it is
+    stuck (failed, or its best not below THRESHOLD)."""
+    b_upd, b_loss = best(rec["valid_curve"])
+    return {**{k: rec[k] for k in keys}, "best_valid": b_loss, "best_at": b_upd,
+            "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
+            "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold}
+
+
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
     threshold = level["train_fit"] - margin
-    rows = []
-    for rec in records.values():
-        b_upd, b_loss = best(rec["valid_curve"])
-        rows.append({**{k: rec[k] for k in ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s")},
-                     "schedule": METHODS[rec["method"]][1], "best_valid": b_loss, "best_at": b_upd,
-                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
-                     "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold})
+    rows = [{**curve_row(rec, ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s"), threshold),
+             "schedule": METHODS[rec["method"]][1]} for rec in records.values()]
     # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
         for b in BASELINE_SCHEDULES:
@@ -327,21 +331,14 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6.5)
     cfg = res["config"]
-    fig.suptitle(f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
-                 f"{cfg['layers']}+{cfg['layers']} layers", fontsize=10)
-    fig.tight_layout()
-    common.save_figure(path, fig)
+    common.save_titled_figure(path, fig, f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
+                                         f"{cfg['layers']}+{cfg['layers']} layers")
 
 
 def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
-    p.add_argument("--margin", type=float, default=1.0,
-                   help="bits below the unigram level a run must reach to count as not stuck (default 1)")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
-    for k in ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates"):
-        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+    runlib.add_training_options(p, 2, ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens",
+                                       "long_updates"))
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--lrs", type=float, nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(METHODS),

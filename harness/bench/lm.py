@@ -38,7 +38,7 @@ import sys
 
 from harness import manifest
 from harness.bench import common, runs as runlib
-from harness.bench.convergence import best, updates_to_reach
+from harness.bench.convergence import best, curve_row, updates_to_reach
 from harness.bench.unigram import lm_unigram_level
 
 presets = common.presets
@@ -189,13 +189,9 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     threshold = level["train_fit"] - margin
     rows = []
     for rec in records.values():
-        b_upd, b_loss = best(rec["valid_curve"])
-        rows.append({**{k: rec[k] for k in ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s")},
-                     "schedule": METHODS[rec["method"]][1], "best_valid": b_loss, "best_at": b_upd,
-                     "best_ppl": round(2 ** b_loss, 2) if b_loss is not None else None,
-                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
-                     "s_per_update": rec.get("s_per_update"),
-                     "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold})
+        row = curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"), threshold)
+        rows.append({**row, "schedule": METHODS[rec["method"]][1], "s_per_update": rec.get("s_per_update"),
+                     "best_ppl": round(2 ** row["best_valid"], 2) if row["best_valid"] is not None else None})
     headline = {}
     for depth in cfg["depths"]:
         here = {r["method"]: r for r in rows if r["depth"] == depth}
@@ -317,11 +313,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.set_ylabel("valid perplexity")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    cfg = res["config"]
-    fig.suptitle(f"Decoder-only LM on Multi30k English, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
-                 f"lr {cfg['lr']:g}", fontsize=10)
-    fig.tight_layout()
-    common.save_figure(path, fig)
+    common.save_titled_figure(path, fig, "Decoder-only LM on Multi30k English, {embed}-{ffn}-{heads}, lr {lr:g}"
+                              .format(**res["config"]))
 
 
 # ---------------------------------------------------------------- command line
@@ -335,14 +328,8 @@ def parser():
             action.help = "an existing language-model data-bin; default: prepared once under --data-root"
         if action.dest == "data_root":
             action.help = "where to prepare data (default <repo>/work/data-bin)"
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1, one thread each)")
-    p.add_argument("--margin", type=float, default=1.0,
-                   help="bits below the unigram level a run must reach to count as not stuck (default 1)")
-    p.add_argument("--dropout", type=float, default=0.1)
-    p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
+    runlib.add_training_options(p, 1, ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"))
     p.add_argument("--seed", type=int, default=1)
-    for k in ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"):
-        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
     p.add_argument("--lr", type=float, help="override the mode's lr")
     p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
     p.add_argument("--methods", nargs="+", choices=list(METHODS),

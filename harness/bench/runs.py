@@ -235,6 +235,18 @@ def report_head(title: str, res: dict, n_runs: int) -> str:
     return text
 
 
+def add_training_options(p, jobs: int, overrides) -> None:
+    """The options of a study that trains and calls runs stuck: runs at a time, the stuck margin, dropout,
+    P of the no-warmup schedule, and an override of each of its mode's settings in OVERRIDES."""
+    p.add_argument("--jobs", type=int, default=jobs, help=f"runs at a time (default {jobs}, one thread each)")
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="bits below the unigram level a run must reach to count as not stuck (default 1)")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
+    for k in overrides:
+        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+
+
 def with_overrides(cfg: dict, args, keys) -> dict:
     """``cfg`` with the command line's value for each of ``keys`` that it gives (argparse dest names)."""
     return {**cfg, **{k: getattr(args, k) for k in keys if getattr(args, k) is not None}}
