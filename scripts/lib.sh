@@ -21,9 +21,11 @@ stream_awk() {
 }
 
 # fairseq-train processes running on this machine (other jobs', on a shared machine): a process whose
-# program (first word, or the script its interpreter runs) is fairseq-train, or python -m fairseq_cli.train.
+# program (first word, or the script its interpreter runs) is fairseq-train, or python -m fairseq_cli.train;
+# stopped (state T) and ended (Z) ones use no core.
 fairseq_train_count() {
-  ps -e -o args= 2>/dev/null | awk '{ for (i = 1; i <= 3 && i <= NF; i++)
+  ps -e -o stat=,args= 2>/dev/null | awk '$1 ~ /^[TZ]/ { next }
+    { for (i = 2; i <= 4 && i <= NF; i++)
       if ($i ~ /(^|\/)fairseq-train$/ || ($i == "fairseq_cli.train" && $(i - 1) == "-m")) { n++; break } }
     END { print n + 0 }'
 }

@@ -10,11 +10,12 @@ import pytest
 
 from conftest import REPO
 
-# `ps -e -o args=` of a busy machine: two trainings (a console script, and python -m), a torchrun
-# parent (its workers are the trainings), an editor on a file named fairseq-train.log
-OTHERS = ["/venv/bin/python3 /venv/bin/fairseq-train data-bin/x --arch transformer",
-          "python -m fairseq_cli.train data-bin/y", "python /venv/bin/torchrun --nproc-per-node 2 /venv/bin/fairseq-train d",
-          "vim fairseq-train.log", "bash scripts/train.sh --cpu exp data out"]
+# `ps -e -o stat=,args=` of a busy machine: two trainings (a console script, and python -m), a torchrun
+# parent (its workers are the trainings), an editor on a file named fairseq-train.log, a stopped training
+OTHERS = ["Rl /venv/bin/python3 /venv/bin/fairseq-train data-bin/x --arch transformer",
+          "Sl python -m fairseq_cli.train data-bin/y", "S python /venv/bin/torchrun --nproc-per-node 2 /venv/bin/fairseq-train d",
+          "S+ vim fairseq-train.log", "S bash scripts/train.sh --cpu exp data out",
+          "Tl /venv/bin/python3 /venv/bin/fairseq-train data-bin/z"]
 
 
 def set_threads(tmp_path, cores, running, procs="", omp=None):
@@ -37,7 +38,7 @@ def set_threads(tmp_path, cores, running, procs="", omp=None):
 @pytest.mark.parametrize("cores, running, procs, want", [
     (4, [], "", 4),               # alone: every core
     (4, OTHERS[:1], "", 2),       # one other training: half each
-    (12, OTHERS, "", 4),          # two trainings counted (a script named like it, an editor, torchrun's parent not)
+    (12, OTHERS, "", 4),          # two trainings counted (a script named like it, an editor, torchrun's parent, a stopped one not)
     (12, OTHERS, "2", 3),         # this job's 2 processes share too
     (2, OTHERS, "", 1),           # more trainings than cores: at least 1
 ])
