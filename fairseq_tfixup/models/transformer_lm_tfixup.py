@@ -21,7 +21,6 @@ Architectures (explicit flags win over every preset):
 
 import logging
 
-import torch
 from torch import nn
 
 from fairseq.models import register_model, register_model_architecture
