@@ -348,7 +348,7 @@ from harness.bench import runs as runlib
 runs = [runlib.Run("r1", {{}}, [], "d")]
 def execute(run, work):
     work.mkdir(parents=True, exist_ok=True)
-    runlib.run_logged(["sleep", "300"], work / "run.log", {{}})
+    runlib.run_logged(["sh", "-c", "echo $$ > " + str(work / "sleep.pid") + "; exec sleep 300"], work / "run.log", {{}})
     return {{"id": run.id, "key": run.key(), "status": "ok"}}
 runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{}}, lambda res, path: None,
                  lambda res: "", "caption", jobs=1, execute=execute)
@@ -357,7 +357,7 @@ runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not (tmp_path / "work" / "study" / "run.log").exists():
+    while time.time() < deadline and not (tmp_path / "work" / "study" / "sleep.pid").exists():
         time.sleep(0.1)
     time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
@@ -365,7 +365,22 @@ runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{
     assert proc.returncode == 130, err[-1500:]
     assert "interrupted" in err and "Traceback" not in err
     assert not list((tmp_path / "study" / "runs").glob("*.json"))
-    assert not subprocess.run(["pgrep", "-x", "-f", "sleep 300"], capture_output=True, text=True).stdout.split()
+    sleeper = int((tmp_path / "work" / "study" / "sleep.pid").read_text())
+    assert _gone(sleeper), f"the run's process {sleeper} still runs"
+
+
+def _gone(pid: int, within_s: float = 15) -> bool:
+    """PID has ended (or is a zombie) within WITHIN_S seconds of its tree being stopped."""
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp_path, monkeypatch):
