@@ -400,6 +400,21 @@ def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp
     assert sorted(p.name for p in store.iterdir()) == ["r1.json"]
 
 
+def test_plateau_continues_only_a_quality_run_that_finished(tmp_path):
+    """A quality run interrupted on its way to the cap (its checkpoint_last.pt from epoch 3, say) is
+    resumed as the quality run; only one that train.sh booked as ended (outcome 0) is trained on."""
+    from harness.bench import plateau
+
+    run = tmp_path / "multi30k-tfixup"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "checkpoint_last.pt").write_bytes(b"x")
+    assert not plateau._finished(run)  # no train_runs.tsv
+    (run / "train_runs.tsv").write_text("1\t2\t1\tcpu\tinterrupted\n")
+    assert not plateau._finished(run)
+    (run / "train_runs.tsv").write_text("1\t2\t1\tcpu\tinterrupted\n3\t4\t1\tcpu\t0\n")
+    assert plateau._finished(run)
+
+
 def test_plateau_smoke_continues_the_quality_run_through_train_and_evaluate(iwslt_bin, tmp_path):
     """The plateau study's smoke, through train.sh -> evaluate.sh on the shared real data-bin (60 test
     sentences): its first stage is the quality study's run (recorded there: curves, test BLEU with its
