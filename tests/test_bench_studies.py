@@ -338,6 +338,26 @@ def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path
     assert ["r1", "r2", "r4"] in reports
 
 
+def test_only_runs_the_named_runs_and_refuses_an_unknown_id(tmp_path, monkeypatch):
+    from harness.bench import runs as runlib
+
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    runs = [runlib.Run(f"r{i}", {}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3)]
+    ran = []
+
+    def execute(run, work):
+        ran.append(run.id)
+        return {"id": run.id, "key": run.key(), "status": "ok"}
+
+    study = lambda **kw: runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},  # noqa: E731
+                                          lambda res, path: path.write_bytes(b"png"), lambda res: "report", "caption",
+                                          jobs=1, execute=execute, **kw)
+    assert study(only=["r2"]) == {"recorded": ["r2"]} and ran == ["r2"]
+    with pytest.raises(SystemExit, match="--only: no run r9 in this study; its ids: r1 r2 r3"):
+        study(only=["r9", "r1"])
+    assert ran == ["r2"]
+
+
 def test_sigterm_stops_a_study_and_its_runs(tmp_path):
     """SIGTERM to a study's process stops its running child (here a sleep standing in for fairseq-train,
     in its own process group as every run is), records nothing for it, exits 130 with one line."""

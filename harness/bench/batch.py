@@ -146,7 +146,8 @@ def plan(data, mode: str = "default") -> list:
 def main(argv=None):
     args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
     runlib.run_study("batch" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data),
-                     plot, report, "large-batch study", args.jobs, args.threads, report_only=args.report_only)
+                     plot, report, "large-batch study", args.jobs, args.threads, report_only=args.report_only,
+                     only=args.only)
     return 0
 
 

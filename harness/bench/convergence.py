@@ -368,7 +368,7 @@ def main(argv=None):
     runlib.run_study("convergence" + args.tag, args.out, all_runs,
                      lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "valid loss curves", args.jobs, args.threads,
-                     todo=selected(all_runs, args.methods), report_only=args.report_only)
+                     todo=selected(all_runs, args.methods), report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -182,7 +182,8 @@ def plan(data, mode: str = "default") -> list:
 def main(argv=None):
     args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
     runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only)
+                     plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only,
+                     only=args.only)
     return 0
 
 

@@ -360,7 +360,7 @@ def main(argv=None):
     todo = [r for r in all_runs if not args.methods or r.meta["method"] in args.methods]
     runlib.run_study("lm" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "valid perplexity curves", args.jobs, args.threads, todo=todo,
-                     report_only=args.report_only)
+                     report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -222,7 +222,6 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1, one thread each)")
     p.add_argument("--cap", type=int, help="the most epochs a run trains (default: the mode's)")
     p.add_argument("--patience", type=int, help="epochs without a better valid BLEU that end a run")
-    p.add_argument("--only", nargs="+", help="run ids to run now (e.g. multi30k-tfixup-s1)")
     args = p.parse_args(argv)
     cfg = runlib.with_overrides(dict(MODES[args.mode], mode=args.mode), args, ("cap", "patience"))
     qcfg = dict(quality.MODES[args.mode], mode=args.mode)
@@ -238,7 +237,7 @@ def main(argv=None):
                      lambda recs: summarise(cfg, recs, {c: str(v) for c, v in data.items()}, len(runs)),
                      plot, report, "valid loss and valid BLEU vs updates, to the plateau", args.jobs,
                      execute=lambda r, work: execute(r, continues[r.id], out, args.threads),
-                     todo=[r for r in runs if not args.only or r.id in args.only], report_only=args.report_only)
+                     report_only=args.report_only, only=args.only)
     return 0
 
 

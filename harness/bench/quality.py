@@ -399,7 +399,6 @@ def main(argv=None):
     p.add_argument("--multi30k", help="data-bin of the full Multi30k De-En (scripts/prepare-corpus.sh)")
     p.add_argument("--iwslt", help="data-bin of the IWSLT'14 sample (scripts/prepare-iwslt14.sh --valid-lines 1000)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
-    p.add_argument("--only", nargs="+", help="run ids to run now (e.g. multi30k-tfixup); the rest stay as recorded")
     args = p.parse_args(argv)
     cfg = dict(MODES[args.mode], mode=args.mode)
     data = {}
@@ -418,7 +417,7 @@ def main(argv=None):
     runlib.run_study("quality" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, paths, len(all_runs)),
                      plot, report, "valid loss and valid BLEU vs updates", args.jobs,
                      execute=lambda r, work: execute(r, work, args.threads),
-                     todo=[r for r in all_runs if not args.only or r.id in args.only], report_only=args.report_only)
+                     report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -24,6 +24,7 @@ import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -279,15 +280,25 @@ def study_parser(description: str, outputs: str):
     p = common.benchmark_parser(description, outputs)
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report from the runs recorded so far and run nothing")
+    p.add_argument("--only", nargs="+", metavar="RUN_ID",
+                   help="run just these runs now (ids as in the report, e.g. main-tfixup-lr0.001-s1); the report "
+                        "still covers every recorded run")
     return p
 
 
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
-              threads: int = 1, execute=None, todo: list = None, report_only: bool = False) -> dict:
-    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; none with
-    ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
+              threads: int = 1, execute=None, todo: list = None, report_only: bool = False,
+              only: list = None) -> dict:
+    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
+    when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
     ``summarise(records)`` after each finished run; print the report at the end and return the
     result. ``execute(run, work)`` runs one (default: ``train``)."""
+    if only:
+        unknown = sorted(set(only) - {r.id for r in runs})
+        if unknown:
+            sys.exit(f"error: --only: no run {', '.join(unknown)} in this study; its ids: "
+                     f"{' '.join(r.id for r in runs[:6])}{' ...' if len(runs) > 6 else ''}")
+        todo = [r for r in (todo if todo is not None else runs) if r.id in only]
     if report_only:
         todo = []
     out = pathlib.Path(out)
