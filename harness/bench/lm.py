@@ -60,7 +60,7 @@ def study_arms() -> dict:
 
     for name in (n for n, m in presets.METHODS.items() if m.lm_arch):
         add(name, "matched" if presets.method(name).warmup else "nowarmup")
-        if name == "postln":  # right after its warmup baseline: the arms a short session must not miss
+        if name == "postln":  # right after its warmup baseline: the arms an interrupted study must not miss
             add("postln", "nowarmup")
     return out
 

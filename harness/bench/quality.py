@@ -142,7 +142,7 @@ def _sh(script: str, *args) -> list:
 
 
 def train_wall(out: pathlib.Path, fallback: float) -> tuple:
-    """(seconds, segments) of training: a run resumed after a session's end trained in several
+    """(seconds, segments) of training: a run interrupted and resumed trained in several
     train.sh calls, each booked in train_runs.tsv (start, end, ...); without that file, `fallback`."""
     booked = out / "train_runs.tsv"
     rows = [line.split("\t") for line in booked.read_text().splitlines() if line.strip()] if booked.exists() else []
@@ -174,7 +174,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     resumable = (out / "checkpoints" / "checkpoint_last.pt").is_file() and (out / "config.resolved.json").is_file()
     if out.exists() and not resumable:
         shutil.rmtree(out)  # cut short before its first checkpoint: start again, cleanly
-    if resumable:  # cut short (a session's end): train.sh resumes from checkpoint_last.pt
+    if resumable:  # interrupted: train.sh resumes from checkpoint_last.pt
         common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
     out.mkdir(parents=True, exist_ok=True)
     exp = METHODS[run.meta["method"]][0]

@@ -2,7 +2,7 @@
 
 A study is a list of ``Run`` specs. Each finished run leaves one record,
 ``STORE/<run id>.json`` (committed under results/, so a study can be run in
-parts, in different sessions): rerunning the study skips every run whose record
+parts, interrupted and resumed): rerunning the study skips every run whose record
 exists and was made by the same command, and runs the rest, ``jobs`` at a time.
 Each run is one ``fairseq-train`` process (1 thread by default) whose output
 goes to ``WORK/<run id>/train.log``; the record holds the command, the parsed
