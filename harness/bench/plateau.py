@@ -172,7 +172,7 @@ def report(res: dict) -> str:
         "## Final test BLEU per method\n\n")
     text += common.md_table(
         ["method", "seeds", "test sacreBLEU mean", "min", "max", "epochs run"],
-        [[label(m), v["seeds"], v["sacrebleu_mean"], v["sacrebleu_min"], v["sacrebleu_max"],
+        [[label(m), v["seeds"], _bleu(v["sacrebleu_mean"], 2), _bleu(v["sacrebleu_min"]), _bleu(v["sacrebleu_max"]),
           ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
     if res["gaps"]:
         text += ("## T-Fixup vs each baseline, same seed: sacreBLEU gap with its 95% paired-bootstrap interval\n\n"
@@ -183,12 +183,18 @@ def report(res: dict) -> str:
         ["run", "status", "test BLEU (tok)", "test sacreBLEU", f"tok BLEU at {q['max_epoch']} epochs", "best valid BLEU",
          "at epoch", "epochs", "stopped by", "train min", "updates (min) to Post-LN's final best valid BLEU",
          "updates (min) to Pre-LN's", "K"],
-        [[r["id"], r["status"], r["test_bleu_tok"], r["test_bleu_detok"], r["at_cap_bleu_tok"], r["best_valid_bleu"],
+        [[r["id"], r["status"], _bleu(r["test_bleu_tok"]), _bleu(r["test_bleu_detok"]), _bleu(r["at_cap_bleu_tok"]),
+          _bleu(r["best_valid_bleu"]),
           r["best_valid_bleu_epoch"], r["epochs"], r["stopped_by"], r["train_wall_min"],
           _upd_min(r, "postln_matched"), _upd_min(r, "preln_matched"), r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     sigs = sorted({(rec.get("test") or {}).get("sacrebleu_signature") for rec in res["records"].values()} - {None})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n"
     return text
+
+
+def _bleu(v, digits: int = 1):
+    """A BLEU score as the table shows it (one decimal, as sacreBLEU prints it; the mean over seeds two)."""
+    return None if v is None else f"{v:.{digits}f}"
 
 
 def _upd_min(row: dict, baseline: str):
