@@ -247,15 +247,15 @@ def report(res: dict) -> str:
         text += ("## Fig. 3c arms\n\nEach against the same model's Adam runs above (seed 1). SGD: the learning "
                  "rate chosen on valid from the grid " + ", ".join(f"{x:g}" for x in cfg.get("sgd_lrs", []))
                  + ".\n\n" + common.md_table(
-                     ["arm", "lr", "best valid", "at update", "final valid", "stuck", "chosen on valid"],
-                     [[METHODS[r["method"]][2], r["lr"], r["best_valid"], r["best_at"], r["final_valid"],
+                     ["arm", "lr", "status", "best valid", "at update", "final valid", "stuck", "chosen on valid"],
+                     [[METHODS[r["method"]][2], r["lr"], _status(r), r["best_valid"], r["best_at"], r["final_valid"],
                        "STUCK" if r["stuck"] else "no",
                        "yes" if res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"] else ""]
                       for r in fig3c]) + "\n\n")
     text += "## Every run\n\n" + common.md_table(
         ["group", "lr", "method", "seed", "updates", "status", "best valid", "at update", "final valid", "stuck",
          "ratio to warmup baseline", "ratio to matched baseline", "wall s"],
-        [[r["group"], r["lr"], METHODS[r["method"]][2], r["seed"], r["updates"], r["status"], r["best_valid"],
+        [[r["group"], r["lr"], METHODS[r["method"]][2], r["seed"], r["updates"], _status(r), r["best_valid"],
           r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"),
           r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]] for r in res["rows"]]) + "\n"
     return text
@@ -356,6 +356,11 @@ def make_config(args) -> dict:
 
 def plan(data, mode: str = "default") -> list:
     return runlib.default_plan(sys.modules[__name__], data, mode)
+
+
+def _status(row: dict) -> str:
+    """A run's status as the report shows it: a NaN loss is a divergence."""
+    return "diverged (NaN loss)" if row["status"] == "nan" else row["status"]
 
 
 def selected(runs: list, methods) -> list:
