@@ -114,7 +114,10 @@ average_and_translate() {
   fi
   local rc=0
   "${PARENT_DEATH[@]}" python3 -m harness "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
-  [ -z "$progress_pid" ] || kill "$progress_pid" 2>/dev/null || true
+  if [ -n "$progress_pid" ]; then
+    kill "$progress_pid" 2>/dev/null || true
+    wait "$progress_pid" 2>/dev/null || true  # its last line, if any, before this script's own
+  fi
   [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
   if [ "$translate" = 1 ]; then
@@ -124,7 +127,9 @@ average_and_translate() {
 }
 
 # Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences,
-# once translating has started (the output file exists); MESSAGE first, at that moment.
+# once translating has started (the output file exists); MESSAGE with the first count. Not when
+# the file is made: a fairseq-generate that fails at once (a missing subset) has made it, and a
+# MESSAGE then could come after the failure's line, which must be the last.
 # Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
 # open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
 progress() {  # OUTPUT_FILE
@@ -136,10 +141,11 @@ progress() {  # OUTPUT_FILE
     sleep 0.5 & sleeper=$!
     wait "$sleeper"
   done
-  log "$MESSAGE"
   while :; do
     sleep "${PROGRESS_SECONDS:-30}" & sleeper=$!
     wait "$sleeper"
+    [ -z "$MESSAGE" ] || log "$MESSAGE"
+    MESSAGE=
     n=$(grep -c '^H-' "$1" 2>/dev/null || true)
     log "translated ${n:-0} / $total sentences"
   done
