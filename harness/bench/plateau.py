@@ -94,9 +94,8 @@ def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) 
 def _finished(run_dir: pathlib.Path) -> bool:
     """RUN_DIR's training ended by itself (train.sh booked outcome 0 last) and left its checkpoints:
     a quality run interrupted on its way to the cap is resumed as the quality run, not continued."""
-    runs = run_dir / "train_runs.tsv"
-    lines = runs.read_text().splitlines() if runs.is_file() else []
-    return bool(lines) and lines[-1].split("\t")[-1] == "0" and (run_dir / "checkpoints" / "checkpoint_last.pt").is_file()
+    booked = quality.booked_runs(run_dir)
+    return bool(booked) and booked[-1][-1] == "0" and (run_dir / "checkpoints" / "checkpoint_last.pt").is_file()
 
 
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:

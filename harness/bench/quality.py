@@ -141,11 +141,17 @@ def _sh(script: str, *args) -> list:
     return ["bash", str(common.REPO / "scripts" / script), *map(str, args)]
 
 
+def booked_runs(out: pathlib.Path) -> list:
+    """train.sh's booking of its calls on OUT, train_runs.tsv: [start, end, world, device, outcome] each
+    (outcome "0" for a run that ended by itself); none without that file."""
+    booked = out / "train_runs.tsv"
+    return [line.split("\t") for line in booked.read_text().splitlines() if line.strip()] if booked.exists() else []
+
+
 def train_wall(out: pathlib.Path, fallback: float) -> tuple:
     """(seconds, segments) of training: a run interrupted and resumed trained in several
     train.sh calls, each booked in train_runs.tsv (start, end, ...); without that file, `fallback`."""
-    booked = out / "train_runs.tsv"
-    rows = [line.split("\t") for line in booked.read_text().splitlines() if line.strip()] if booked.exists() else []
+    rows = booked_runs(out)
     if not rows:
         return round(fallback, 1), 1
     return float(sum(int(r[1]) - int(r[0]) for r in rows)), len(rows)
