@@ -10,13 +10,13 @@ import os
 import signal
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 GRACE_S = float(os.environ.get("TFIXUP_STOP_SECONDS", "10"))
 
 
-def _parents() -> Dict[int, int]:
-    """pid -> parent pid of every live (not zombie) process, from /proc."""
+def _live() -> Dict[int, Tuple[int, int, str]]:
+    """pid -> (parent pid, process group, name) of every live (not zombie) process, from /proc."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -26,10 +26,21 @@ def _parents() -> Dict[int, int]:
                 stat = f.read()
         except OSError:
             continue  # ended meanwhile
-        state, ppid = stat.rsplit(")", 1)[1].split()[:2]  # the name in (...) may hold spaces
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)  # the name in (...) may hold spaces
+        state, ppid, pgid = rest.split()[:3]
         if state != "Z":
-            out[int(entry)] = int(ppid)
+            out[int(entry)] = (int(ppid), int(pgid), name)
     return out
+
+
+def _parents() -> Dict[int, int]:
+    """pid -> parent pid of every live process."""
+    return {pid: ppid for pid, (ppid, _, _) in _live().items()}
+
+
+def group_members(pgid: int) -> List[str]:
+    """The live processes of process group PGID, as 'pid name'."""
+    return [f"{pid} {name}" for pid, (_, group, name) in _live().items() if group == pgid]
 
 
 def tree_pids(root: int) -> List[int]:

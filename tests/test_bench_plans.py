@@ -53,3 +53,23 @@ def test_a_new_method_row_appears_in_every_study_it_names(monkeypatch):
 def test_every_method_has_a_color_of_its_own():
     colors = [m.color for m in presets.METHODS.values()] + [common.POSTLN_NO_WARMUP_COLOR]
     assert len(set(colors)) == len(colors)
+
+
+def test_the_wide_plateau_runs_are_the_same_three_methods_at_256_512_4_under_names_of_their_own():
+    narrow = {r.id: r for r in plateau.plan({"multi30k": MULTI30K})}
+    wide = plateau.plan({"multi30k": MULTI30K}, "wide")
+    assert [r.id for r in wide] == ["multi30k-w256-postln_matched-s1", "multi30k-w256-tfixup-s1",
+                                    "multi30k-w256-preln_matched-s1"]
+    for run in wide:
+        same = narrow[run.id.replace("-w256", "")]
+        differ = sorted(set(run.args) ^ set(same.args))
+        assert differ == ["EMBED_DIM=128", "EMBED_DIM=256", "FFN_DIM=256", "FFN_DIM=512"], run.id
+    # the quality runs they start from are not the quality study's
+    _, qcfg = plateau.configs("wide")
+    assert quality.make_run(qcfg, {"multi30k": MULTI30K}, "multi30k", "tfixup").id == "multi30k-w256-tfixup"
+
+
+def test_wide_and_smoke_together_are_refused_with_one_line(capsys):
+    with pytest.raises(SystemExit):
+        plateau.main(["--wide", "--smoke", "--out", "-", "--iwslt", "x"])
+    assert "--wide and --smoke" in capsys.readouterr().err

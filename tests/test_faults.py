@@ -18,7 +18,7 @@ import time
 import pytest
 
 from conftest import REPO, TINY_RUN as TINY, last_error, run_script as run
-from harness import recover
+from harness import proc as proc_lib, recover
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -140,19 +140,10 @@ def test_train_refuses_incomplete_manifest(data, tmp_path):
 
 
 def group_members(pgid: int, within_s: float) -> list:
-    """The live (not zombie) processes of process group PGID, as 'pid name', once none are left or WITHIN_S passed."""
+    """The live processes of process group PGID, as 'pid name', once none are left or WITHIN_S passed."""
     deadline = time.time() + within_s
     while True:
-        left = []
-        for entry in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                stat_line = pathlib.Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            name, rest = stat_line.split("(", 1)[1].rsplit(")", 1)
-            state, _ppid, group = rest.split()[:3]
-            if int(group) == pgid and state != "Z":
-                left.append(f"{entry} {name}")
+        left = proc_lib.group_members(pgid)
         if not left or time.time() > deadline:
             return left
         time.sleep(0.2)

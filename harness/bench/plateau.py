@@ -19,8 +19,13 @@ interval (harness/score.py ``paired_bootstrap``).
 Resumable at two levels: finished runs are recorded under OUT/plateau/runs/; a run cut short resumes
 from its last checkpoint (train.sh).
 
+``--wide``: the same three methods at 256-512-4 (one seed each; runs multi30k-w256-METHOD-s1, report
+plateau-wide.{json,md,png}), to see whether the ordering holds as the model grows; each update takes about
+2.1x the 128-256-4 model's on one CPU thread.
+
     python -m harness.bench.plateau --smoke --out /tmp/plateau --iwslt DATA      # < 2 min, for the tests
     python -m harness.bench.plateau --out results/bench --multi30k work/data-bin/multi30k.de-en
+    python -m harness.bench.plateau --wide --out results/bench --multi30k work/data-bin/multi30k.de-en --jobs 3
 """
 
 import json
@@ -38,7 +43,12 @@ MODES = {
                     # the baseline first: its 10 epochs are also the quality study's matched-schedule row
                     runs=[("multi30k", "postln_matched", 1), ("multi30k", "tfixup", 1), ("multi30k", "preln_matched", 1),
                           ("multi30k", "postln_matched", 2), ("multi30k", "tfixup", 2)]),
+    # --wide: the same three methods at 256-512-4 (one seed), to see whether the ordering holds as the
+    # model grows; its runs are named multi30k-w256-METHOD and reported in plateau-wide.{json,md,png}
+    "wide": dict(cap=40, patience=5, max_update=0, model=dict(embed=256, ffn=512, heads=4, width="w256"),
+                 runs=[("multi30k", "postln_matched", 1), ("multi30k", "tfixup", 1), ("multi30k", "preln_matched", 1)]),
 }
+
 BASELINES = ("postln_matched", "preln_matched")
 
 
@@ -61,14 +71,22 @@ def make_runs(cfg: dict, qcfg: dict, data: dict) -> list:
         if corpus in data:
             qrun = quality.make_run(qcfg, data, corpus, method, seed)
             run = continued(cfg, qrun)
-            out.append((runlib.Run(f"{corpus}-{method}-s{seed}", run.meta, run.args, run.data), qrun))
+            rid = qrun.id if seed != 1 else qrun.id + "-s1"  # a plateau run's id always names its seed
+            out.append((runlib.Run(rid, run.meta, run.args, run.data), qrun))
     return out
+
+
+def configs(mode: str) -> tuple:
+    """(this study's config, the quality study's config its runs start from) of ``mode``: the wide mode
+    is the default quality config at its own model size."""
+    cfg = dict(MODES[mode], mode=mode)
+    qcfg = dict(quality.MODES["smoke" if mode == "smoke" else "default"], **cfg.get("model", {}), mode=mode)
+    return cfg, qcfg
 
 
 def plan(data: dict, mode: str = "default") -> list:
     """The study's runs (``data``: corpus -> data-bin), without the quality runs they continue."""
-    return [run for run, _ in make_runs(dict(MODES[mode], mode=mode), dict(quality.MODES[mode], mode=mode),
-                                         {c: pathlib.Path(p) for c, p in data.items()})]
+    return [run for run, _ in make_runs(*configs(mode), {c: pathlib.Path(p) for c, p in data.items()})]
 
 
 def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) -> dict:
@@ -216,7 +234,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
         labelled.add(m)
         quality.draw_curves(loss_ax, bleu_ax, rec, style)
     quality.finish_axes(loss_ax, bleu_ax, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
-    fig.suptitle("Multi30k De-En, 128-256-4, 6+6: trained until valid BLEU stops improving", fontsize=10)
+    q = res["config"]["quality"]
+    fig.suptitle(f"Multi30k De-En, {q['embed']}-{q['ffn']}-{q['heads']}, {q['layers']}+{q['layers']}: trained until "
+                 "valid BLEU stops improving", fontsize=10)
     common.save_figure(path, fig)
 
 
@@ -227,9 +247,14 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1, one thread each)")
     p.add_argument("--cap", type=int, help="the most epochs a run trains (default: the mode's)")
     p.add_argument("--patience", type=int, help="epochs without a better valid BLEU that end a run")
+    p.add_argument("--wide", action="store_true",
+                   help="the three methods at 256-512-4, one seed (plateau-wide.{json,md,png}, plateau-wide/runs/)")
     args = p.parse_args(argv)
-    cfg = runlib.with_overrides(dict(MODES[args.mode], mode=args.mode), args, ("cap", "patience"))
-    qcfg = dict(quality.MODES[args.mode], mode=args.mode)
+    if args.wide and args.mode == "smoke":
+        p.error("--wide and --smoke: give one of them")
+    mode = "wide" if args.wide else args.mode
+    cfg, qcfg = configs(mode)
+    cfg = runlib.with_overrides(cfg, args, ("cap", "patience"))
     cfg["quality"] = qcfg
     data = {c: pathlib.Path(getattr(args, c)) for c in ("multi30k", "iwslt") if getattr(args, c)}
     if not data:
@@ -238,7 +263,7 @@ def main(argv=None):
     continues = {run.id: qrun for run, qrun in pairs}
     runs = [run for run, _ in pairs]
     out = pathlib.Path(args.out)
-    runlib.run_study("plateau" + args.tag, out, runs,
+    runlib.run_study("plateau" + ("-wide" if args.wide else "") + args.tag, out, runs,
                      lambda recs: summarise(cfg, recs, {c: str(v) for c, v in data.items()}, len(runs)),
                      plot, report, "valid loss and valid BLEU vs updates, to the plateau", args.jobs,
                      execute=lambda r, work: execute(r, continues[r.id], out, args.threads),

@@ -112,14 +112,16 @@ def extra_train_args(cfg: dict) -> list:
             "--required-batch-size-multiple", "1"]
 
 
-def run_id(corpus: str, method: str, seed: int = 1) -> str:
-    return f"{corpus}-{method}" + (f"-s{seed}" if seed != 1 else "")
+def run_id(corpus: str, method: str, seed: int = 1, width: str = "") -> str:
+    """e.g. multi30k-tfixup, multi30k-postln_matched-s2; ``width`` (e.g. "w256") names a model other
+    than the study's, after the corpus: multi30k-w256-tfixup."""
+    return f"{corpus}{'-' + width if width else ''}-{method}" + (f"-s{seed}" if seed != 1 else "")
 
 
 def make_run(cfg: dict, data: dict, corpus: str, method: str, seed: int = 1) -> runlib.Run:
     args = [f"{k}={v}" for k, v in sorted(overrides(cfg, method, seed).items())] + extra_train_args(cfg)
-    return runlib.Run(run_id(corpus, method, seed), dict(corpus=corpus, method=method, seed=seed), args,
-                      str(data[corpus]))
+    return runlib.Run(run_id(corpus, method, seed, cfg.get("width", "")),
+                      dict(corpus=corpus, method=method, seed=seed), args, str(data[corpus]))
 
 
 def plan(data: dict, mode: str = "default") -> list:
