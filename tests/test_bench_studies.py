@@ -79,6 +79,29 @@ def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp
     assert "Post-LN + matched warmup" in convergence.report(res)
 
 
+def test_convergence_states_tfixup_against_every_warmup_method_on_its_better_schedule(tmp_path, monkeypatch):
+    """Each warmup method gets T-Fixup's ratio on both of its schedules and on the better one, from the same
+    code as the Post-LN headline; a method with one schedule run is stated against that one."""
+    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=4, dropout=0.1, decay_period=4000)
+    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
+    records = {r["id"]: r for r in (
+        rec("main-admin_warmup-lr0.001-s1", [(100, 9.0), (400, 8.0)], method="admin_warmup", **meta),
+        rec("main-admin_matched-lr0.001-s1", [(100, 8.9), (200, 7.8), (400, 7.6)], method="admin_matched", **meta),
+        rec("main-lri_warmup-lr0.001-s1", [(100, 9.0), (400, 8.5)], method="lri_warmup", **meta),
+        rec("main-tfixup-lr0.001-s1", [(100, 8.0), (200, 7.7), (400, 7.0)], method="tfixup", **meta))}
+    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    admin = res["per_method"]["main lr 0.001"]["admin"]
+    assert admin["better"] == "admin_matched"
+    assert admin["arms"]["admin_warmup"]["ratio_mean"] == pytest.approx(100 / 400)
+    assert admin["arms"]["admin_matched"]["ratio_mean"] == pytest.approx(400 / 400)
+    lri = res["per_method"]["main lr 0.001"]["lri"]
+    assert lri["better"] == "lri_warmup" and set(lri["arms"]) == {"lri_warmup"}
+    text = convergence.report(res)
+    assert "| main lr 0.001 | Admin | 8.000 (1 seed) | 0.25x (1/1 reached) | 7.600 (1 seed) | 1.00x" in text
+
+
 def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_path, monkeypatch):
     from harness.bench import plateau
 

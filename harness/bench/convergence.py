@@ -141,6 +141,40 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
             "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold}
 
 
+WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
+
+
+def reach(records: dict, row: dict, arm: str) -> tuple:
+    """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
+    the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
+    base = records.get(row["id"].replace(f"-{row['method']}-", f"-{arm}-"))
+    if not (base and base["valid_curve"] and row["status"] == "ok"):
+        return None, None
+    b_upd, b_loss = best(base["valid_curve"])
+    u = updates_to_reach(records[row["id"]]["valid_curve"], b_loss)
+    return u, (round(u / b_upd, 3) if u is not None and b_upd else None)
+
+
+def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
+    """T-Fixup against each of ARMS (one method on its schedules) among the rows HERE (one group and
+    lr): per arm its mean best valid loss over its seeds and T-Fixup's ratio over the seeds it shares
+    with it (mean, sd, range); and the better arm, the lower mean best valid loss (its better schedule)."""
+    out = {}
+    for arm in arms:
+        bests = [r["best_valid"] for r in here if r["method"] == arm and r["best_valid"] is not None]
+        if not bests:
+            continue
+        paired = [r for r in tfixup if f"{r['group']}-{arm}-lr{r['lr']:g}-s{r['seed']}" in records]
+        got = [ratio for _, ratio in (reach(records, r, arm) for r in paired) if ratio is not None]
+        out[arm] = {"baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
+                    "seeds": len(paired), "reached": len(got),
+                    "ratio_mean": round(statistics.mean(got), 3) if got else None,
+                    "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
+                    "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
+    better = min(out, key=lambda a: out[a]["baseline_best_valid_mean"], default=None)
+    return out, better
+
+
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
     threshold = level["train_fit"] - margin
     rows = [{**curve_row(rec, ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s"), threshold),
@@ -148,16 +182,10 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
         for b in BASELINE_SCHEDULES:
-            base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
-            r[f"ratio_to_{b}"] = r[f"updates_to_{b}_best"] = None
-            if base and base["valid_curve"] and r["status"] == "ok":
-                b_upd, b_loss = best(base["valid_curve"])
-                u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
-                r[f"updates_to_{b}_best"] = u
-                r[f"ratio_to_{b}"] = round(u / b_upd, 3) if u is not None and b_upd else None
+            r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = reach(records, r, b)
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
-    headline = {}
+    headline, per_method = {}, {}
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
             here = [r for r in rows if r["group"] == group and r["lr"] == lr]
@@ -166,24 +194,14 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                 continue
             stuck = {m: f"{sum(r['stuck'] for r in here if r['method'] == m)}/{sum(r['method'] == m for r in here)}"
                      for m in METHODS if any(r["method"] == m for r in here)}
-            per_baseline = {}
-            for b in BASELINE_SCHEDULES:
-                bests = [r["best_valid"] for r in here if r["method"] == b and r["best_valid"] is not None]
-                if not bests:
-                    continue
-                # T-Fixup seeds with a run of this baseline at the same seed
-                paired = [r for r in tfixup if f"{r['group']}-{b}-lr{r['lr']:g}-s{r['seed']}" in records]
-                got = [r[f"ratio_to_{b}"] for r in paired if r[f"ratio_to_{b}"] is not None]
-                per_baseline[b] = {
-                    "baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
-                    "seeds": len(paired), "reached": len(got),
-                    "ratio_mean": round(statistics.mean(got), 3) if got else None,
-                    "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
-                    "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
-            # the baseline's better schedule: the lower mean best valid loss over its seeds
-            better = min(per_baseline, key=lambda b: per_baseline[b]["baseline_best_valid_mean"], default=None)
+            per_baseline, better = versus(records, here, tfixup, BASELINE_SCHEDULES)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
                                               **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
+            for name in dict.fromkeys(METHODS[a][0] for a in METHODS if METHODS[a][1] in WARMUPS):
+                arms, better = versus(records, here, tfixup, [a for a in METHODS if METHODS[a][0] == name
+                                                              and METHODS[a][1] in WARMUPS])
+                if arms:
+                    per_method.setdefault(f"{group} lr {lr:g}", {})[name] = {"arms": arms, "better": better}
     sgd_choice = {}
     for m in (m for m in METHODS if METHODS[m][0] == "sgd"):
         grid = [r for r in rows if r["method"] == m and r["best_valid"] is not None]
@@ -197,7 +215,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         "data_counts": common.data_counts(data), "config": cfg,
         "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
-        "headline": headline, "sgd_lr_chosen_on_valid": sgd_choice,
+        "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
         "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
         "records": records,
     }
@@ -232,9 +250,7 @@ def report(res: dict) -> str:
             cells = [k, h.get("tfixup_seeds")]
             for b in BASELINE_SCHEDULES:
                 pb = h["per_baseline"].get(b)
-                cells += [None, None] if pb is None else [
-                    f"{pb['baseline_best_valid_mean']:.3f} ({pb['baseline_seeds']} seeds)",
-                    _ratio_text(pb)]
+                cells += [None, None] if pb is None else [_best_text(pb), _ratio_text(pb)]
             cells += [METHODS[h["better_baseline"]][2] if h.get("better_baseline") else None, _ratio_text(h),
                       ", ".join(f"{METHODS[m][2]} {v}" for m, v in h["stuck"].items())]
             rows.append(cells)
@@ -242,6 +258,23 @@ def report(res: dict) -> str:
             ["runs", "T-Fixup seeds", "warmup baseline's best", "T-Fixup's ratio to it", "matched baseline's best",
              "T-Fixup's ratio to it", "better schedule", "ratio to the better", "stuck runs per method"],
             rows) + "\n\n"
+    if res.get("per_method"):
+        text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
+                 "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds "
+                 "both have (the better schedule: the lower mean best valid loss).\n\n")
+        rows = []
+        for k, methods in res["per_method"].items():
+            for name, v in methods.items():
+                cells = [k, presets.method(name).label]
+                for kind in WARMUPS:
+                    arm = v["arms"].get(name + SUFFIX[kind])
+                    cells += [None, None] if arm is None else [
+                        _best_text(arm), _ratio_text(arm)]
+                better = v["arms"][v["better"]]
+                rows.append(cells + [SCHEDULE_LABEL[METHODS[v["better"]][1]].lstrip(" +"), _ratio_text(better)])
+        text += common.md_table(["runs", "method", "best valid, warmup", "T-Fixup's ratio to it",
+                                 "best valid, matched warmup", "T-Fixup's ratio to it", "better schedule",
+                                 "T-Fixup's ratio to the better"], rows) + "\n\n"
     fig3c = [r for r in res["rows"] if r["group"] == "fig3c"]
     if fig3c:
         text += ("## Fig. 3c arms\n\nEach against the same model's Adam runs above (seed 1). SGD: the learning "
@@ -259,6 +292,11 @@ def report(res: dict) -> str:
           r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"),
           r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]] for r in res["rows"]]) + "\n"
     return text
+
+
+def _best_text(arm: dict) -> str:
+    n = arm["baseline_seeds"]
+    return f"{arm['baseline_best_valid_mean']:.3f} ({n} seed{'s' if n > 1 else ''})"
 
 
 def _ratio_text(h: dict):
