@@ -266,6 +266,36 @@ def best_bleu(rec: dict):
     return max(pts, key=lambda p: p[1]) if pts else (None, None)
 
 
+def versus_methods(records: dict) -> dict:
+    """corpus -> warmup method -> T-Fixup (seed 1) against the method on each schedule it has run (its
+    config's warmup, the matched one; seed 1): the method's best valid BLEU and test BLEU, T-Fixup's
+    updates to that best valid BLEU / the method's, the test BLEU gap (tokenized); and its better
+    schedule, chosen on valid (the higher best valid BLEU)."""
+    out = {}
+    for rec in records.values():
+        if rec["method"] != "tfixup" or rec.get("seed", 1) != 1:
+            continue
+        t_test = (rec.get("test") or {}).get("bleu_tok")
+        for name in common.presets.studied("quality"):
+            if not common.presets.method(name).warmup:
+                continue
+            arms = {}
+            for arm in (name, f"{name}_matched"):
+                base = records.get(run_id(rec["corpus"], arm))
+                b_upd, b_best = best_bleu(base) if base else (None, None)
+                if b_best is None:
+                    continue
+                upd = first_reaching(rec.get("bleu_curve", []), b_best)
+                b_test = (base.get("test") or {}).get("bleu_tok")
+                arms[arm] = {"best_valid_bleu": b_best, "test_bleu_tok": b_test,
+                             "tfixup_ratio": round(upd / b_upd, 2) if upd is not None and b_upd else None,
+                             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
+            if arms:
+                better = max(arms, key=lambda a: arms[a]["best_valid_bleu"])
+                out.setdefault(rec["corpus"], {})[name] = {"arms": arms, "better": better}
+    return out
+
+
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     rows = []
     for rec in records.values():
@@ -302,7 +332,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
         "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
         "rows": sorted(rows, key=lambda r: (r["corpus"], list(METHODS).index(r["method"]), r["seed"])),
-        "records": records,
+        "per_method": versus_methods(records), "records": records,
     }
 
 
@@ -336,6 +366,24 @@ def report(res: dict) -> str:
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
           _reach(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _reach(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
+    if res.get("per_method"):
+        text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
+                 "Seed 1 of each. Ratio: T-Fixup's updates to reach the method's best valid BLEU / the method's "
+                 "updates to it; gap: T-Fixup's test BLEU (tok) minus the method's. The better schedule is chosen "
+                 "on valid (the higher best valid BLEU); - : not run on that schedule.\n\n")
+        rows = []
+        for corpus, methods in res["per_method"].items():
+            for name, v in methods.items():
+                cells = [corpus, common.presets.method(name).label]
+                for arm in (name, f"{name}_matched"):
+                    a = v["arms"].get(arm)
+                    cells += [None, None] if a is None else [a["test_bleu_tok"], _versus_text(a)]
+                b = v["arms"][v["better"]]
+                rows.append(cells + ["matched warmup" if v["better"].endswith("_matched") else "the config's warmup",
+                                     _versus_text(b)])
+        text += common.md_table(["corpus", "method", "test BLEU, config's warmup", "T-Fixup vs it",
+                                 "test BLEU, matched warmup", "T-Fixup vs it", "better schedule (valid)",
+                                 "T-Fixup vs the better"], rows) + "\n\n"
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
     for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(METHODS).index(r["method"]),
@@ -353,6 +401,12 @@ def linestyle(method: str) -> str:
     if schedule == "nowarmup_w":
         return ":"
     return "--" if schedule is None and common.presets.method(preset(method)).warmup else "-"
+
+
+def _versus_text(arm: dict) -> str:
+    ratio = "not reached" if arm["tfixup_ratio"] is None else f"{arm['tfixup_ratio']:.2f}x"
+    gap = "" if arm["tfixup_gap"] is None else f", {arm['tfixup_gap']:+.1f} BLEU"
+    return ratio + gap
 
 
 def _reach(row: dict, baseline: str):
