@@ -509,3 +509,29 @@ def test_plateau_smoke_continues_the_quality_run_through_train_and_evaluate(iwsl
     longest_hyp = max(len(l.split("\t")[2].split()) for l in lines if l.startswith("H-"))
     assert longest_hyp <= 2.4 * longest_source + 10  # a source word is rarely over 2 BPE pieces
     assert not (work / "checkpoints").exists()  # removed once the plateau run is recorded
+
+
+def test_progress_lines_read_the_log_where_a_run_trains(tmp_path, capsys):
+    """A study whose runs train in another folder (the plateau's, in the quality study's) names it with
+    run_dir, and its progress lines show the update reached there, not "starting"."""
+    import threading
+    from harness.bench import runs as runlib
+
+    elsewhere = tmp_path / "quality" / "q-run"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "train.log").write_text('2026-11-26 00:14:28 | INFO | train_inner | {"epoch": 3, "update": 2.5, '
+                                         '"loss": "5.1", "num_updates": "321"}\n')
+    release = threading.Event()
+
+    def execute(run):
+        release.wait(5)
+        return {"id": run.id, "key": run.key(), "status": "ok"}
+
+    run = runlib.Run("p-run", {}, [], "data")
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    runlib.run_all([run], tmp_path / "store", execute, work=tmp_path / "plateau", jobs=1, heartbeat_s=0.2,
+                   run_dir=lambda rid: elsewhere)
+    timer.join()
+    err = capsys.readouterr()
+    assert "running: p-run (update 321)" in err.out + err.err

@@ -267,7 +267,8 @@ def main(argv=None):
                      lambda recs: summarise(cfg, recs, {c: str(v) for c, v in data.items()}, len(runs)),
                      plot, report, "valid loss and valid BLEU vs updates, to the plateau", args.jobs,
                      execute=lambda r, work: execute(r, continues[r.id], out, args.threads),
-                     report_only=args.report_only, only=args.only)
+                     report_only=args.report_only, only=args.only,
+                     run_dir=lambda rid: runlib.work_dir("quality") / continues[rid].id)  # where it trains
     return 0
 
 

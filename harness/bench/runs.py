@@ -136,10 +136,10 @@ def run_status(text: str, parsed: dict, returncode: int) -> str:
     return "ok" if returncode == 0 else "error"
 
 
-def _progress(run_id: str, work: pathlib.Path) -> str:
-    """'update N' from the last fairseq log line of a running run."""
+def _progress(run_dir: pathlib.Path) -> str:
+    """'update N' from the last fairseq log line of a running run (RUN_DIR/train.log)."""
     try:
-        with open(work / run_id / "train.log", "rb") as f:
+        with open(run_dir / "train.log", "rb") as f:
             f.seek(0, 2)
             f.seek(max(0, f.tell() - 4000))
             tail = f.read().decode(errors="replace")
@@ -168,10 +168,12 @@ def _terminate(signum, frame):
 
 
 def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: int = 2, on_record=None,
-            heartbeat_s: float = 60.0) -> dict:
+            heartbeat_s: float = 60.0, run_dir=None) -> dict:
     """Run what the store lacks, ``jobs`` at a time; ``execute(run) -> record``.
     After each finished run its record is written (atomically) and ``on_record(records)``
-    is called with every record of this study so far. Returns id -> record."""
+    is called with every record of this study so far. Returns id -> record. ``run_dir(id)``: the
+    folder whose train.log the progress lines read (default WORK/id)."""
+    run_dir = run_dir or (lambda rid: work / rid)
     store = pathlib.Path(store)
     records = {k: v for k, v in load_records(store).items() if k in {r.id for r in runs}}
     todo = [r for r in runs if r.id not in records or records[r.id].get("key") != r.key()]
@@ -216,7 +218,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
                     on_record(records)
             running = [futures[f].id for f in pending if f.running()]
             if running and not finished:  # a progress line when nothing else was said for a while
-                common.log("running: " + ", ".join(f"{i} ({_progress(i, work)})" for i in running))
+                common.log("running: " + ", ".join(f"{i} ({_progress(run_dir(i))})" for i in running))
     except KeyboardInterrupt:
         _stop_children()
         common.log("interrupted: finished runs are recorded; rerun the same command to do the rest")
@@ -288,7 +290,7 @@ def study_parser(description: str, outputs: str):
 
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
               threads: int = 1, execute=None, todo: list = None, report_only: bool = False,
-              only: list = None) -> dict:
+              only: list = None, run_dir=None) -> dict:
     """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
     when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
     ``summarise(records)`` after each finished run; print the report at the end and return the
@@ -313,7 +315,7 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
 
     one = execute or (lambda r, w: train(r, w, threads))
     run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
-            on_record=lambda _: write(load_records(store)))
+            on_record=lambda _: write(load_records(store)), run_dir=run_dir)
     res = write(load_records(store))
     print(report(res))
     return res
