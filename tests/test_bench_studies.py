@@ -114,9 +114,10 @@ def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_
         return {"id": f"multi30k-{method}-s{seed}", "corpus": "multi30k", "method": method, "seed": seed,
                 "status": "ok", "valid_curve": [(124, 6.0), (248, 5.0)], "bleu_curve": [(124, 20.0), (248, bleu)],
                 "wall_curve": [(124, 60.0), (248, 120.0)], "epochs": 2, "test_hypotheses": hyps,
-                "test": {"bleu_detok": bleu, "bleu_tok": bleu, "lowercase": True}}
+                "test": {"bleu_detok": bleu, "bleu_tok": bleu, "lowercase": True}, "stopped_by": "patience"}
     records = {r["id"]: r for r in (run("tfixup", 1, 40.0, good), run("tfixup", 2, 38.0, good),
                                     run("postln_matched", 1, 30.0, bad))}
+    records["multi30k-tfixup-s2"]["stopped_by"] = "max epoch/update"
     cfg = dict(plateau.MODES["default"], mode="default", quality=dict(quality.MODES["default"], mode="default"))
     res = plateau.summarise(cfg, records, {"multi30k": str(tmp_path)}, 3)
     assert res["per_method"]["tfixup"] == {"seeds": 2, "sacrebleu_mean": 39.0, "sacrebleu_min": 38.0,
@@ -126,7 +127,10 @@ def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_
     assert gap["gap"] > 0 and gap["ci95"][0] <= gap["gap"] <= gap["ci95"][1] and gap["p_gap_le_0"] == 0
     rows = {r["id"]: r for r in res["rows"]}
     assert rows["multi30k-tfixup-s1"]["updates_to_postln_matched_best"] == 248  # first to 30 valid BLEU
-    assert "95% interval" in plateau.report(res)
+    text = plateau.report(res)
+    assert "95% interval" in text
+    assert ("**Not at a plateau:** multi30k-tfixup-s2 was stopped by the 40-epoch cap (best valid BLEU at epoch 2)"
+            in text) and "multi30k-tfixup-s1 was" not in text
 
 
 def test_convergence_methods_option_runs_only_those():

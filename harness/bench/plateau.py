@@ -191,6 +191,11 @@ def report(res: dict) -> str:
         ["method", "seeds", "test sacreBLEU mean", "min", "max", "epochs run"],
         [[label(m), v["seeds"], _bleu(v["sacrebleu_mean"], 2), _bleu(v["sacrebleu_min"]), _bleu(v["sacrebleu_max"]),
           ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
+    capped = [r for r in res["rows"] if r["status"] == "ok" and r["stopped_by"] != "patience"]
+    if capped:
+        text += ("**Not at a plateau:** " + "; ".join(
+            f"{r['id']} was stopped by the {cfg['cap']}-epoch cap (best valid BLEU at epoch {r['best_valid_bleu_epoch']})"
+            for r in capped) + ": its test BLEU is where the cap left it, not where it would end.\n\n")
     if res["gaps"]:
         text += ("## T-Fixup vs each baseline, same seed: sacreBLEU gap with its 95% paired-bootstrap interval\n\n"
                  + common.md_table(["T-Fixup run", "baseline run", "gap", "95% interval", "p(gap <= 0)", "samples"],
