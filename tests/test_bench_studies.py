@@ -60,18 +60,24 @@ def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
     assert "STUCK" in text and "0.375" in text
 
 
+def lr1e3_summary(tmp_path, monkeypatch, curves: dict) -> dict:
+    """convergence.summarise of one seed at lr 1e-3 of each arm -> its valid curve (400 updates)."""
+    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
+    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
+    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=len(curves), dropout=0.1,
+               decay_period=4000)
+    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
+    records = {f"main-{arm}-lr0.001-s1": rec(f"main-{arm}-lr0.001-s1", curve, method=arm, **meta)
+               for arm, curve in curves.items()}
+    return convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+
+
 def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp_path, monkeypatch):
     """T-Fixup's ratio is given against the Post-LN baseline on fairseq's inverse_sqrt and on the matched
     schedule, and the headline takes the schedule whose baseline reached the lower loss."""
-    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
-    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
-    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=3, dropout=0.1, decay_period=4000)
-    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
-    records = {r["id"]: r for r in (
-        rec("main-postln_warmup-lr0.001-s1", [(100, 9.0), (400, 8.0)], method="postln_warmup", **meta),
-        rec("main-postln_matched-lr0.001-s1", [(100, 8.9), (200, 7.8), (400, 7.6)], method="postln_matched", **meta),
-        rec("main-tfixup-lr0.001-s1", [(100, 8.0), (200, 7.7), (400, 7.0)], method="tfixup", **meta))}
-    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    res = lr1e3_summary(tmp_path, monkeypatch, {
+        "postln_warmup": [(100, 9.0), (400, 8.0)], "postln_matched": [(100, 8.9), (200, 7.8), (400, 7.6)],
+        "tfixup": [(100, 8.0), (200, 7.7), (400, 7.0)]})
     head = res["headline"]["main lr 0.001"]
     assert head["per_baseline"]["postln_warmup"]["ratio_mean"] == pytest.approx(100 / 400)
     assert head["per_baseline"]["postln_matched"]["ratio_mean"] == pytest.approx(400 / 400)  # 7.6 at 400
@@ -82,16 +88,9 @@ def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp
 def test_convergence_states_tfixup_against_every_warmup_method_on_its_better_schedule(tmp_path, monkeypatch):
     """Each warmup method gets T-Fixup's ratio on both of its schedules and on the better one, from the same
     code as the Post-LN headline; a method with one schedule run is stated against that one."""
-    monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
-    monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
-    cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=4, dropout=0.1, decay_period=4000)
-    meta = dict(group="main", lr=1e-3, seed=1, updates=400)
-    records = {r["id"]: r for r in (
-        rec("main-admin_warmup-lr0.001-s1", [(100, 9.0), (400, 8.0)], method="admin_warmup", **meta),
-        rec("main-admin_matched-lr0.001-s1", [(100, 8.9), (200, 7.8), (400, 7.6)], method="admin_matched", **meta),
-        rec("main-lri_warmup-lr0.001-s1", [(100, 9.0), (400, 8.5)], method="lri_warmup", **meta),
-        rec("main-tfixup-lr0.001-s1", [(100, 8.0), (200, 7.7), (400, 7.0)], method="tfixup", **meta))}
-    res = convergence.summarise(cfg, records, LEVEL, tmp_path, margin=1.0)
+    res = lr1e3_summary(tmp_path, monkeypatch, {
+        "admin_warmup": [(100, 9.0), (400, 8.0)], "admin_matched": [(100, 8.9), (200, 7.8), (400, 7.6)],
+        "lri_warmup": [(100, 9.0), (400, 8.5)], "tfixup": [(100, 8.0), (200, 7.7), (400, 7.0)]})
     admin = res["per_method"]["main lr 0.001"]["admin"]
     assert admin["better"] == "admin_matched"
     assert admin["arms"]["admin_warmup"]["ratio_mean"] == pytest.approx(100 / 400)
