@@ -186,6 +186,10 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
+    warmup_arms = {}  # method -> its arms on the warmup schedules
+    for arm, (name, kind, _, _) in METHODS.items():
+        if kind in WARMUPS:
+            warmup_arms.setdefault(name, []).append(arm)
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
             here = [r for r in rows if r["group"] == group and r["lr"] == lr]
@@ -197,9 +201,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             per_baseline, better = versus(records, here, tfixup, BASELINE_SCHEDULES)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
                                               **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
-            for name in dict.fromkeys(METHODS[a][0] for a in METHODS if METHODS[a][1] in WARMUPS):
-                arms, better = versus(records, here, tfixup, [a for a in METHODS if METHODS[a][0] == name
-                                                              and METHODS[a][1] in WARMUPS])
+            for name, candidates in warmup_arms.items():
+                arms, better = versus(records, here, tfixup, candidates)
                 if arms:
                     per_method.setdefault(f"{group} lr {lr:g}", {})[name] = {"arms": arms, "better": better}
     sgd_choice = {}
@@ -268,8 +271,7 @@ def report(res: dict) -> str:
                 cells = [k, presets.method(name).label]
                 for kind in WARMUPS:
                     arm = v["arms"].get(name + SUFFIX[kind])
-                    cells += [None, None] if arm is None else [
-                        _best_text(arm), _ratio_text(arm)]
+                    cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
                 better = v["arms"][v["better"]]
                 rows.append(cells + [SCHEDULE_LABEL[METHODS[v["better"]][1]].lstrip(" +"), _ratio_text(better)])
         text += common.md_table(["runs", "method", "best valid, warmup", "T-Fixup's ratio to it",

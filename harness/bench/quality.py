@@ -266,6 +266,14 @@ def best_bleu(rec: dict):
     return max(pts, key=lambda p: p[1]) if pts else (None, None)
 
 
+def reach_bleu(rec: dict, base) -> tuple:
+    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best, and that / the
+    updates BASE took to it; (None, None) without BASE or that update."""
+    b_upd, b_best = best_bleu(base) if base else (None, None)
+    upd = first_reaching(rec.get("bleu_curve", []), b_best) if b_best is not None else None
+    return upd, (round(upd / b_upd, 2) if upd is not None and b_upd else None)
+
+
 def versus_methods(records: dict) -> dict:
     """corpus -> warmup method -> T-Fixup (seed 1) against the method on each schedule it has run (its
     config's warmup, the matched one; seed 1): the method's best valid BLEU and test BLEU, T-Fixup's
@@ -282,13 +290,12 @@ def versus_methods(records: dict) -> dict:
             arms = {}
             for arm in (name, f"{name}_matched"):
                 base = records.get(run_id(rec["corpus"], arm))
-                b_upd, b_best = best_bleu(base) if base else (None, None)
+                b_best = best_bleu(base)[1] if base else None
                 if b_best is None:
                     continue
-                upd = first_reaching(rec.get("bleu_curve", []), b_best)
                 b_test = (base.get("test") or {}).get("bleu_tok")
                 arms[arm] = {"best_valid_bleu": b_best, "test_bleu_tok": b_test,
-                             "tfixup_ratio": round(upd / b_upd, 2) if upd is not None and b_upd else None,
+                             "tfixup_ratio": reach_bleu(rec, base)[1],
                              "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
             if arms:
                 better = max(arms, key=lambda a: arms[a]["best_valid_bleu"])
@@ -315,11 +322,8 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         }
         # updates to each Post-LN baseline's (seed 1) best valid BLEU, and as a fraction of the baseline's own
         for b in BASELINE_SCHEDULES:
-            base = records.get(run_id(rec["corpus"], b))
-            b_upd, b_best = best_bleu(base) if base else (None, None)
-            upd = first_reaching(rec.get("bleu_curve", []), b_best) if b_best is not None else None
+            upd, row[f"ratio_to_{b}"] = reach_bleu(rec, records.get(run_id(rec["corpus"], b)))
             row[f"updates_to_{b}_best_valid_bleu"] = upd
-            row[f"ratio_to_{b}"] = round(upd / b_upd, 2) if upd is not None and b_upd else None
             row[f"wall_min_to_{b}_best_valid_bleu"] = round(walls[upd] / 60, 1) if upd in walls else None
         # kept under the old names: against fairseq's inverse_sqrt baseline
         row["updates_to_baseline_best_valid_bleu"] = row[f"updates_to_{BASELINE}_best_valid_bleu"]
