@@ -121,7 +121,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     for rec in records.values():
         test = rec.get("test") or {}
         bleu = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-        best_u, best_b = max(bleu, key=lambda p: p[1]) if bleu else (None, None)
+        best_u, best_b = quality.best_bleu(rec)
         updates_per_epoch = (rec["wall_curve"][0][0] if rec.get("wall_curve") else None)
         rows.append({"id": rec["id"], "method": rec["method"], "seed": rec.get("seed", 1), "status": rec["status"],
                      "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
@@ -137,9 +137,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         walls = dict(rec.get("wall_curve", []))
         for b in BASELINES:
             base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
-            target = max((v for _, v in base.get("bleu_curve", []) if v is not None), default=None) if base else None
-            upd = quality.first_reaching(rec.get("bleu_curve", []), target) if target is not None else None
-            r[f"updates_to_{b}_best"] = upd
+            upd = r[f"updates_to_{b}_best"] = quality.reach_bleu(rec, base)[0]
             r[f"min_to_{b}_best"] = round(walls[upd] / 60, 1) if upd in walls else None
     per_method = {}
     for m in dict.fromkeys(r["method"] for r in rows):
