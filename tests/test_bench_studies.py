@@ -215,20 +215,25 @@ def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):
 def test_quality_tfixup_against_each_warmup_method_on_its_better_schedule_chosen_on_valid():
     """Each warmup method: T-Fixup's ratio and test BLEU gap on each schedule run and on the one with the
     higher best valid BLEU (not the higher test BLEU)."""
-    def rec(method, bleu, test):
-        return {"id": quality.run_id("multi30k", method), "corpus": "multi30k", "method": method, "status": "ok",
-                "bleu_curve": bleu, "test": {"bleu_tok": test}}
+    def rec(method, bleu, test, seed=1):
+        return {"id": quality.run_id("multi30k", method, seed), "corpus": "multi30k", "method": method,
+                "seed": seed, "status": "ok", "bleu_curve": bleu, "test": {"bleu_tok": test}}
     records = {r["id"]: r for r in (
         rec("tfixup", [(100, 20.0), (200, 30.0)], 31.0),
+        rec("tfixup", [(100, 12.0), (200, 28.0)], 29.0, seed=2),
         rec("admin", [(100, 10.0), (200, 24.0)], 22.0),            # better on valid, worse on test
+        rec("admin", [(100, 11.0), (200, 20.0)], 21.0, seed=2),   # paired with T-Fixup's seed 2
         rec("admin_matched", [(100, 15.0), (200, 19.0)], 23.0),
+        rec("admin_matched", [(100, 15.0), (200, 19.0)], 23.0, seed=2),  # not the better schedule
         rec("dsinit", [(100, 5.0), (200, 18.0)], 17.0))}
     got = quality.versus_methods(records)["multi30k"]
     assert got["admin"]["better"] == "admin"
     assert got["admin"]["arms"]["admin"] == {"best_valid_bleu": 24.0, "test_bleu_tok": 22.0, "tfixup_ratio": 1.0,
                                              "tfixup_gap": 9.0}
     assert got["admin"]["arms"]["admin_matched"]["tfixup_ratio"] == 0.5
-    assert set(got["dsinit"]["arms"]) == {"dsinit"} and "rfixup" not in got
+    assert got["admin"]["better_seeds"] == {2: {"best_valid_bleu": 20.0, "test_bleu_tok": 21.0,
+                                                "tfixup_ratio": 1.0, "tfixup_gap": 8.0}}
+    assert set(got["dsinit"]["arms"]) == {"dsinit"} and got["dsinit"]["better_seeds"] == {} and "rfixup" not in got
 
 
 def test_quality_times_of_a_resumed_run_add_up(tmp_path):

@@ -75,9 +75,12 @@ MODES = {
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
                     # every arm on Multi30k (runs=None: METHODS when planned); T-Fixup and the baseline on
-                    # the IWSLT'14 sample; second seeds (the first 10 epochs of harness.bench.plateau's runs)
+                    # the IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of
+                    # harness.bench.plateau's runs) and of the two baselines closest to T-Fixup, on their
+                    # better (matched) schedule
                     runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
-                                          ("multi30k", "postln_matched", 2)]),
+                                          ("multi30k", "postln_matched", 2), ("multi30k", "preln_matched", 2),
+                                          ("multi30k", "dlcl_matched", 2)]),
 }
 
 
@@ -283,24 +286,31 @@ def versus_methods(records: dict) -> dict:
     for rec in records.values():
         if rec["method"] != "tfixup" or rec.get("seed", 1) != 1:
             continue
-        t_test = (rec.get("test") or {}).get("bleu_tok")
         for name in common.presets.studied("quality"):
             if not common.presets.method(name).warmup:
                 continue
-            arms = {}
-            for arm in (name, f"{name}_matched"):
-                base = records.get(run_id(rec["corpus"], arm))
-                b_best = best_bleu(base)[1] if base else None
-                if b_best is None:
-                    continue
-                b_test = (base.get("test") or {}).get("bleu_tok")
-                arms[arm] = {"best_valid_bleu": b_best, "test_bleu_tok": b_test,
-                             "tfixup_ratio": reach_bleu(rec, base)[1],
-                             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
+            arms = {arm: versus(rec, records.get(run_id(rec["corpus"], arm))) for arm in (name, f"{name}_matched")}
+            arms = {arm: v for arm, v in arms.items() if v}
             if arms:
                 better = max(arms, key=lambda a: arms[a]["best_valid_bleu"])
-                out.setdefault(rec["corpus"], {})[name] = {"arms": arms, "better": better}
+                # further seeds, paired: T-Fixup's seed k against the better schedule's seed k
+                seeds = {r["seed"]: versus(records.get(run_id(rec["corpus"], "tfixup", r["seed"])), r)
+                         for r in records.values()
+                         if r["corpus"] == rec["corpus"] and r["method"] == better and r.get("seed", 1) != 1}
+                out.setdefault(rec["corpus"], {})[name] = {
+                    "arms": arms, "better": better, "better_seeds": {k: v for k, v in sorted(seeds.items()) if v}}
     return out
+
+
+def versus(tfixup, base):
+    """T-Fixup's run against a baseline's: the baseline's best valid BLEU and test BLEU, T-Fixup's updates to
+    that best valid BLEU / the baseline's, the test BLEU gap (tokenized); None without both runs' valid BLEU."""
+    b_best = best_bleu(base)[1] if base else None
+    if tfixup is None or b_best is None:
+        return None
+    t_test, b_test = ((r.get("test") or {}).get("bleu_tok") for r in (tfixup, base))
+    return {"best_valid_bleu": b_best, "test_bleu_tok": b_test, "tfixup_ratio": reach_bleu(tfixup, base)[1],
+            "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
 
 
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
@@ -372,9 +382,10 @@ def report(res: dict) -> str:
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     if res.get("per_method"):
         text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
-                 "Seed 1 of each. Ratio: T-Fixup's updates to reach the method's best valid BLEU / the method's "
+                 "Seed 1 of each (seed k: T-Fixup's seed k against the better schedule's seed k, where both ran). "
+                 "Ratio: T-Fixup's updates to reach the method's best valid BLEU / the method's "
                  "updates to it; gap: T-Fixup's test BLEU (tok) minus the method's. The better schedule is chosen "
-                 "on valid (the higher best valid BLEU); - : not run on that schedule.\n\n")
+                 "on seed 1's valid (the higher best valid BLEU); - : not run on that schedule.\n\n")
         rows = []
         for corpus, methods in res["per_method"].items():
             for name, v in methods.items():
@@ -383,8 +394,9 @@ def report(res: dict) -> str:
                     a = v["arms"].get(arm)
                     cells += [None, None] if a is None else [a["test_bleu_tok"], _versus_text(a)]
                 b = v["arms"][v["better"]]
+                more = "".join(f"; seed {k}: {_versus_text(a)}" for k, a in v.get("better_seeds", {}).items())
                 rows.append(cells + ["matched warmup" if v["better"].endswith("_matched") else "the config's warmup",
-                                     _versus_text(b)])
+                                     _versus_text(b) + more])
         text += common.md_table(["corpus", "method", "test BLEU, config's warmup", "T-Fixup vs it",
                                  "test BLEU, matched warmup", "T-Fixup vs it", "better schedule (valid)",
                                  "T-Fixup vs the better"], rows) + "\n\n"
