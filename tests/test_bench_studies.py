@@ -236,6 +236,20 @@ def test_quality_tfixup_against_each_warmup_method_on_its_better_schedule_chosen
     assert set(got["dsinit"]["arms"]) == {"dsinit"} and got["dsinit"]["better_seeds"] == {} and "rfixup" not in got
 
 
+def test_quality_plot_of_every_arm_puts_its_legend_beside_the_curves(tmp_path, monkeypatch):
+    """With every arm on a corpus (more than 6 labels), one legend right of the plots, none on the curves."""
+    legends = []
+    monkeypatch.setattr(quality.common, "save_figure",
+                        lambda path, fig: legends.extend(ax.get_legend() for ax in fig.axes))
+    records = {quality.run_id("multi30k", m): {"id": quality.run_id("multi30k", m), "corpus": "multi30k",
+                                               "method": m, "valid_curve": [(100, 8.0), (200, 7.0)],
+                                               "bleu_curve": [(100, 1.0), (200, 2.0)]}
+               for m in list(quality.METHODS)[:8]}
+    quality.plot({"records": records}, tmp_path / "q.png")
+    loss, bleu = legends
+    assert bleu is None and len(loss.get_texts()) == 8
+
+
 def test_quality_times_of_a_resumed_run_add_up(tmp_path):
     """A run resumed after a session's end: its train time is every train.sh call's (train_runs.tsv),
     and its clock at each epoch goes on from where the first call's stopped (fairseq's train_wall

@@ -451,6 +451,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
                         dict(color=common.color(preset(m)), label=label, marker=".", ls=linestyle(m)))
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
         finish_axes(axes[0][j], axes[1][j])
+        handles, labels = axes[0][j].get_legend_handles_labels()
+        if len(labels) > 6:  # too many to sit on the curves: one legend, right of this corpus's plots
+            for ax in (axes[0][j], axes[1][j]):
+                ax.get_legend().remove()
+            axes[0][j].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     common.save_figure(path, fig)
 
 
