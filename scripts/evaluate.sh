@@ -121,6 +121,7 @@ average_and_translate() {
   [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
   if [ "$translate" = 1 ]; then
+    translated "$out.tmp"  # the final count, also when translating took less than PROGRESS_SECONDS
     mv "$out.tmp" "$out"
     stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
   fi
@@ -133,9 +134,7 @@ average_and_translate() {
 # Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
 # open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
 progress() {  # OUTPUT_FILE
-  local total n sleeper=
-  # the progress line only: a count it cannot read shows as "?"
-  total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
+  local sleeper=
   trap 'kill $sleeper 2>/dev/null; exit 0' TERM
   while [ ! -e "$1" ]; do
     sleep 0.5 & sleeper=$!
@@ -146,9 +145,17 @@ progress() {  # OUTPUT_FILE
     wait "$sleeper"
     [ -z "$MESSAGE" ] || log "$MESSAGE"
     MESSAGE=
-    n=$(grep -c '^H-' "$1" 2>/dev/null || true)
-    log "translated ${n:-0} / $total sentences"
+    translated "$1"
   done
+}
+
+# "translated N / TOTAL sentences": fairseq-generate's H- lines in OUTPUT_FILE / the subset's sentences
+# (the progress line only: a count it cannot read shows as "?")
+translated() {  # OUTPUT_FILE
+  local total n
+  total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
+  n=$(grep -c '^H-' "$1" 2>/dev/null || true)
+  log "translated ${n:-0} / $total sentences"
 }
 
 # Before fairseq is imported: the data has the dictionaries the run trained with and is whole
