@@ -106,10 +106,12 @@ average_and_translate() {
     steps+=(generate --out "$out.tmp" --log "$EVAL/generate-$SUBSET.log" -- "${GENERATE_CMD[@]:1}")
   fi
   [ ${#steps[@]} -gt 0 ] || return 0
-  local progress_pid=
+  local progress_pid= total
   if [ "$translate" = 1 ]; then
+    # the subset's sentences, read once, for the count lines only: a count it cannot read shows as "?"
+    total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
     # the log line when translating starts (after the averaging's valid runs)
-    MESSAGE="fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN" progress "$out.tmp" &
+    MESSAGE="fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN" progress "$out.tmp" "$total" &
     progress_pid=$!
   fi
   local rc=0
@@ -121,7 +123,7 @@ average_and_translate() {
   [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
   if [ "$translate" = 1 ]; then
-    translated "$out.tmp"  # the final count, also when translating took less than PROGRESS_SECONDS
+    translated "$out.tmp" "$total"  # the final count, also when translating took less than PROGRESS_SECONDS
     mv "$out.tmp" "$out"
     stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
   fi
@@ -133,7 +135,7 @@ average_and_translate() {
 # MESSAGE then could come after the failure's line, which must be the last.
 # Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
 # open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
-progress() {  # OUTPUT_FILE
+progress() {  # OUTPUT_FILE TOTAL
   local sleeper=
   trap 'kill $sleeper 2>/dev/null; exit 0' TERM
   while [ ! -e "$1" ]; do
@@ -145,17 +147,15 @@ progress() {  # OUTPUT_FILE
     wait "$sleeper"
     [ -z "$MESSAGE" ] || log "$MESSAGE"
     MESSAGE=
-    translated "$1"
+    translated "$1" "$2"
   done
 }
 
 # "translated N / TOTAL sentences": fairseq-generate's H- lines in OUTPUT_FILE / the subset's sentences
-# (the progress line only: a count it cannot read shows as "?")
-translated() {  # OUTPUT_FILE
-  local total n
-  total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
+translated() {  # OUTPUT_FILE TOTAL
+  local n
   n=$(grep -c '^H-' "$1" 2>/dev/null || true)
-  log "translated ${n:-0} / $total sentences"
+  log "translated ${n:-0} / $2 sentences"
 }
 
 # Before fairseq is imported: the data has the dictionaries the run trained with and is whole
