@@ -87,6 +87,21 @@ MODES = {
 }
 
 
+def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
+             device: str = "cpu") -> "runlib.Run":
+    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) at LR: the study's
+    recipe, valid loss every ``valid_every`` updates, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
+    name, kind = (arms or METHODS)[arm][:2]
+    recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
+                           schedule="nowarmup" if kind == "nowarmup_w" else kind,
+                           decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
+    args = common.train_args(recipe, device) + [
+        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    return runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(method=arm, lr=lr, seed=seed, updates=updates, group=tag),
+                      args, str(data))
+
+
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """The study's runs, the most informative first: per lr (1e-3 before 5e-4), the headline's
     arms with every seed, then the other main arms with the first seed; then the Fig. 3c arms (Adam
@@ -94,15 +109,7 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     out = []
 
     def add(arm, lr, seed, updates, tag):
-        name, kind, _, _ = METHODS[arm]
-        recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
-                               schedule="nowarmup" if kind == "nowarmup_w" else kind,
-                               decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
-        args = common.train_args(recipe) + [
-            "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-            "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
-        out.append(runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(
-            method=arm, lr=lr, seed=seed, updates=updates, group=tag), args, str(data)))
+        out.append(make_run(cfg, data, arm, lr, seed, updates, tag))
 
     others = [a for a in METHODS if a not in cfg["headline"]] if cfg["others"] else []
     for lr in cfg["lrs"]:

@@ -166,23 +166,27 @@ def arms(cfg: dict) -> list:
     return cfg["arms"] or list(METHODS)
 
 
+def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
+             device: str = "cpu") -> "runlib.Run":
+    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) with DEPTH layers at LR:
+    the study's recipe, valid loss every ``valid_every`` updates, nothing saved; its id is
+    LDEPTH-ARM-lrLR-sSEED."""
+    name, kind = (arms or METHODS)[arm][:2]
+    recipe = presets.Recipe(
+        name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=lr, schedule=kind,
+        warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
+        max_update=cfg["updates"], dropout=cfg["dropout"], seed=seed, task="language_modeling",
+        tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
+    args = common.train_args(recipe, device) + [
+        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    return runlib.Run(f"L{depth}-{arm}-lr{lr:g}-s{seed}", dict(
+        method=arm, depth=depth, lr=lr, seed=seed, updates=cfg["updates"]), args, str(data))
+
+
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
-    out = []
-    for depth in cfg["depths"]:
-        for arm in arms(cfg):
-            name, kind, _ = METHODS[arm]
-            recipe = presets.Recipe(
-                name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=cfg["lr"], schedule=kind,
-                warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
-                max_update=cfg["updates"], dropout=cfg["dropout"], seed=cfg["seed"], task="language_modeling",
-                tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
-            args = common.train_args(recipe) + [
-                "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-                "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
-            out.append(runlib.Run(f"L{depth}-{arm}-lr{cfg['lr']:g}-s{cfg['seed']}", dict(
-                method=arm, depth=depth, lr=cfg["lr"], seed=cfg["seed"], updates=cfg["updates"]), args, str(data)))
-    return out
+    return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"]) for depth in cfg["depths"] for arm in arms(cfg)]
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
