@@ -16,6 +16,10 @@ USER_DIR = pathlib.Path(__file__).resolve().parent.parent / "fairseq_tfixup"
 
 
 STUDIES = ("convergence", "quality", "depth")  # the studies of harness/bench/ that run every method of a table
+# the learning-rate study (harness/bench/lr.py) runs the rows that name it: "lr" its translation part, "lr_lm" its
+# 24-layer language model
+LR = STUDIES + ("lr",)
+LR_LM = LR + ("lr_lm",)
 
 
 @dataclass(frozen=True)
@@ -42,20 +46,21 @@ PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
 # fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
 METHODS = {
     "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup",
-                     lm_arch="transformer_lm_tfixup"),
+                     lm_arch="transformer_lm_tfixup", studies=LR_LM),
     # fairseq's --arch transformer_lm is Post-LN (its config's default); --decoder-normalize-before makes it Pre-LN
-    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm"),
+    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm",
+                     studies=LR),
     "preln": Method("transformer", "Pre-LN", "C1", warmup=True, flags=PRE_LN, paper_label="Pre-LN",
-                    lm_arch="transformer_lm", lm_flags=("--decoder-normalize-before",)),
+                    lm_arch="transformer_lm", lm_flags=("--decoder-normalize-before",), studies=LR_LM),
     "radam": Method("transformer", "RAdam (Post-LN)", "C4", warmup=False, optimizer="radam",
                     paper_label="RAdam, no warmup"),
     "dsinit": Method("transformer_dsinit", "DS-Init", "C5", warmup=True, paper_label="DS-Init"),
     "rfixup": Method("transformer_rfixup", "R-Fixup", "C6", warmup=True, paper_label="R-Fixup"),
-    "dlcl": Method("transformer_dlcl", "DLCL", "C7", warmup=True, paper_label="DLCL"),
+    "dlcl": Method("transformer_dlcl", "DLCL", "C7", warmup=True, paper_label="DLCL", studies=LR),
     "dlcl_preln": Method("transformer_dlcl", "DLCL-Pre-LN", "C8", warmup=True, flags=PRE_LN,
                          paper_label="DLCL-Pre-LN"),
-    "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True),
-    "admin": Method("transformer_admin", "Admin", "k", warmup=True),
+    "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True, studies=LR),
+    "admin": Method("transformer_admin", "Admin", "k", warmup=True, studies=LR),
     "lri": Method("transformer_lri", "LRI", "m", warmup=True, paper_label="LRI"),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
