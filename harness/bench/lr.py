@@ -58,7 +58,7 @@ def arms(part: str) -> dict:
 
 MODES = {
     "smoke": dict(translation=dict(convergence.MODES["smoke"], valid_every=2, dropout=0.1, decay_period=4000),
-                  lm=None, lrs=[1e-3, 2e-3], max_lr=4e-3, seeds=[1, 2], arms=["tfixup", "postln_matched"]),
+                  lm=None, lrs=[1e-3], max_lr=2e-3, seeds=[1, 2], arms=["tfixup", "postln_matched"]),
     # the convergence study's setting, validated every 10 updates: a ratio's step is 10 / the method's updates
     # to its best valid loss (0.0125 at 800; below 0.03 from 334 updates on)
     "default": dict(translation=dict(convergence.MODES["default"], valid_every=10, dropout=0.1, decay_period=4000),
