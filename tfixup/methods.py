@@ -2,7 +2,8 @@
 project's fairseq-train arguments.
 
 ``METHODS`` maps a method name to its row: fairseq ``--arch`` and flags, optimizer, warmup, label, the
-T-Fixup paper's row label, color and the studies that run it. Everything that names a method (configs'
+T-Fixup paper's row label, color, the studies that run it, its language model and whether it is
+LayerNorm-free. Everything that names a method (configs'
 ``METHOD``, the benchmarks, ``tfixup-diagnose --model``, the tests) reads this table, so adding a method
 is its module plus one row. Plain Python, no fairseq import: the harness reads it on every dry run.
 """
