@@ -119,6 +119,9 @@ def test_convergence_states_tfixup_against_dyt_and_rezero_with_and_without_warmu
     assert ("| main lr 0.001 | DyT | 8.000 (1 seed) | 0.25x (1/1 reached) | 7.600 (1 seed) | 1.00x (1/1 reached) "
             "| matched warmup | 1.00x (1/1 reached) | 9.400 (1 seed) | 0.25x (1/1 reached) |") in text
     assert "| ReZero |" in text and "| 7.500 (1 seed) | 2.00x (1/1 reached) |" in text
+    # in the figure, a method run both ways has its no-warmup curve dash-dotted, beside its solid matched one
+    assert [convergence.linestyle(a) for a in ("dyt", "dyt_matched", "rezero", "rezero_warmup", "tfixup")] == [
+        "-.", "-", "-.", "--", "-"]
 
 
 def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_path, monkeypatch):
