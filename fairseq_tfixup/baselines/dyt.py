@@ -85,6 +85,7 @@ def layer_norms_to_dyt_(module: nn.Module) -> int:
 
 
 def set_pre_ln(args, sides) -> None:
+    """DyT's layout is Pre-LN: set it before fairseq reads the config (no flag turns it off)."""
     for side in sides:
         setattr(args, f"{side}_normalize_before", True)
 

@@ -10,16 +10,17 @@ with encoder attention, 2 in a language model's). At initialisation every layer 
 stack outputs its embeddings (scaled token embedding + positions) unchanged. No LayerNorm anywhere (no
 final stack norm, no ``--layernorm-embedding``); everything else keeps fairseq's initialisation.
 
-Reference code: the ``rezero`` package, ``rezero/transformer/rztx.py`` (github.com/majumderb/rezero):
+Reference code: the ``rezero`` package, ``rezero/transformer/rztx.py`` (github.com/majumderb/rezero, commit bfea86b):
 ``RZTXEncoderLayer``/``RZTXDecoderLayer`` drop the LayerNorms and add ``resweight * sublayer(x)`` after
 each sublayer, ``resweight`` zero-initialised, and the stacks have no final norm. There ``resweight`` is
 one scalar per layer, shared by its sublayers (the paper: "a single additional learned parameter per
 layer"); here each sublayer has its own, the finer gate (the two are the same at initialisation).
+fairseq's ``--weight-decay`` applies to the alphas as to every parameter, for every method here.
 
 Warmup: the paper trains its Transformers without it ("we are the first to train Transformers over 100
-layers without learning rate warm-up or LayerNorm", §1), so its row in tfixup/methods.py has
-``warmup=False`` (inverse_sqrt_nowarmup, T-Fixup's schedule); the convergence study also runs it with
-warmup.
+layers without learning rate warm-up or LayerNorm", §1 of arXiv:2003.04887v1), so its row in
+tfixup/methods.py has ``warmup=False`` (inverse_sqrt_nowarmup, T-Fixup's schedule); the convergence
+study also runs it with warmup.
 
 fairseq's layers add every residual through ``residual_connection(x, residual)``, in sublayer order;
 the layers below override just that (and ``forward``, to start each pass at the first sublayer's alpha),
