@@ -107,8 +107,8 @@ def test_alphas_receive_gradients_and_sublayers_none_at_init(dict_dir):
     for layer in model.decoder.layers:
         assert torch.all(layer.rezero_alpha.grad != 0)
     for layer in (*model.encoder.layers, *model.decoder.layers):
-        for weight in (layer.fc1.weight, layer.fc2.weight, layer.self_attn.q_proj.weight, layer.self_attn.v_proj.weight):
-            assert torch.all(weight.grad == 0)
+        for linear in (layer.fc1, layer.fc2, layer.self_attn.q_proj, layer.self_attn.v_proj):
+            assert torch.all(linear.weight.grad == 0)
     assert all(torch.all(layer.rezero_alpha.grad == 0) for layer in model.encoder.layers)
     assert model.decoder.embed_tokens.weight.grad.abs().sum() > 0
     with torch.no_grad():
