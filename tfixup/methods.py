@@ -2,7 +2,8 @@
 project's fairseq-train arguments.
 
 ``METHODS`` maps a method name to its row: fairseq ``--arch`` and flags, optimizer, warmup, label, the
-T-Fixup paper's row label, color and the studies that run it. Everything that names a method (configs'
+T-Fixup paper's row label, color, the studies that run it, its language model and whether it is
+LayerNorm-free. Everything that names a method (configs'
 ``METHOD``, the benchmarks, ``tfixup-diagnose --model``, the tests) reads this table, so adding a method
 is its module plus one row. Plain Python, no fairseq import: the harness reads it on every dry run.
 """
@@ -36,17 +37,21 @@ class Method:
     studies: Tuple[str, ...] = STUDIES  # the studies that run it
     lm_arch: str = ""  # fairseq --arch of its decoder-only language model (task language_modeling); "": none
     lm_flags: Tuple[str, ...] = ()  # further fairseq flags that make its language model
+    # no LayerNorm anywhere (removed, or replaced by another function): the depth study runs it at its
+    # deepest depth, and the convergence study asks of it whether it needs warmup (harness/bench/)
+    layernorm_free: bool = False
 
 
 PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
 
-# The methods of the T-Fixup paper's Tables 1-3 (and two later ones, DeepNorm and Admin), each with
-# the warmup its own paper trains with (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
+# The methods of the T-Fixup paper's Tables 1-3 (and four later ones: DeepNorm, Admin, and the
+# LayerNorm-free DyT and ReZero), each with the warmup its own paper trains with
+# (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
 # of its Fig. 3c that are no method of its tables (plain SGD; T-Fixup's two steps each alone,
 # fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
 METHODS = {
     "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup",
-                     lm_arch="transformer_lm_tfixup", studies=LR_LM),
+                     lm_arch="transformer_lm_tfixup", layernorm_free=True, studies=LR_LM),
     # fairseq's --arch transformer_lm is Post-LN (its config's default); --decoder-normalize-before makes it Pre-LN
     "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm",
                      studies=LR),
@@ -62,9 +67,16 @@ METHODS = {
     "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True, studies=LR),
     "admin": Method("transformer_admin", "Admin", "k", warmup=True, studies=LR),
     "lri": Method("transformer_lri", "LRI", "m", warmup=True, paper_label="LRI"),
+    # Pre-LN with every LayerNorm replaced by DyT(x) = gamma * tanh(alpha * x) + beta (its arch sets Pre-LN)
+    "dyt": Method("transformer_dyt", "DyT", "darkgoldenrod", warmup=True, lm_arch="transformer_lm_dyt",
+                  layernorm_free=True, studies=LR_LM),
+    # no LayerNorm, x + alpha * F(x) per sublayer with alpha = 0 at init; its paper trains without warmup
+    "rezero": Method("transformer_rezero", "ReZero", "teal", warmup=False, lm_arch="transformer_lm_rezero",
+                     layernorm_free=True, studies=LR),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
-    "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",)),
+    "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",),
+                   layernorm_free=True),
     "tfixup_ln": Method("transformer_tfixup_ln", "T-Fixup init + Post-LN", "tab:brown", warmup=False,
                         studies=("convergence",)),
 }

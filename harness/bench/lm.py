@@ -12,15 +12,17 @@ a method trained without warmup in its paper runs without it (T-Fixup: ``transfo
 inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)), P = 4000); one trained with warmup runs with the matched
 warmup (inverse_sqrt_matched: linear over W updates onto the same curve, then that curve, so after W
 every arm has T-Fixup's rate); and, the question the paper asks, Post-LN without warmup. Post-LN is
-fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before. Same width (default
+fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before; DyT is ``transformer_lm_dyt``
+(matched warmup), ReZero ``transformer_lm_rezero`` (no warmup, its paper's). Same width (default
 128-512-4), lr, batch, update budget, dropout, seed and evaluation for every arm.
 
 Valid loss is fairseq's cross-entropy in bits per token (perplexity = 2^loss) every ``valid_every``
 updates. The unigram level (harness/bench/unigram.py, ``lm_unigram_level``) is computed from the data: a
 run whose best valid loss is not ``--margin`` bits below it is **stuck** at the unigram stage. Headline,
 per depth: the updates each arm needs to reach the warmup baseline's (Post-LN + matched warmup) best valid
-perplexity, and that over the updates the baseline needs; the same against the better warmup arm (Post-LN or
-Pre-LN on the matched warmup, the lower best valid loss), the reference where Post-LN does not train.
+perplexity, and that over the updates the baseline needs; the same against the better warmup arm (of the arms
+on the matched warmup, Post-LN, Pre-LN, DyT, the one with the lower best valid loss), the reference where
+Post-LN does not train.
 
 Resumable: each finished run is recorded under OUT/lm/runs/; rerunning skips those and runs the rest,
 in order (6 layers first), ``--jobs`` at a time.
