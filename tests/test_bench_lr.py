@@ -85,6 +85,7 @@ def test_best_lr_range_and_ratio_on_known_records(monkeypatch):
     assert p["methods"]["tfixup"]["best_lr"] == 2e-3 and p["methods"]["tfixup"]["lr_range"] == (1e-3, 2e-3)
     assert p["methods"]["postln_matched"]["best_lr"] == 1e-3
     assert p["methods"]["postln_matched"]["lr_range"] == (1e-3, 1e-3)
+    assert p["methods"]["tfixup"]["grid_closed"] and p["methods"]["postln_matched"]["grid_closed"]
     v = p["versus"]["postln_matched"]
     # seed 1: Post-LN's best 7.4 at 16; T-Fixup (2e-3, s1) is below 7.4 at update 8: 8/16; seed 2: 7.5 at 16,
     # T-Fixup (2e-3, s2) at 8 (7.5 <= 7.5): 8/16; the step is 4/16

@@ -154,8 +154,12 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             rng = lr_range(first, threshold, b) if b is not None else None
             seeds = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
             bests = [best(r["valid_curve"])[1] for r in seeds if r["valid_curve"]]
+            top = max(first, default=None)
+            # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
+            # best lr (and so T-Fixup's ratio against it) may still move up
+            closed = top is not None and (not trains(first[top], threshold) or top * 2 > cfg["max_lr"] * (1 + 1e-9))
             methods[arm] = {"label": table[arm][2], "schedule": table[arm][1], "grid": rows, "best_lr": b,
-                            "lr_range": rng, "largest_lr_run": max(first, default=None),
+                            "lr_range": rng, "largest_lr_run": top, "grid_closed": closed,
                             "best_lr_seeds": sorted(r["seed"] for r in seeds),
                             "best_valid_at_best_lr": [round(x, 4) for x in bests],
                             "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
@@ -209,7 +213,9 @@ def report(res: dict) -> str:
              f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
              f"{res['margin_bits']} bit below the unigram level and it did not diverge. Ratio: updates for "
              f"T-Fixup (at its best lr) to reach the method's best valid loss (at the method's best lr) / the "
-             f"method's updates, per seed; its step is valid_every / the method's updates.\n\n")
+             f"method's updates, per seed; its step is valid_every / the method's updates. **(open)**: the "
+             f"method still trains at the largest lr run so far, so its best lr, its range (+) and the ratio "
+             f"against it may still move.\n\n")
     for part, p in res["parts"].items():
         c = p["config"]
         size = (f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers" if part == "translation"
@@ -221,7 +227,8 @@ def report(res: dict) -> str:
         rows = []
         for arm, m in p["methods"].items():
             rng = m["lr_range"]
-            rows.append([m["label"], _lr(m["best_lr"]), f"{_lr(rng[0])} - {_lr(rng[1])}" if rng else "none",
+            rows.append([m["label"], _lr(m["best_lr"]) + ("" if m["grid_closed"] else " (open)"),
+                         (f"{_lr(rng[0])} - {_lr(rng[1])}" + ("" if m["grid_closed"] else "+")) if rng else "none",
                          _lr(m["largest_lr_run"]), ", ".join(f"{x:.3f}" for x in m["best_valid_at_best_lr"]) or "-"]
                         + [p["versus"].get(arm, {}).get("ratio_mean") if arm != p["tfixup_arm"] else "-",
                            _pairs(p["versus"].get(arm))])
