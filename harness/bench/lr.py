@@ -269,7 +269,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         if p is None:
             continue
         for arm, m in p["methods"].items():
-            pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["best_valid"] is not None
+            pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["status"] == "ok" and g["best_valid"] is not None
                    and math.isfinite(g["best_valid"])]
             if pts:
                 ax.plot(*zip(*pts), marker="o", ms=3.5, lw=1.3, color=common.color(m_name(arm, res, part)),
@@ -281,6 +281,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.axhline(p["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
         ax.axhline(p["stuck_threshold"], color="gray", ls=":", lw=1, label="trains below this")
         ax.set_xscale("log", base=2)
+        ticks = sorted({g["lr"] for m in p["methods"].values() for g in m["grid"]})
+        ax.set_xticks(ticks, [_lr(x) for x in ticks], fontsize=7)
+        ax.minorticks_off()
         ax.set_xlabel("peak learning rate")
         ax.set_ylabel("best valid loss (bits)")
         ax.set_title(("translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
