@@ -1,24 +1,32 @@
 """Every number in the docs comes from a results record.
 
-    python -m harness.docs check [FILE ...]   list each number of the checked docs that no record holds
+    python -m harness.docs check [FILE ...]   list each number of the docs that no record holds
     python -m harness.docs write [FILE ...]   rewrite each generated block of the docs from the records
+
+FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.md. The records are
+``results/**/*.json`` (their numbers, list lengths, the numbers of their prose fields, the flag values of their
+commands), the count of records in each folder, and what a job printed at its end (``results/**/summary.txt``).
+A doc's section (from a heading to the next) that links to results (``results/bench/X.md``, a figure, a folder's
+README) is matched against those records only; a section that links none, against every record.
 
 A number in a doc is *recorded* when it is
 
-* a value of a record (any number in ``results/**/*.json``, a list's length, the count of a study's run
-  records) rounded to the precision the doc shows (``8.22`` for 8.2237; ``1.91 %`` for 0.0191; ``0.87M`` for
-  876,032; ``17.6 min`` and ``20 min 45 s`` for seconds), or
-* a difference or ratio of two recorded numbers of the same paragraph or table row, at the precision shown
-  (``+16.5 BLEU (30.7 vs 14.2)``, ``at update 700 (0.28x)`` of 2500), or
-* inside a generated block, which ``write`` makes from the records::
+* a record's value rounded to the precision the doc shows (``8.22`` for 8.2237; ``1.91 %`` for 0.0191;
+  ``0.88M`` for 876,032; ``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time record: wall_s, ...;
+  a perplexity also for 2 ** a loss in bits), or
+* "X of Y runs": a study's runs recorded and planned, or
+* a difference or ratio of the record values behind two numbers of its paragraph or table row, at the
+  precision shown (``+16.5 BLEU (30.7 vs 14.2)``; ``at update 700 (0.28x)`` of 2500), or
+* inside a generated block, which ``write`` makes from the records (atomically, in place)::
 
       <!-- generated: python -m harness.docs write (studies) -->
       ...
       <!-- end generated -->
 
 Exempt, and nothing else: code (fenced and indented blocks, `spans`: commands, flags, paths), link targets,
-dates and times of day, version numbers, years of citations, section/table/figure numbers, the paper's
-constants (``PAPER_CONSTANTS``) and exponents such as ``^-1/4``.
+dates and times of day, version numbers, years of citations, section/table/figure numbers, a model's sizes
+written D-F-H (128-256-4), the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the
+exponents of its rules (``^-1/4``).
 
 tests/test_doc_numbers.py runs ``check`` on the docs and fails with each unrecorded number, its file:line
 and the nearest record values.
