@@ -33,8 +33,10 @@ gpu_count() {
 # (fairseq's train_inner lines, JSON or simple) is shown as one short line:
 #   DATE TIME | epoch E | update N of TOTAL | loss L | lr LR | U updates/s | ETA M min
 # and a JSON epoch summary (train, valid) as "epoch E done: ..." / "epoch E valid: ...".
-# The ETA is at the line's rate: to MAX_UPDATE, or else to the end of epoch MAX_EPOCH (a json
-# line's "update" is epochs done, e.g. 5.645, so the run's total is num_updates * MAX_EPOCH / update).
+# The ETA is at the mean rate since this run's first progress line (each line's "ups" is the rate of
+# its interval alone, which other jobs on the machine swing many-fold): to MAX_UPDATE, or else to the end
+# of epoch MAX_EPOCH (a json line's "update" is epochs done, e.g. 5.645, so the run's total is
+# num_updates * MAX_EPOCH / update).
 # QUIET=0 shows everything as fairseq wrote it.
 quiet() {  # [MAX_UPDATE [MAX_EPOCH]]
   if [ "${QUIET:-1}" = 0 ]; then cat; return; fi
@@ -62,6 +64,16 @@ quiet() {  # [MAX_UPDATE [MAX_EPOCH]]
        skip { next }
        / \| train_inner \| / && val("num_updates") != "" {
          n = val("num_updates") + 0; ups = val("ups") + 0; ep = val("epoch")
+         # mean rate: updates over time summed across intervals (the first interval as long as the second)
+         if (ups > 0) {
+           if (!seen) { seen = 1; first_ups = ups }
+           else if (n > prev) {
+             if (!sum_n) { sum_n = n - prev; sum_t = (n - prev) / first_ups }
+             sum_n += n - prev; sum_t += (n - prev) / ups
+           }
+           prev = n
+         }
+         rate = sum_n > 0 ? sum_n / sum_t : ups
          if (ep == "" && match($0, /epoch 0*[0-9]+:/)) { ep = substr($0, RSTART + 6, RLENGTH - 7) + 0 }
          total = max
          if (total == 0 && maxep > 0 && (done = val("update") + 0) > 0) total = int(n * maxep / done + 0.5)
@@ -69,7 +81,7 @@ quiet() {  # [MAX_UPDATE [MAX_EPOCH]]
          if (val("loss") != "") line = line " | loss " val("loss")
          if (val("lr") != "") line = line " | lr " val("lr")
          if (val("ups") != "") line = line " | " val("ups") " updates/s"
-         if (total > 0 && ups > 0 && n < total) line = line sprintf(" | ETA %.0f min", (total - n) / ups / 60)
+         if (total > 0 && rate > 0 && n < total) line = line sprintf(" | ETA %.0f min", (total - n) / rate / 60)
          print line; fflush(); next }
        / \| train \| \{/ {
          print stamp() "epoch " val("epoch") " done: train loss " val("train_loss") ", " val("train_num_updates") \

@@ -505,6 +505,34 @@ def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp
     assert sorted(p.name for p in store.iterdir()) == ["r1.json"]
 
 
+def test_a_study_that_records_no_new_run_leaves_its_committed_report_alone(tmp_path, monkeypatch):
+    """Every run recorded (a fresh clone of the committed results): the study runs nothing and rewrites
+    none of STUDY.{json,md,png} (their date, machine and command stay those of the runs); --report-only
+    rewrites them, and so does a run recorded now."""
+    from harness.bench import runs as runlib
+
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    runs = [runlib.Run(f"r{i}", {}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2)]
+    store = tmp_path / "study" / "runs"
+    store.mkdir(parents=True)
+    for r in runs[:1]:
+        runlib.common.write_json(store / f"{r.id}.json", {"id": r.id, "key": r.key(), "status": "ok"})
+    committed = {f"study.{ext}": f"committed {ext}" for ext in ("json", "md", "png")}
+    for name, text in committed.items():
+        (tmp_path / name).write_text(text)
+    ran = []
+    study = lambda **kw: runlib.run_study(  # noqa: E731
+        "study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},
+        lambda res, path: path.write_bytes(b"png"), lambda res: f"recorded {res['recorded']}", "caption", jobs=1,
+        execute=lambda r, work: ran.append(r.id) or {"id": r.id, "key": r.key(), "status": "ok"}, **kw)
+    assert study(only=["r1"]) == {"recorded": ["r1"]} and ran == []  # recorded already: nothing new
+    assert {n: (tmp_path / n).read_text() for n in committed} == committed
+    assert study(report_only=True) == {"recorded": ["r1"]} and ran == []
+    assert (tmp_path / "study.md").read_text().startswith("recorded ['r1']")
+    (tmp_path / "study.md").write_text("committed md")
+    assert study() == {"recorded": ["r1", "r2"]} and ran == ["r2"]  # a new run: the report follows it
+    assert (tmp_path / "study.md").read_text().startswith("recorded ['r1', 'r2']")
+
 def test_plateau_continues_only_a_quality_run_that_finished(tmp_path):
     """A quality run interrupted on its way to the cap (its checkpoint_last.pt from epoch 3, say) is
     resumed as the quality run; only one that train.sh booked as ended (outcome 0) is trained on."""

@@ -165,18 +165,18 @@ def test_sigterm_stops_training_tree_and_books_interrupted(data, tmp_path):
                 break
             time.sleep(0.5)
         assert proc.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
-        t0 = time.time()
         proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(timeout=30)
-        stopped = time.time() - t0
-        left = group_members(proc.pid, within_s=15)
+        # stopped, not finished: its 100000 updates would take hours (a generous wait for a loaded machine,
+        # beyond the stopper's grace period, TFIXUP_STOP_SECONDS)
+        rc = proc.wait(timeout=300)
+        left = group_members(proc.pid, within_s=60)
         assert not left, f"still running in the stopped run's process group: {left}"  # fairseq-train, tee
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever a failure left running
         except ProcessLookupError:
             pass
-    assert rc == 143 and stopped < 15, (rc, stopped)
+    assert rc == 143 and "done training" not in log.read_text(), rc
     assert (out / "train_runs.tsv").read_text().splitlines()[-1].split("\t")[-1] == "interrupted"
     assert not (out / "train_run.open").exists() and leftovers(out) == []
 

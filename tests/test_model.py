@@ -1,6 +1,7 @@
 """transformer_tfixup built through fairseq's own parser and task: init, LayerNorm removal, decoding, errors."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -33,6 +34,20 @@ def _fan(p):
     return p.shape[1], p.shape[0]  # nn.Linear weight is (out, in)
 
 
+def paper_factor(name: str, n_enc: int, n_dec: int) -> float:
+    """T-Fixup's factor for a weight, with the paper's numbers written here (§3.2, Algorithm 1), not read
+    from tfixup_init: a change of the module's constants fails this test."""
+    if re.fullmatch(r"encoder\.layers\.\d+\.(self_attn\.(v_proj|out_proj)|fc1|fc2)\.weight", name):
+        return 0.67 * n_enc ** -0.25
+    if re.fullmatch(r"decoder\.layers\.\d+\.((self_attn|encoder_attn)\.(v_proj|out_proj)|fc1|fc2)\.weight", name):
+        return (9 * n_dec) ** -0.25
+    if name == "encoder.embed_tokens.weight":  # a matrix shared by all embeddings: once, the encoder's factor
+        return (9 * n_enc) ** -0.25
+    if name == "decoder.embed_tokens.weight":
+        return (9 * n_dec) ** -0.25
+    return 1.0
+
+
 def _expected_std(name, p, rule, embed_dim):
     """What §3.2 prescribes for this weight, before T-Fixup's factor."""
     if name.endswith("embed_tokens.weight"):
@@ -59,19 +74,21 @@ def test_every_weight_has_the_prescribed_init(case, dict_dir, joined_dict_dir):
     checked = {"redrawn": 0, "scaled": 0, "kept": 0}
     for name, p in tfixup.named_parameters():
         rule = tfixup_init.rule_for(name, n_enc, n_dec)
+        factor = paper_factor(name, n_enc, n_dec)
+        assert rule.scale == pytest.approx(factor, rel=1e-12), name
         ref = stock_params[name]
         if rule.redraw == "xavier":
             # drawn again, so compare distributions: std within 5% (thousands of entries; SE ~1%)
-            expected = rule.scale * _expected_std(name, p, rule, 64)
+            expected = factor * _expected_std(name, p, rule, 64)
             assert p.std().item() == pytest.approx(expected, rel=0.05), name
             assert p.abs().max().item() <= expected * math.sqrt(3) * 1.0001, name  # uniform support
             checked["redrawn"] += 1
         elif rule.redraw == "zeros":
             assert torch.count_nonzero(p) == 0, name
-        elif rule.scale != 1.0:
+        elif factor != 1.0:
             # same random draw as stock fairseq, times the factor, exactly
-            torch.testing.assert_close(p, ref * rule.scale, rtol=0, atol=1e-7, msg=name)
-            expected = rule.scale * _expected_std(name, p, rule, 64)
+            torch.testing.assert_close(p, ref * factor, rtol=0, atol=1e-7, msg=name)
+            expected = factor * _expected_std(name, p, rule, 64)
             rows = p[1:] if "embed_tokens" in name else p  # padding row is zero
             assert rows.std().item() == pytest.approx(expected, rel=0.05), name
             checked["scaled"] += 1

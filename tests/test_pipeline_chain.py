@@ -43,10 +43,12 @@ def data(iwslt_bin):
 
 @pytest.fixture(scope="module")
 def trained(data, tmp_path_factory):
-    """Train, kill -9 once the update-10 checkpoint is saved, rerun the same command."""
+    """Train, kill -9 once the update-10 checkpoint is saved, rerun the same command. The killed run's
+    budget is out of reach (MAX_UPDATE 100000), so that no machine is fast enough to finish it between
+    two looks at its log; the rerun has the configured 30."""
     out = tmp_path_factory.mktemp("chain") / "run"
     cmd = ["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(),
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(MAX_UPDATE="100000"),
                             start_new_session=True)
     log = out / "train.log"
     deadline = time.time() + 240
@@ -65,6 +67,17 @@ def trained(data, tmp_path_factory):
     assert "done training" not in first_run, "the first run finished before it was killed"
     second = run(*cmd)
     return out, first_run, second.stdout
+
+
+def group_left(pgid: int, within_s: float) -> list:
+    """The live processes of process group PGID once none are left, or those left after WITHIN_S seconds
+    (a killed sleep may take a moment to end; the one this looks for would run 987 s)."""
+    from harness import proc as proc_lib
+
+    deadline = time.time() + within_s
+    while (left := proc_lib.group_members(pgid)) and time.time() < deadline:
+        time.sleep(0.2)
+    return left
 
 
 def test_rerun_resumes_from_checkpoint_last(trained):
@@ -88,11 +101,13 @@ def test_chain_average_generate_score_report(trained, data):
     out, _, _ = trained
     # output to files, not pipes: a sleep left behind by evaluate.sh's progress loop held its
     # pipes open, and callers reading them waited up to PROGRESS_SECONDS after the end
+    # in a session of its own: what it leaves running is in its process group, not another job's process
     with open(out.parent / "eval.out", "w") as stdout, open(out.parent / "eval.err", "w") as stderr:
-        proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
-                              stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"))
+        proc = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
+                                stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
+        proc.wait()
     assert proc.returncode == 0, (out.parent / "eval.err").read_text()[-3000:]
-    left = subprocess.run(["pgrep", "-fx", "sleep 987"], capture_output=True, text=True).stdout.split()
+    left = group_left(proc.pid, within_s=60)
     assert not left, f"evaluate.sh left its progress sleep running: {left}"
     ev = out / "eval"
     for name in ("averaged.pt", "averaging.json", "generate-test.txt", "results.json"):

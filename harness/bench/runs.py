@@ -310,15 +310,27 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     store = out / stem / "runs"
     ids = {r.id for r in runs}
 
+    added = []  # runs recorded by this command
+
     def write(records):
         res = summarise({k: v for k, v in records.items() if k in ids})
         common.write_outputs(out, stem, res, plot, report(res), caption)
         return res
 
+    def recorded(_):
+        added.append(1)
+        write(load_records(store))
+
     one = execute or (lambda r, w: train(r, w, threads))
     run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
-            on_record=lambda _: write(load_records(store)), run_dir=run_dir)
-    res = write(load_records(store))
+            on_record=recorded, run_dir=run_dir)
+    # the report changes only with its runs: a command that recorded nothing leaves the committed report
+    # (its date, machine and command) as it is, unless asked to rewrite it or it is not there yet
+    if added or report_only or not (out / f"{stem}.md").exists():
+        res = write(load_records(store))
+    else:
+        res = summarise({k: v for k, v in load_records(store).items() if k in ids})
+        common.log(f"no new runs: {out / stem}.{{json,md,png}} left as they are (--report-only rewrites them)")
     if not quiet:
         print(report(res))
     return res

@@ -1,0 +1,437 @@
+"""Every number in the docs comes from a results record.
+
+    python -m harness.docs check [FILE ...]   list each number of the docs that no record holds
+    python -m harness.docs write [FILE ...]   rewrite each generated block of the docs from the records
+
+FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.md. The records are
+``results/**/*.json`` (their numbers, list lengths, the numbers of their prose fields, the flag values of their
+commands), the count of records in each folder, and what a job printed at its end (``results/**/summary.txt``).
+A doc's section (from a heading to the next) that links to results (``results/bench/X.md``, a figure, a folder's
+README) is matched against those records only; a section that links none, against every record.
+
+A number in a doc is *recorded* when it is
+
+* a record's value rounded to the precision the doc shows (``8.22`` for 8.2237; ``1.91 %`` for 0.0191;
+  ``0.88M`` for 876,032; ``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time record: wall_s, ...;
+  a perplexity also for 2 ** a loss in bits), or
+* "X of Y runs": a study's runs recorded and planned, or
+* a difference or ratio of the record values behind two numbers of its paragraph or table row, at the
+  precision shown (``+16.5 BLEU (30.7 vs 14.2)``; ``at update 700 (0.28x)`` of 2500), or
+* inside a generated block, which ``write`` makes from the records (atomically, in place)::
+
+      <!-- generated: python -m harness.docs write (studies) -->
+      ...
+      <!-- end generated -->
+
+Exempt, and nothing else: code (fenced and indented blocks, `spans`: commands, flags, paths), link targets,
+dates and times of day, version numbers, years of citations, section/table/figure numbers, a model's sizes
+written D-F-H (128-256-4), the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the
+exponents of its rules (``^-1/4``).
+
+tests/test_doc_numbers.py runs ``check`` on the docs and fails with each unrecorded number, its file:line
+and the nearest record values.
+"""
+
+import argparse
+import bisect
+import decimal
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+from typing import Dict, List, NamedTuple, Optional
+
+from tfixup import atomic, tfixup_init
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results"
+DOCS = ("README.md", "docs/measurements.md", "results/diagnostics/README.md")
+
+# T-Fixup's constants (tfixup_init: 0.67 N^-1/4, (9N)^-1/4; a single stack's (6N)^-1/4), its schedule's
+# default P = 4000, and the sqrt(2) of fairseq's v_proj gain: the paper's numbers, not measurements
+PAPER_CONSTANTS = {tfixup_init.ENCODER_CONSTANT, 9, 6, 4000, 2}
+
+
+# ---------------------------------------------------------------- records
+
+
+class Value(NamedTuple):
+    value: float
+    source: str  # file:key path
+
+
+def _walk(obj, path: str, out: list) -> None:
+    if isinstance(obj, bool) or obj is None:
+        return
+    if isinstance(obj, (int, float)):
+        if math.isfinite(obj):
+            out.append(Value(abs(float(obj)), path))
+    elif isinstance(obj, str):
+        if path.rsplit(".", 1)[-1].endswith("command"):  # a command: the values of its flags (--lr 5e-4)
+            found = re.findall(r"--[\w-]+[ =]'?\(?([-+]?\d[\d.]*(?:e[-+]?\d+)?)", obj)
+        elif " " in obj or re.fullmatch(r"\d+(?:\.\d+)?(?:/\d+)?", obj.strip()):
+            # prose ("29000 lines ... 1.91% of valid tokens"), a count as text ("0/3"), a number as text;
+            # not ids, hashes or paths
+            found = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?", obj)
+        else:
+            found = []
+        for num in found:
+            try:
+                out.append(Value(abs(float(num)), path))
+            except ValueError:
+                pass
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _walk(v, f"{path}.{k}" if path else str(k), out)
+    elif isinstance(obj, list):
+        out.append(Value(float(len(obj)), f"{path} (length)"))
+        for i, v in enumerate(obj):
+            _walk(v, f"{path}[{i}]", out)
+
+
+def record_values(results: pathlib.Path = RESULTS) -> Dict[str, List[Value]]:
+    """record file (relative to the repo) -> its numbers; a folder of records also has their count
+    (under FOLDER/*.json)."""
+    out = {}
+    for f in sorted(results.rglob("*.json")):
+        rel = str(f.relative_to(results.parent))
+        try:
+            data = json.loads(f.read_text())
+        except ValueError:
+            continue
+        vals = []
+        _walk(data, "", vals)
+        out[rel] = [Value(v.value, f"{rel}:{v.source}") for v in vals]
+    for f in sorted(results.rglob("summary.txt")):  # what a job printed at its end (the main job's wall time)
+        rel = str(f.relative_to(results.parent))
+        out[rel] = [Value(float(m.group()), f"{rel}:{line.strip()[:60]}") for line in f.read_text().splitlines()
+                    for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", line)]
+    for folder in sorted({f.parent for f in results.rglob("*.json")}):
+        rel = f"{folder.relative_to(results.parent)}/*.json"
+        out[rel] = [Value(float(len(list(folder.glob("*.json")))), f"{rel} (count)")]
+    return out
+
+
+def study_counts(results: pathlib.Path = RESULTS) -> List[tuple]:
+    """(runs recorded, runs planned) of every study report (results/bench/STUDY.json)."""
+    out = []
+    for p in sorted((results / "bench").glob("*.json")):
+        res = json.loads(p.read_text())
+        if "runs_recorded" in res:
+            out.append((res["runs_recorded"], res.get("config", {}).get("n_runs") or res["runs_recorded"]))
+    return out
+
+
+# ---------------------------------------------------------------- the docs' numbers
+
+
+class Number(NamedTuple):
+    file: str
+    line: int
+    text: str  # as shown, with its unit
+    value: float
+    error: float  # half a unit of its last digit
+    scale: tuple  # what a record value is multiplied by to read as shown (1, 100 for %, 1/60 for min, ...)
+    para: int  # paragraph (or table row) of the file
+    scope: tuple  # the record files its section links to ((): every record)
+    runs: tuple = ()  # "X of Y runs": (X, Y), a study's runs recorded and planned
+    perplexity: bool = False  # a perplexity: also 2 ** a loss in bits
+    time: bool = False  # a duration (s, min, h)
+
+
+GENERATED = re.compile(r"<!-- generated: (.*?) -->\n.*?<!-- end generated -->", re.S)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_LINK_TARGET = re.compile(r"\]\([^)]*\)|https?://\S+|<!--.*?-->")
+_EXEMPT = [
+    re.compile(r"\b\d{4}-\d{2}-\d{2}(?:/\d{2})?(?:T[\d:+]*)?"),  # dates (2026-11-22/23)
+    re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:-\d{1,2}:\d{2})?"),  # times of day
+    re.compile(r"\b\d+\.\d+\.\d+(?:\.\d+)?(?:\+\w+)?"),  # versions a.b.c
+    re.compile(r"(?i:python|torch|fairseq|pip|numpy|matplotlib|omegaconf|sacrebleu|version|bash)[ <>=]*"
+               r"\d+(?:\.\d+)*(?:-\d+(?:\.\d+)*)?"),  # versions: Python 3.8-3.12, pip < 26.2, fairseq 0.12
+    re.compile(r"(?:ICML|ICLR|EMNLP|NeurIPS|ACL|al\.,?) \d{4}"),  # citations' years
+    re.compile(r"(?:§|Tables? |Fig\. |Figure |Section |Algorithm |#|issue #)\d+(?:\.\d+)*[a-z]?"
+               r"(?:[-–]\d+[a-z]?)?"),  # section, table and figure numbers
+    re.compile(r"^#+ \d+\."),  # a numbered heading
+    re.compile(r"\^\(?[-−]?\d+/\d+\)?"),  # exponents of the paper's rules: ^-1/4, ^(-1/2)
+    re.compile(r"[A-Za-z]+'\d+"),  # corpora: IWSLT'14, WMT'17
+    re.compile(r"(?<![\w.])\d+-\d+-\d+(?![\w.])"),  # a model's sizes, embed-FFN-heads (128-256-4), as in commands
+    re.compile(r"\b95 ?% (?=paired-bootstrap|confidence|interval)"),  # the convention of an interval
+]
+_NUMBER = re.compile(
+    r"(?<![\w.\d/])[+\-−]?(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
+    r"(?P<unit>\s?(?:%|x\b|×|M\b|k\b|K\b|min\b|h\b|hours?\b|s\b))?(?![\w])")
+_MIN_S = re.compile(r"(?<![\w.])(\d+) min (\d+) s\b")
+_RUNS = re.compile(r"(?<![\w.])(\d+) of (\d+)(?: runs\b)")
+# what a record value is multiplied by to read in a unit: seconds or hours as minutes, a fraction as percent
+_SCALES = {"%": (100.0, 1.0), "M": (1e-6,), "k": (1e-3,), "K": (1e-3,), "min": (1 / 60, 60.0),
+           "h": (1 / 3600, 1.0), "hour": (1 / 3600, 1.0), "hours": (1 / 3600, 1.0)}
+_RESULTS_LINK = re.compile(r"\]\(([^)#]*results/[^)#]*|[\w.-]+\.(?:md|json|png))(?:#[^)]*)?\)")
+
+
+def _blank(text: str, pattern) -> str:
+    """TEXT with every match of PATTERN replaced by spaces (positions kept)."""
+    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+
+
+def doc_text(text: str) -> str:
+    """The prose of a Markdown text, positions kept: code, link targets, generated blocks and the exempt
+    numbers blanked out."""
+    text = _blank(text, GENERATED)
+    lines, fence, prev_blank, indented = text.split("\n"), False, True, False
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            lines[i] = ""
+            continue
+        indented = line.startswith("    ") and (indented or prev_blank) and not line.lstrip().startswith(("|", "-", "*"))
+        if fence or indented:
+            lines[i] = ""
+            continue
+        prev_blank = not line.strip()
+    text = "\n".join(lines)
+    for pattern in (_CODE_SPAN, _LINK_TARGET, *_EXEMPT):
+        text = _blank(text, re.compile(pattern.pattern, pattern.flags | re.M))
+    return text
+
+
+def _decimals(num: str) -> int:
+    return len(num.split(".")[1]) if "." in num else 0
+
+
+def _scope(links: list, doc: pathlib.Path, repo: pathlib.Path) -> tuple:
+    """The record files of a section's links to results: STEM.json beside a linked report or figure, the
+    records of its folder (STEM/...), every record of a linked folder's README."""
+    out = set()
+    for link in links:
+        target = (doc.parent / link).resolve()
+        try:
+            rel = target.relative_to(repo.resolve())
+        except ValueError:
+            continue
+        if not str(rel).startswith("results/"):
+            continue
+        if target.name == "README.md":
+            out.add(str(rel.parent) + "/")
+        else:
+            stem = rel.with_suffix("")
+            out.update({f"{stem}.json", f"{stem}/"})
+    return tuple(sorted(out))
+
+
+def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> List[Number]:
+    """The numbers of a doc that need a record."""
+    rel = rel or str(path)
+    raw = path.read_text(encoding="utf-8").split("\n")
+    text = doc_text("\n".join(raw)).split("\n")
+    # sections: from a heading to the next; each its links to results
+    starts = [i for i, line in enumerate(text) if line.startswith("#")] + [len(text)]
+    scope_of = [()] * len(text)
+    for a, b in zip([0] + starts[:-1], starts):
+        sc = _scope([m.group(1) for line in raw[a:b] for m in _RESULTS_LINK.finditer(line)], path, repo)
+        scope_of[a:b] = [sc] * (b - a)
+    out, para = [], 0
+    for i, line in enumerate(text):
+        if not line.strip() or line.lstrip().startswith("|"):
+            para += 1  # a blank line ends a paragraph; each table row is one
+        keep = dict(file=rel, line=i + 1, para=para, scope=scope_of[i])
+        for m in _RUNS.finditer(line):  # 33 of 55 runs: a study's count
+            out.append(Number(text=m.group(), value=float(m.group(2)), error=0.5, scale=(1.0,),
+                              runs=(int(m.group(1)), int(m.group(2))), **keep))
+        line = _RUNS.sub(lambda m: " " * len(m.group()), line)
+        for m in _MIN_S.finditer(line):  # 20 min 45 s: seconds
+            out.append(Number(text=m.group(), value=60.0 * int(m.group(1)) + int(m.group(2)), error=0.5,
+                              scale=(1.0,), time=True, **keep))
+        line = _MIN_S.sub(lambda m: " " * len(m.group()), line)
+        found = list(_NUMBER.finditer(line))
+        for j, m in enumerate(found):
+            num, unit = m.group("num"), (m.group("unit") or "").strip()
+            nxt = found[j + 1] if j + 1 < len(found) else None
+            if not unit and nxt and nxt.group("unit") and re.fullmatch(r" ?[-–] ?", line[m.end():nxt.start()]):
+                unit = nxt.group("unit").strip()  # a range, 10.3-10.6 min: the unit of both ends
+            value = float(num.replace(",", ""))
+            if value in PAPER_CONSTANTS:
+                continue
+            ppl = bool(re.search(r"perplexit(?:y|ies)(?: of)? ?(?:[\d.]+ ?[-–] ?)?$", line[max(0, m.start() - 30):m.start()]))
+            error = 0.5 * 10 ** -_decimals(num)
+            if "e" in num:  # 5e-4, 2.8e-4: half a unit of the mantissa's last digit
+                mantissa, exp = num.split("e")
+                error = 0.5 * 10 ** (int(exp) - _decimals(mantissa))
+            out.append(Number(text=m.group().strip(), value=value, error=error, scale=_SCALES.get(unit, (1.0,)),
+                              perplexity=ppl, time=unit in ("s", "min", "h", "hour", "hours"), **keep))
+    return out
+
+
+# ---------------------------------------------------------------- matching
+
+
+def shown_as(v: float, n: Number) -> bool:
+    """V, rounded to the digits N shows, is N (rounding half up, or as Python formats V)."""
+    if "e" in n.text:  # as many significant digits as the mantissa shows
+        digits = len(re.sub(r"\D", "", n.text.split("e")[0].lstrip("+-−0"))) or 1
+        return f"{v:.{digits - 1}e}" == f"{n.value:.{digits - 1}e}"
+    k = max(0, round(-math.log10(2 * n.error)))
+    want = f"{n.value:.{k}f}"
+    half_up = decimal.Decimal(repr(v)).quantize(decimal.Decimal(1).scaleb(-k), decimal.ROUND_HALF_UP)
+    return f"{v:.{k}f}" == want or f"{half_up:.{k}f}" == want
+
+
+# a record's key that holds a time: wall_s, train_wall_hours, s_per_update, QUICKSTART_WALL (not "admin")
+_TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_min|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
+
+
+def matches(n: Number, values: List[Value]) -> List[Value]:
+    """The record values (sorted by value) that N shows, in any of its unit readings; a time (s, min, h) only
+    from a record of time (its key names it: wall_s, train_wall_hours, ...)."""
+    if n.time:
+        values = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
+    keys = [v.value for v in values]
+    out = []
+    for scale in n.scale:
+        lo, hi = (n.value - n.error * 1.01) / scale - 1e-12, (n.value + n.error * 1.01) / scale + 1e-12
+        i = bisect.bisect_left(keys, lo)
+        while i < len(keys) and keys[i] <= hi:
+            if shown_as(keys[i] * scale, n):
+                out.append(values[i])
+            i += 1
+    if n.perplexity and n.value > n.error:  # perplexity = 2 ** (loss in bits), fairseq's definition
+        lo, hi = math.log2(n.value - n.error * 1.01), math.log2(n.value + n.error * 1.01)
+        i = bisect.bisect_left(keys, lo - 1e-12)
+        while i < len(keys) and keys[i] <= hi + 1e-12:
+            if shown_as(2 ** keys[i], n):
+                out.append(values[i])
+            i += 1
+    return out
+
+
+def derived(n: Number, operands: List[tuple]) -> bool:
+    """N is the difference or the ratio of the record values behind two numbers of its paragraph."""
+    vals = sorted({v.value for _, found in operands for v in found[:8]})
+    near = lambda x: abs(x - n.value) <= n.error * 1.01 + 1e-12 and shown_as(x, n)  # noqa: E731
+    return any(a != b and (near(abs(a - b)) or (b and near(a / b))) for a in vals for b in vals)
+
+
+def nearest(n: Number, values: List[Value], k: int = 3) -> List[Value]:
+    if n.time:
+        values = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
+    keys = [v.value for v in values]
+    i = bisect.bisect_left(keys, n.value)
+    return sorted(values[max(0, i - k):i + k], key=lambda v: abs(v.value - n.value))[:k]
+
+
+def _in_scope(records: Dict[str, List[Value]], scope: tuple) -> List[Value]:
+    files = [f for f in records if not scope or any(f == s or (s.endswith("/") and f.startswith(s)) for s in scope)]
+    return sorted(v for f in files for v in records[f])
+
+
+def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
+    """(number, its nearest record values) for every number of FILES that no record holds."""
+    records, counts = record_values(repo / "results"), study_counts(repo / "results")
+    pools: Dict[tuple, List[Value]] = {}
+    out = []
+    for rel in files:
+        nums = numbers(repo / rel, str(rel), repo)
+        found = {}
+        for n in nums:
+            if n.scope not in pools:
+                pools[n.scope] = _in_scope(records, n.scope)
+            found[id(n)] = [] if n.runs else matches(n, pools[n.scope])
+        for n in nums:
+            if n.runs:
+                if n.runs not in counts:
+                    out.append((n, [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
+                continue
+            if found[id(n)]:
+                continue
+            operands = [(m, found[id(m)]) for m in nums if m.para == n.para and found[id(m)]]
+            if not derived(n, operands):
+                out.append((n, nearest(n, pools[n.scope])))
+    return out
+
+
+def report(found: List[tuple]) -> str:
+    lines = []
+    for n, near in found:
+        cands = "; ".join(f"{v.value:g} ({v.source})" for v in near)
+        lines.append(f"{n.file}:{n.line}: {n.text}  nearest records: {cands or 'none'}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- generated blocks
+
+
+def _study_jsons(results: pathlib.Path) -> List[pathlib.Path]:
+    return [p for p in sorted((results / "bench").glob("*.json")) if (results / "bench" / p.stem / "runs").is_dir()]
+
+
+def block_studies(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """Each study's report: runs recorded, runs planned, complete or PARTIAL."""
+    rows = ["| study | runs recorded | of | report |", "|---|---|---|---|"]
+    for p in _study_jsons(results):
+        res = json.loads(p.read_text())
+        planned = res.get("config", {}).get("n_runs") or res["runs_recorded"]
+        state = "complete" if res["runs_recorded"] >= planned else "**PARTIAL**"
+        link = os.path.relpath(p.with_suffix(".md"), doc_dir)
+        rows.append(f"| {p.stem} | {res['runs_recorded']} | {planned} | [{state}]({link}) |")
+    return "\n".join(rows)
+
+
+# name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
+BLOCKS = {"studies": block_studies}
+
+
+def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:
+    """TEXT with every generated block made again from the records."""
+    def one(m):
+        names = re.findall(r"\(([\w-]+)\)", m.group(1))
+        if not names or names[0] not in BLOCKS:
+            raise ValueError(f"generated block '{m.group(1)}': name one of {', '.join(BLOCKS)} in parentheses")
+        return f"<!-- generated: {m.group(1)} -->\n{BLOCKS[names[0]](results, doc_dir)}\n<!-- end generated -->"
+    return GENERATED.sub(one, text)
+
+
+def stale(files=DOCS, repo: pathlib.Path = REPO) -> List[str]:
+    """The FILES whose generated blocks differ from what the records make now."""
+    return [str(rel) for rel in files
+            if render((text := (repo / rel).read_text(encoding="utf-8")), repo / "results", (repo / rel).parent) != text]
+
+
+def write(files=DOCS, repo: pathlib.Path = REPO) -> List[str]:
+    """Rewrite the generated blocks of FILES in place (atomically); the files that changed."""
+    changed = []
+    for rel in files:
+        path = repo / rel
+        text = path.read_text(encoding="utf-8")
+        new = render(text, repo / "results", path.parent)
+        if new != text:
+            atomic.write_text(path, new)
+            changed.append(str(rel))
+    return changed
+
+
+def main(argv: Optional[list] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.docs", description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=("check", "write"),
+                   help="check: list the numbers no record holds; write: rewrite the generated blocks")
+    p.add_argument("files", nargs="*", default=list(DOCS), help=f"docs, relative to the repo (default {' '.join(DOCS)})")
+    a = p.parse_args(argv)
+    if a.action == "write":
+        for f in write(a.files, REPO):
+            print(f"rewrote the generated blocks of {f}")
+        return 0
+    found, old = unrecorded(a.files, REPO), stale(a.files, REPO)
+    if found:
+        print(report(found))
+        print(f"{len(found)} numbers with no record: record each (a results record made by a command), "
+              "generate it (a block 'python -m harness.docs write' fills) or take it out", file=sys.stderr)
+    for f in old:
+        print(f"{f}: generated blocks older than the records: run python -m harness.docs write {f}", file=sys.stderr)
+    if found or old:
+        return 1
+    print(f"every number of {', '.join(a.files)} has a record")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

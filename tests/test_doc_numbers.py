@@ -1,0 +1,111 @@
+"""Every number in README.md, docs/measurements.md and results/diagnostics/README.md comes from a results
+record (harness/docs.py says what counts): found in results/**/*.json at the precision shown, derived from
+recorded numbers of its paragraph, or written by ``python -m harness.docs write`` into a generated block.
+
+Run alone: ``python -m pytest -q tests/test_doc_numbers.py``; ``python -m harness.docs check`` lists the same."""
+
+import json
+
+import pytest
+
+from harness import docs
+
+
+def test_every_number_of_the_docs_has_a_record():
+    found = docs.unrecorded(docs.DOCS)
+    assert not found, (
+        f"{len(found)} numbers in the docs have no results record (record each in a results record made by a "
+        "command, put it in a generated block, or take it out; python -m harness.docs check lists them):\n"
+        + docs.report(found))
+
+
+def test_generated_blocks_are_what_the_records_make():
+    assert docs.stale(docs.DOCS) == [], "run: python -m harness.docs write"
+
+
+# ---------------------------------------------------------------- the rules, on a doc and records of a test's own
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A repository with one study report, its run records and a doc."""
+    bench = tmp_path / "results" / "bench"
+    (bench / "toy" / "runs").mkdir(parents=True)
+    for i in (1, 2, 3):
+        (bench / "toy" / "runs" / f"r{i}.json").write_text(json.dumps({"id": f"r{i}", "wall_s": 600.0 + i}))
+    (bench / "toy.json").write_text(json.dumps({
+        "runs_recorded": 3, "config": {"n_runs": 5, "lr": 0.0005},
+        "rows": [{"best": 8.2237, "ppl_loss": 5.266, "ratio": 0.4375}, {"best": 7.0912}],
+        "oracle_ppl": 176.65, "unk": 0.0191, "n_params": 876032, "stuck": "0/3",
+        "command": "fairseq-train d --lr 5e-4 --warmup-init-lr 1e-7"}))
+    return tmp_path
+
+
+def check(repo, text):
+    (repo / "doc.md").write_text(text)
+    return [n.text for n, _ in docs.unrecorded(["doc.md"], repo)]
+
+
+def test_a_number_matches_a_record_at_the_precision_it_shows(repo):
+    assert check(repo, "best 8.22 and 8.224 and 8.2 bits; ratio 0.44x\n") == []
+    assert check(repo, "best 8.23 bits\n") == ["8.23"]
+    # 176.65 shows as 176.7 (half up, and as Python formats it), not 176.6
+    assert check(repo, "fit on valid 176.7\n") == []
+    assert check(repo, "fit on valid 176.6\n") == ["176.6"]
+
+
+def test_units_percent_millions_minutes_and_perplexity(repo):
+    assert check(repo, "1.91 % unknown; 0.88M parameters; 10.0-10.1 min each; perplexity 38.5\n") == []
+    assert check(repo, "0.87M parameters\n") == ["0.87M"]
+    # a time matches only a record of time: 0.4375 is no duration
+    assert check(repo, "it took 10 min 2 s\n") == []
+    assert check(repo, "it took 0.44 s\n") == ["0.44 s"]
+
+
+def test_counts_of_runs_are_a_studys(repo):
+    assert check(repo, "PARTIAL (3 of 5 runs), 0/3 stuck\n") == []
+    assert check(repo, "PARTIAL (31 of 50 runs)\n") == ["31 of 50 runs"]
+
+
+def test_a_difference_or_ratio_of_recorded_numbers_of_its_paragraph(repo):
+    assert check(repo, "8.22 against 7.09: 1.13 lower\n") == []
+    assert check(repo, "8.22 against 7.09.\n\nLater: 1.13 lower\n") == ["1.13"]  # another paragraph
+
+
+def test_exemptions_are_code_dates_versions_sections_sizes_and_the_papers_constants(repo):
+    text = ("On 2026-11-24 at 13:41 (torch 2.13.0, Python 3.8-3.12, fairseq 0.12), paper §3.2, Table 2, Fig. 4b,\n"
+            "Huang et al., 2020; 128-256-4 models; 0.67 N^-1/4 and (9N)^-1/4 with P = 4000; IWSLT'14.\n\n"
+            "    fairseq-train --lr 123.456\n\n`--max-tokens 777` and [a link](results/x-999.md)\n")
+    assert check(repo, text) == []
+    assert check(repo, "lr 5e-4, from 1e-7; 3e-4\n") == ["3e-4"]  # flags' values in a record's command count
+
+
+def test_a_generated_block_is_written_from_the_records_and_not_checked(repo):
+    doc = repo / "docs" / "m.md"
+    doc.parent.mkdir()
+    doc.write_text("Intro.\n\n<!-- generated: python -m harness.docs write (studies) -->\nold 999\n"
+                   "<!-- end generated -->\n\nEnd.\n")
+    assert docs.stale(["docs/m.md"], repo) == ["docs/m.md"]
+    assert docs.write(["docs/m.md"], repo) == ["docs/m.md"]
+    text = doc.read_text()
+    assert "| toy | 3 | 5 | [**PARTIAL**](../results/bench/toy.md) |" in text and "999" not in text
+    assert text.startswith("Intro.\n\n") and text.endswith("<!-- end generated -->\n\nEnd.\n")
+    assert docs.stale(["docs/m.md"], repo) == [] and docs.write(["docs/m.md"], repo) == []
+    assert [n.text for n, _ in docs.unrecorded(["docs/m.md"], repo)] == []
+    assert not list(doc.parent.glob(".*.tmp"))  # written atomically: no temp file left
+
+
+def test_check_lists_each_number_with_its_file_line_and_nearest_records(repo):
+    (repo / "doc.md").write_text("line one\nbest 8.23 bits\n")
+    found = docs.unrecorded(["doc.md"], repo)
+    line = docs.report(found)
+    assert line.startswith("doc.md:2: 8.23  nearest records: 8.2237 (results/bench/toy.json:rows[0].best)")
+
+
+
+def test_the_check_command_says_what_to_do(repo, monkeypatch, capsys):
+    monkeypatch.setattr(docs, "REPO", repo)
+    (repo / "doc.md").write_text("best 8.23 bits\n")
+    assert docs.main(["check", "doc.md"]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("doc.md:1: 8.23  nearest records:") and "take it out" in err
