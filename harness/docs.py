@@ -377,8 +377,64 @@ def block_studies(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     return "\n".join(rows)
 
 
+def _load(results: pathlib.Path, stem: str) -> dict:
+    path = results / "bench" / f"{stem}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _gap(v) -> str:
+    return "-" if v is None else f"{v:+.1f}"
+
+
+def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """T-Fixup against each baseline in every study, each baseline on its better schedule: the convergence
+    study at the paper's lr (updates ratio), the 10-epoch quality study (BLEU gap), every method at its own
+    best lr (updates ratio; the lrs it trains at) and the plateau (sacreBLEU gap, per seed)."""
+    from tfixup import methods
+
+    conv, qual, lr, plat = (_load(results, s) for s in ("convergence", "quality", "lr", "plateau"))
+    c5 = conv.get("per_method", {}).get("main lr 0.0005", {})
+    q = qual.get("per_method", {}).get("multi30k", {})
+    lrp = lr.get("parts", {}).get("translation", {})
+    gaps = {}
+    for g in plat.get("gaps", []):
+        gaps.setdefault(g["baseline"].split("-")[1], []).append(g["gap"])
+    rows = ["| baseline (its better schedule) | convergence, lr 5e-4: T-Fixup's updates to its best | "
+            "quality, Multi30k, 10 epochs: T-Fixup's BLEU gain | each at its best lr: T-Fixup's updates | "
+            "lrs it trains at (T-Fixup: " + _range(lrp.get("methods", {}).get("tfixup")) + ") | "
+            "plateau: T-Fixup's sacreBLEU gain |", "|---|---|---|---|---|---|"]
+    for name, m in methods.METHODS.items():
+        if name == "tfixup" or name in methods.ABLATIONS:
+            continue
+        cm = c5.get(name)
+        conv_ratio = cm["arms"][cm["better"]]["ratio_mean"] if cm else None
+        qm = q.get(name)
+        gap = qm["arms"][qm["better"]]["tfixup_gap"] if qm else None
+        arm = next((a for a in lrp.get("methods", {}) if a in (name, name + "_matched")), None)
+        lm_ = lrp.get("methods", {}).get(arm) if arm else None
+        best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
+        open_ = " (open)" if lm_ and not lm_.get("grid_closed") else ""
+        pg = gaps.get(name + "_matched") or gaps.get(name)
+        if not any(v is not None for v in (conv_ratio, gap, best, pg)):
+            continue
+        rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
+                    + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
+    return "\n".join(rows)
+
+
+def _range(m) -> str:
+    if not m or not m.get("lr_range"):
+        return "-"
+    lo, hi = m["lr_range"]
+    return f"{lo:g}-{hi:g}" + ("" if m.get("grid_closed") else "+")
+
+
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
-BLOCKS = {"studies": block_studies}
+BLOCKS = {"studies": block_studies, "headline": block_headline}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:
