@@ -97,6 +97,8 @@ COVERED = {
     "python -m harness.stack_update_size --out results/diagnostics --encdec --untied": ("flags",),
     "python -m harness.stack_update_size --out results/diagnostics --encoder-only --untied --methods tfixup,postln":
         ("flags",),
+    # docs/derivation.md
+    "python -m harness.hf_update_size --out results/hf": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
     "python examples/tfixup_lm.py --layers 6 --steps 100": ("run",),
     # docs/pipelines.md
