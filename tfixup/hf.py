@@ -162,8 +162,9 @@ def _encoder_decoder(model: nn.Module) -> Plan:
     base = model.base_model
     encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
     if encoder is None or decoder is None:
-        raise ValueError(f"apply_tfixup: {type(model).__name__} has no encoder and decoder: call apply_tfixup on the "
-                         "whole encoder-decoder model")
+        raise ValueError(f"apply_tfixup: {type(model).__name__} is not an encoder-decoder (a decoder alone?): T-Fixup "
+                         f"for {model.config.model_type} covers the whole encoder-decoder model; for one stack, "
+                         + _DESCRIBE)
     n_enc, n_dec = len(encoder.layers), len(decoder.layers)
     draws = []
     for role, stack, scale in (("encoder", encoder, tfixup_init.encoder_scale(n_enc)),
