@@ -190,6 +190,9 @@ def test_refusals_name_the_model_and_leave_it_unchanged():
                                             decoder_ffn_dim=FFN, vocab_size=VOCAB, pad_token_id=1,
                                             decoder_start_token_id=2)), "not an encoder-decoder"),
     ]
+    odd = build("llama", 2)
+    del odd.model.layers[1].self_attn.v_proj  # a layout tfixup.hf does not know
+    cases.append((odd, "not laid out as tfixup.hf reads it"))
     for model, words in cases:
         before = state(model)
         with pytest.raises(ValueError, match="layers=") as err:

@@ -84,7 +84,11 @@ def apply_tfixup(model: nn.Module) -> Dict[str, float]:
     if model_type not in SUPPORTED:
         raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not one of {', '.join(SUPPORTED)}; "
                          f"{_DESCRIBE}")
-    plan = FAMILIES[model_type](model)
+    try:
+        plan = FAMILIES[model_type](model)
+    except AttributeError as e:  # a class of this model type laid out otherwise (another transformers version?)
+        raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not laid out as tfixup.hf reads it "
+                         f"({e}); {_DESCRIBE}") from None
     if not plan.norms:
         raise ValueError(f"apply_tfixup: {name} has no LayerNorm or RMSNorm left: T-Fixup was applied to it already "
                          f"(applying it twice would scale its weights twice); build the model again from its config")
