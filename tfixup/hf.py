@@ -110,8 +110,7 @@ def apply_tfixup(model: nn.Module) -> Dict[str, float]:
         seen.add(key)
         view = _view(draw)
         if draw.how == "xavier":
-            bound = 3 ** 0.5 * tfixup_init.xavier_uniform_std(view.shape[0], view.shape[1])  # symmetric in fans
-            view.uniform_(-bound, bound)
+            nn.init.xavier_uniform_(view)  # its bound is symmetric in the fans: a Conv1D's (in, out) weight alike
         elif draw.how == "normal":
             nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
             if draw.padding_idx is not None:
