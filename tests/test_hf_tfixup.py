@@ -269,3 +269,18 @@ def test_tfixup_imports_without_transformers_for_torch_models():
             "m = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(16, 2, 32), 2, enable_nested_tensor=False); "
             "apply_tfixup(m, embeddings=[torch.nn.Embedding(10, 16)]); assert 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_docs_huggingface_block_runs_as_written():
+    """docs/beyond-fairseq.md's HuggingFace block: a Llama from a config, apply_tfixup, the optimizer."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "beyond-fairseq.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "transformers" in b]
+    assert len(blocks) == 1
+    scope = {}
+    exec(blocks[0], scope)
+    n = scope["config"].num_hidden_layers
+    assert len(scope["report"]) == 5 * n + 1 and norm_modules(scope["model"]) == []
+    assert scope["report"]["model.layers.0.self_attn.v_proj.weight"] == pytest.approx(0.408, abs=5e-4)
