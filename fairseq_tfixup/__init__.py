@@ -12,8 +12,9 @@ Importing the package registers, with fairseq:
   ``inverse_sqrt_matched`` (a warmup onto T-Fixup's curve, for baselines);
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
-It also allows ``torch.load(..., weights_only=True)`` (torch's default since 2.6)
-to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
+It refuses a torch older than 2.6 (whose ``torch.load`` unpickles code by default),
+loads every checkpoint fairseq reads with ``weights_only=True`` itself, allows
+that safe loader to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
 config string fairseq ``eval()``s to Python literals, in checkpoints fairseq loads
 and on command lines (literals.py, docs/security.md); and makes fairseq's
 checkpoint writes atomic (checkpoints.install_atomic_saves).
@@ -31,8 +32,12 @@ import logging
 # of every command, --help included. Only that logger is quieted; under fairseq-train, fairseq is imported first.
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 
-from tfixup import checkpoints, literals  # noqa: E402
+from tfixup import checkpoints, errors, literals  # noqa: E402
 
+# a refusal below ends the command in its one line (errors.py), this one first: a torch that
+# unpickles code by default (before 2.6) is refused before fairseq loads anything
+errors.one_line_errors()
+checkpoints.require_safe_torch()
 # torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
 # checkpoints hold, and nothing that can run code (see checkpoints.py).
 checkpoints.register_safe_globals()

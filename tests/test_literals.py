@@ -45,7 +45,96 @@ def test_anything_else_is_refused_in_one_line_naming_the_field(text):
     with pytest.raises(literals.NotALiteral) as e:
         literals.literal(text, "adam_betas")
     line = str(e.value)
-    assert "\n" not in line and line.startswith("adam_betas=") and "is not a Python literal" in line
+    assert "\n" not in line and line.startswith("adam_betas=")
+    assert "is not a Python literal" in line or "is refused: " in line and "(the limit, MAX_" in line
+
+
+def _nested(levels: int, width: int = 2) -> str:
+    text = "0"
+    for _ in range(levels):
+        text = f"[{text}] * {width}"
+    return text
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("(" + "[0]*1000000," * 300 + ")", "MAX_ITEMS"),  # 300 lists of a million: 2.4 GB when built
+    ("(" + "[0]*1000000," * 8000 + ")", "MAX_TEXT"),  # a 96 KB field asking for ~63 GB
+    (_nested(30), "MAX_NESTING"),  # 2**30 leaves in shared lists: small to build, endless to walk
+    ("[[[0] * 1024] * 1024] * 1024", "MAX_ITEMS"),  # the same, shallow
+    ("[[0] * 1000] * 1001", "MAX_ITEMS"),
+    ("'" + "a" * 9_000 + "' * 112", "MAX_ITEMS"), ("b'ab' * 600000", "MAX_ITEMS"),
+    ("[" + "0," * 3_000 + "]", "MAX_NODES"), ("[" * 40 + "]" * 40, "MAX_NESTING"),
+    ("9" * 1300 + " * " + "9" * 1300, "MAX_BITS"), ("'x' * " + "9" * 10_001, "MAX_TEXT"),
+])
+def test_sizes_are_bounded_from_the_syntax_before_anything_is_built(text, limit):
+    """The guard capped each sequence, not the total: these were accepted (the first took 2.4 GB and
+    5 s; nested shared lists kept fairseq-generate busy ~40 min). Each is refused at once, in one line
+    naming the field and the limit, having allocated next to nothing."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(literals.TooLarge) as e:
+            literals.literal(text, "encoder_xformers_att_config")
+        took = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("encoder_xformers_att_config=") and f"(the limit, {limit})" in line
+    assert took < 1.0 and peak < 20e6, (took, peak)  # the parse tree of a 96 KB text: a few MB
+
+
+def test_the_largest_literals_within_the_limits_still_build():
+    assert len(literals.literal("[0] * 1000000")) == literals.MAX_ITEMS
+    assert len(literals.literal("[[0] * 999] * 1000")) == 1000
+    assert literals.literal(_nested(15)) == eval(_nested(15))  # noqa: S307  (the test's own text)
+
+
+@pytest.mark.parametrize("field, text", [
+    ("adam_betas", "(1,2,3)"), ("adam_betas", "'abc'"), ("adam_betas", "b'ab'"),
+    ("adam_betas", "(0.9,1.0)"),  # trained flat: a second moment that never moves
+    ("adam_betas", "(0.9, -0.1)"), ("lamb_betas", "(0.9, 1e9)"), ("adafactor_eps", "(1e-30,)"),
+    ("encoder_xformers_att_config", "'abc'"),  # said "install xFormers"
+    ("adaptive_softmax_cutoff", "(100, 'a')"), ("adaptive_softmax_cutoff", "-5"),
+])
+def test_wrong_types_and_ranges_are_refused_up_front(field, text):
+    """These failed late, at update 1 with a traceback, or trained flat; now one line naming the flag
+    and what it takes, on a command line (check_args), in a config's EXTRA_TRAIN_ARGS and where fairseq
+    evaluates it."""
+    import argparse
+
+    from harness import config
+
+    flag = "--" + field.replace("_", "-")
+    with pytest.raises(literals.BadValue) as e:
+        literals.check_args(argparse.Namespace(**{field: text}))
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{flag}=") and " must be " in line
+    with pytest.raises(config.ConfigError, match=f"EXTRA_TRAIN_ARGS: {flag}=.* must be "):
+        config.evaluated_flags([flag, text], "x.conf: EXTRA_TRAIN_ARGS")
+    with pytest.raises(literals.BadValue):
+        literals.field_value(text, field)
+
+
+@pytest.mark.parametrize("field, text", [
+    ("adam_betas", "(0.9, 0.98)"), ("adam_betas", "[0, 0.999]"), ("adafactor_eps", "(1e-30, 1e-3)"),
+    ("encoder_xformers_att_config", "{'name': 'scaled_dot_product'}"), ("adaptive_softmax_cutoff", "10000,50000"),
+    ("adaptive_softmax_cutoff", "5000"), ("wer_args", "('a', 'b', 1.0)"),
+])
+def test_right_types_pass(field, text):
+    literals.field_value(text, field)
+
+
+def test_fairseq_train_refuses_wrong_betas_in_one_line(dict_dir):
+    proc = subprocess.run(["fairseq-train", str(dict_dir), "--user-dir", str(USER_DIR), "--arch", "transformer_tfixup",
+                           "--optimizer", "adam", "--adam-betas", "(0.9,1.0)", "-s", "de", "-t", "en", "--cpu"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.strip().splitlines() if not l.startswith("20")]  # fairseq's dated log lines
+    assert "Traceback" not in proc.stderr and lines[-1].startswith("error: --adam-betas='(0.9,1.0)' must be two numbers in [0, 1)"), proc.stderr
 
 
 @pytest.fixture(scope="module")

@@ -29,13 +29,41 @@ checkpoint_last.pt, and a failed ``torch.save`` left its ``.pt.tmp``.
 """
 
 import argparse
+import os
 import pickle
+import re
 import zipfile
 
 import numpy as np
 import torch
 
-from tfixup import atomic, literals
+from tfixup import atomic, errors, literals
+
+
+MIN_TORCH = (2, 6)  # the first torch whose torch.load defaults to weights_only=True
+_TRUE = ("1", "y", "yes", "true")  # how torch reads its TORCH_FORCE_* switches
+
+
+class UnsafeTorch(errors.Refused):
+    """A torch that would unpickle code by default, in one line naming the fix."""
+
+
+def require_safe_torch(version=None, environ=None) -> None:
+    """``UnsafeTorch`` unless torch loads safely by default: torch >= 2.6 (``weights_only=True`` by
+    default, ``add_safe_globals``) and safe loading not switched off (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``).
+    The plugin's loaders pass ``weights_only=True`` themselves; this covers fairseq's other ``torch.load``
+    calls, which take torch's default. VERSION and ENVIRON stand in for torch's and the process's (tests)."""
+    version = str(torch.__version__ if version is None else version)
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m or tuple(map(int, m.groups())) < MIN_TORCH or not hasattr(torch.serialization, "add_safe_globals"):
+        raise UnsafeTorch(f"torch {version} is too old for fairseq-tfixup: before 2.6 torch.load unpickles "
+                          "arbitrary code by default (weights_only=False), so a crafted checkpoint could run "
+                          "code; install torch >= 2.6 (pip install 'torch>=2.6')")
+    environ = os.environ if environ is None else environ
+    if environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() in _TRUE:
+        raise UnsafeTorch("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set: it makes torch.load unpickle arbitrary code "
+                          "(weights_only=False), so a crafted checkpoint could run code; unset it "
+                          "(unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)")
 
 
 class CorruptCheckpoint(ValueError):
@@ -60,7 +88,8 @@ SAFE_GLOBALS = (argparse.Namespace, *_numpy_array_types())
 
 
 def register_safe_globals() -> None:
-    """Allow fairseq's checkpoint types in ``torch.load(weights_only=True)`` (no-op before torch 2.4)."""
+    """Allow fairseq's checkpoint types in ``torch.load(weights_only=True)`` (torch >= 2.4; before, none
+    is added and such a checkpoint is refused)."""
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:
         add(list(SAFE_GLOBALS))
