@@ -31,6 +31,9 @@ import logging
 # (an optional dependency nothing here uses) at INFO through a root handler it sets up, as the first line
 # of every command, --help included. Only that logger is quieted; under fairseq-train, fairseq is imported first.
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+# The hub's from_pretrained logs the checkpoint's whole config (~12,000 characters, one line) at INFO on
+# every load; that is this logger's only INFO line (its warnings still show).
+logging.getLogger("fairseq.models.fairseq_model").setLevel(logging.WARNING)
 
 from tfixup import checkpoints, errors, literals  # noqa: E402
 

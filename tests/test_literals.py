@@ -305,3 +305,79 @@ def test_adam_betas_from_a_config_or_a_command_line_is_held_to_a_literal(tmp_pat
     with pytest.raises(literals.NotALiteral, match="is not a Python literal"):
         validate.eval(overrides)
     assert validate.eval("{'beam': 5}") == {"beam": 5} and not marker.exists()
+
+
+# ---------------------------------------------------------------- checkpoint fields that name files
+
+
+@pytest.fixture(scope="module")
+def naming_files(tiny_checkpoint, tmp_path_factory):
+    """The real checkpoint with its fields naming files set as an attacker would: pretrained embeddings
+    (fairseq read /dev/zero until memory ran out), the hub's BPE codes (/etc/passwd: its first line came
+    back in the error), a user_dir; and one whose BPE codes are a URL (fairseq tried a download)."""
+    real, data, state = tiny_checkpoint
+    root = tmp_path_factory.mktemp("naming_files")
+    secret = root / "secret.txt"
+    secret.write_text("root:x:0:0:secret\n", encoding="utf-8")
+    evil = copy.deepcopy(state)
+    evil["cfg"]["model"].encoder_embed_path = str(secret)
+    evil["cfg"]["model"].decoder_embed_path = str(root / "embeddings-that-are-not-there.txt")
+    evil["cfg"]["bpe"] = {"_name": "subword_nmt", "bpe_codes": str(secret), "bpe_separator": "@@"}
+    evil["cfg"]["common"]["user_dir"] = str(root / "plugin")
+    paths = {"files": root / "files.pt"}
+    torch.save(evil, paths["files"])
+    evil = copy.deepcopy(state)
+    evil["cfg"]["bpe"] = {"_name": "subword_nmt", "bpe_codes": "https://example.invalid/codes", "bpe_separator": "@@"}
+    paths["url"] = root / "url.pt"
+    torch.save(evil, paths["url"])
+    (data / "code").write_text("#version: 0.2\na b\n", encoding="utf-8")  # the caller's own codes
+    return paths, data, secret
+
+
+def test_a_loaded_checkpoint_names_no_file(naming_files):
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+
+    paths, data, secret = naming_files
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(paths["files"]))
+    model_cfg = state["cfg"].model
+    assert model_cfg.encoder_embed_path is None and model_cfg.decoder_embed_path is None
+    assert state["cfg"].bpe.bpe_codes is None and state["cfg"].common.user_dir is None
+    # fairseq-generate's and the hub's path: the model builds without reading any of them (before, the
+    # missing embeddings file stopped it, and /dev/zero there never returned)
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(paths["files"])], arg_overrides={"data": str(data)})
+    assert type(models[0]).__name__ == "TFixupTransformerModel"
+    # the hub's BPE codes come from the caller (here the data folder's own), never from the checkpoint
+    hub = TransformerModel.from_pretrained(str(paths["files"].parent), checkpoint_file=paths["files"].name,
+                                           data_name_or_path=str(data), bpe="subword_nmt",
+                                           bpe_codes=str(data / "code"))
+    assert hub.bpe.bpe.bpe_codes == {("a", "b"): 0}
+    with pytest.raises(Exception, match="bpe_codes") as e:  # and none given: fairseq's own error, no file read
+        TransformerModel.from_pretrained(str(paths["files"].parent), checkpoint_file=paths["files"].name,
+                                         data_name_or_path=str(data))
+    assert "root:x" not in str(e.value)
+
+
+def test_a_url_in_a_checkpoint_is_refused(naming_files):
+    from fairseq import checkpoint_utils
+
+    from tfixup import checkpoints
+
+    paths, data, _ = naming_files
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load):
+        with pytest.raises(literals.UnsafeCheckpoint) as e:
+            load(str(paths["url"]))
+        refused(e.value, paths["url"], "cfg.bpe.bpe_codes")
+        assert "names a URL" in str(e.value)
+
+
+def test_the_hub_does_not_log_the_whole_config(tiny_checkpoint, caplog):
+    """from_pretrained logged the checkpoint's config as one ~12,000-character INFO line on every load."""
+    import logging
+
+    from fairseq.models.transformer import TransformerModel
+
+    real, data, _ = tiny_checkpoint
+    with caplog.at_level(logging.INFO):
+        TransformerModel.from_pretrained(str(real.parent), checkpoint_file=real.name, data_name_or_path=str(data))
+    assert caplog.records and max(len(r.getMessage()) for r in caplog.records) < 1000
