@@ -56,6 +56,16 @@ def check_lm_config(args, model: str = NAME) -> None:
         raise ValueError(f"{model} needs --decoder-layers >= 1, got {n}")
 
 
+def same_width_by_default(args) -> None:
+    """--decoder-input-dim and --decoder-output-dim left at fairseq's defaults (its config's 512) take
+    --decoder-embed-dim: T-Fixup's LM needs them equal (check_lm_config), so setting the width once is
+    enough. A value given that differs from both is still refused there."""
+    defaults = TransformerLanguageModelConfig()
+    for key in ("decoder_input_dim", "decoder_output_dim"):
+        if getattr(args, key, None) in (None, getattr(defaults, key)):
+            setattr(args, key, args.decoder_embed_dim)
+
+
 def apply_lm_tfixup_(model: nn.Module, num_layers: int) -> None:
     """T-Fixup's single-stack rules (``tfixup_init.lm_rule_for``), applied once; a tied input/output
     embedding is one parameter (``decoder.embed_tokens.weight``), scaled once."""
@@ -69,6 +79,7 @@ class TFixupTransformerLanguageModel(TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
+        same_width_by_default(args)
         check_lm_config(args)
         model = super().build_model(args, task)
         for layer in model.decoder.layers:
