@@ -74,6 +74,32 @@ class CorruptCheckpoint(ValueError):
         self.path, self.reason = str(path), reason
 
 
+class NotACheckpoint(CorruptCheckpoint):
+    """A file that is no torch checkpoint at all (a text file, a device), in one line naming it."""
+
+    def __init__(self, path, reason):
+        ValueError.__init__(self, f"{path} is not a checkpoint ({reason})")
+        self.path, self.reason = str(path), reason
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since 1.6
+PICKLE_MAGIC = b"\x80"  # the legacy format: a pickle (protocol 2+) of torch's magic number
+
+
+def _check_format(path) -> None:
+    """``NotACheckpoint`` unless PATH (followed if a link) is a regular file starting as torch's formats do."""
+    if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise NotACheckpoint(path, "not a regular file")
+        return  # torch names the missing file
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not (head.startswith(ZIP_MAGIC) or head.startswith(PICKLE_MAGIC)):
+        text = all(32 <= b < 127 or b in b"\t\n\r" for b in head)
+        raise NotACheckpoint(path, "empty" if not head else
+                             f"{'text, ' if text else ''}not torch's zip format or its legacy pickle")
+
+
 def _numpy_array_types() -> tuple:
     try:  # numpy >= 2
         from numpy._core.multiarray import _reconstruct
@@ -115,8 +141,10 @@ def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
     the tensors instead of reading them: cheap when only the bookkeeping is needed.
     ``check_crc``: ``verify`` it first. Refused: pickled code (``pickle.UnpicklingError``),
     a non-literal in a field fairseq evaluates (``literals.UnsafeCheckpoint``); unreadable:
-    ``CorruptCheckpoint``; each in one line naming PATH."""
+    ``CorruptCheckpoint`` (``NotACheckpoint`` for a file in neither of torch's formats); each in
+    one line naming PATH."""
     register_safe_globals()
+    _check_format(path)
     if check_crc:
         verify(path)
     try:
@@ -131,7 +159,7 @@ def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
         cause = next((l.strip() for l in str(e).splitlines() if "GLOBAL" in l or "global" in l), "")
         raise pickle.UnpicklingError(f"{path}: refused by torch.load(weights_only=True): {cause} "
                                      "(not a checkpoint fairseq wrote, or not a checkpoint)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile) as e:  # truncated, or not torch's format
+    except (RuntimeError, EOFError, zipfile.BadZipFile, IndexError, KeyError) as e:  # truncated, or not torch's format
         text = str(e).strip()
         raise CorruptCheckpoint(path, f"cannot be read: {text.splitlines()[0] if text else type(e).__name__}") from None
     literals.check_state(state, path)
