@@ -170,7 +170,7 @@ def test_an_unsafe_torch_is_refused_at_import_in_one_line():
 def test_updates_of_a_file_that_is_no_checkpoint_is_one_line(tmp_path):
     """`python -m harness updates` on a text file (or a link to one) ended in an IndexError traceback."""
     text = tmp_path / "notes.txt"
-    text.write_text("0abc def\n", encoding="utf-8")  # torch's legacy reader: IndexError
+    text.write_text("a note\n", encoding="utf-8")  # torch's legacy reader: IndexError (pop from empty list)
     (tmp_path / "checkpoint_last.pt").symlink_to(text)
     (tmp_path / "empty.pt").write_bytes(b"")
     for path, why in ((text, "text, not torch's zip format or its legacy pickle"),
