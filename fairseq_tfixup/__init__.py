@@ -48,10 +48,10 @@ checkpoints.register_safe_globals()
 # must be literals (literals.py); its checkpoint writes become atomic
 literals.install()
 checkpoints.install_atomic_saves()
-# --fp16 / --bf16 where they cannot run: one line naming the flag when the trainer is built
-from fairseq_tfixup import precision  # noqa: E402
+# --fp16 / --bf16 where they cannot run, a language model's missing split: one line naming the flag
+from fairseq_tfixup import command_checks  # noqa: E402
 
-precision.install()
+command_checks.install()
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup, inverse_sqrt_matched  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

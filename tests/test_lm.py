@@ -288,3 +288,25 @@ def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path,
     assert "PARTIAL" not in (tmp_path / "lm.md").read_text()
     ran.clear()
     assert lm.main(["--data", str(lm_bin), "--out", str(tmp_path)]) == 0 and ran == []
+
+
+def test_preparing_without_fairseq_on_the_path_is_one_line_and_leaves_nothing(shared_data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Outside the venv, `python -m harness.bench.lm` ended in a traceback (fairseq-preprocess not found) and
+    left work/data-bin/lm-multi30k-en-t0-v0.tmp.PID; a preparation killed outright left its temp folder too."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"lm-multi30k-en-t20-v10.tmp.{dead.pid}"
+    (stale / "text").mkdir(parents=True)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SystemExit):
+        lm.prepare_data(20, 10, root=str(tmp_path), shared=shared_data)
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["error: fairseq-preprocess not found: run this with the project's environment "
+                                        "active (. .venv/bin/activate; bash scripts/install.sh makes it)"]
+    assert list(tmp_path.iterdir()) == [stale]
+    # a failure after the temp folder is made removes it, and the dead preparation's folder with it
+    monkeypatch.setattr(lm.shutil, "which", lambda name: "/nonexistent/" + name)
+    with pytest.raises(FileNotFoundError):
+        lm.prepare_data(20, 10, root=str(tmp_path), shared=shared_data)
+    assert list(tmp_path.iterdir()) == []

@@ -59,14 +59,38 @@ def test_precision_flags_are_checked_when_the_trainer_is_built(dict_dir, flags, 
     from fairseq import options, trainer
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from fairseq_tfixup import precision
+    from fairseq_tfixup import command_checks
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = options.parse_args_and_arch(options.get_training_parser(), [
         str(dict_dir), "--user-dir", str(USER_DIR), "--arch", "transformer_tfixup", "-s", "de", "-t", "en", *flags])
     cfg = convert_namespace_to_omegaconf(args)
-    with pytest.raises(precision.errors.Refused) as e:
+    with pytest.raises(command_checks.errors.Refused) as e:
         trainer.Trainer(cfg, None, None, None)  # refused before anything is built
     assert words in str(e.value)
     cfg.common.fp16 = cfg.common.bf16 = cfg.common.memory_efficient_bf16 = cfg.common.memory_efficient_fp16 = False
-    precision.check(cfg)
+    command_checks.check(cfg)
+
+
+def test_a_language_model_split_the_data_bin_lacks_names_the_ones_it_has(tmp_path):
+    """fairseq-eval-lm reads 'test' by default; the LM study's data-bin has train and valid only: fairseq
+    said `FileNotFoundError: Dataset not found: test`."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from fairseq_tfixup import command_checks
+
+    for split in ("train", "valid"):
+        (tmp_path / f"{split}.txt").write_text("a b c d\nb c d e\n" * 5)
+    subprocess.run(["fairseq-preprocess", "--only-source", "--trainpref", str(tmp_path / "train.txt"), "--validpref",
+                    str(tmp_path / "valid.txt"), "--destdir", str(tmp_path / "bin"), "--workers", "1"],
+                   check=True, capture_output=True)
+    args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
+        str(tmp_path / "bin"), "--user-dir", str(USER_DIR), "--task", "language_modeling", "--path", "x.pt"])
+    task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)
+    with pytest.raises(command_checks.errors.Refused) as e:
+        task.load_dataset(args.gen_subset)
+    assert str(e.value) == (f"{tmp_path / 'bin'} holds no 'test' split (it has: train, valid): choose one it has, "
+                            "e.g. --gen-subset valid for fairseq-eval-lm")
+    task.load_dataset("valid")
+    assert len(task.dataset("valid")) > 0

@@ -42,7 +42,7 @@ def remove_stale(folder) -> list:
         return removed
     for name in names:
         m = _TEMP.fullmatch(name)
-        if m and not _running(int(m.group(1))):
+        if m and not pid_running(int(m.group(1))):
             try:
                 os.unlink(os.path.join(folder, name))
                 removed.append(name)
@@ -51,7 +51,8 @@ def remove_stale(folder) -> list:
     return removed
 
 
-def _running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether process PID exists (this process counts; another user's too)."""
     if pid == os.getpid():
         return True
     try:
