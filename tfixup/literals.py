@@ -197,7 +197,7 @@ _SEQUENCES = {ast.Tuple: "tuple", ast.List: "list", ast.Set: "set", ast.Dict: "d
 
 def _measure(node, depth):
     """(kind, length, size) of NODE's value, from its syntax alone: kind "number" (length: the value
-    itself), "str", "bytes", "none" or a container's; size counts every element of every container
+    itself), "str", "bytes", a container's ("list", ...) or a constant's type ("NoneType", "bool"); size counts every element of every container
     and every character, as often as it occurs (``[[0] * 1000] * 1000`` is 1,001,000: a shared list
     is walked once per reference by whatever reads the value). ``TooLarge`` past MAX_ITEMS,
     MAX_NESTING or MAX_BITS; ``NotALiteral`` for what ``_value`` refuses too."""
