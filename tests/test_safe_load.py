@@ -169,13 +169,18 @@ def test_an_unsafe_torch_is_refused_at_import_in_one_line():
 
 def test_updates_of_a_file_that_is_no_checkpoint_is_one_line(tmp_path):
     """`python -m harness updates` on a text file (or a link to one) ended in an IndexError traceback."""
+    from tfixup import checkpoints
+
     text = tmp_path / "notes.txt"
     text.write_text("a note\n", encoding="utf-8")  # torch's legacy reader: IndexError (pop from empty list)
     (tmp_path / "checkpoint_last.pt").symlink_to(text)
     (tmp_path / "empty.pt").write_bytes(b"")
-    for path, why in ((text, "text, not torch's zip format or its legacy pickle"),
-                      (tmp_path / "checkpoint_last.pt", "text, not torch's zip format"), (tmp_path / "empty.pt", "empty")):
-        proc = subprocess.run([sys.executable, "-m", "harness", "updates", str(path)], capture_output=True, text=True,
-                              cwd=REPO)
-        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
-        assert proc.stderr.startswith(f"error: {path} is not a checkpoint ({why}") and proc.stderr.count("\n") == 1
+    proc = subprocess.run([sys.executable, "-m", "harness", "updates", str(tmp_path / "checkpoint_last.pt")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path}/checkpoint_last.pt is not a checkpoint (text, not torch's zip "
+                                  "format or its legacy pickle)") and proc.stderr.count("\n") == 1
+    for path, why in ((text, "text, not torch's zip format or its legacy pickle"), (tmp_path / "empty.pt", "empty"),
+                      (tmp_path, "not a regular file")):
+        with pytest.raises(checkpoints.NotACheckpoint, match=rf"^{re.escape(str(path))} is not a checkpoint \({why}"):
+            checkpoints.load(path)
