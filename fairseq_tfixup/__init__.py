@@ -12,8 +12,9 @@ Importing the package registers, with fairseq:
   ``inverse_sqrt_matched`` (a warmup onto T-Fixup's curve, for baselines);
 * the baselines of ``fairseq_tfixup.baselines`` (docs/baselines.md).
 
-It also allows ``torch.load(..., weights_only=True)`` (torch's default since 2.6)
-to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
+It refuses a torch older than 2.6 (whose ``torch.load`` unpickles code by default),
+loads every checkpoint fairseq reads with ``weights_only=True`` itself, allows
+that safe loader to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
 config string fairseq ``eval()``s to Python literals, in checkpoints fairseq loads
 and on command lines (literals.py, docs/security.md); and makes fairseq's
 checkpoint writes atomic (checkpoints.install_atomic_saves).
@@ -30,9 +31,16 @@ import logging
 # (an optional dependency nothing here uses) at INFO through a root handler it sets up, as the first line
 # of every command, --help included. Only that logger is quieted; under fairseq-train, fairseq is imported first.
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+# The hub's from_pretrained logs the checkpoint's whole config (~12,000 characters, one line) at INFO on
+# every load; that is this logger's only INFO line (its warnings still show).
+logging.getLogger("fairseq.models.fairseq_model").setLevel(logging.WARNING)
 
-from tfixup import checkpoints, literals  # noqa: E402
+from tfixup import checkpoints, errors, literals  # noqa: E402
 
+# a refusal below ends the command in its one line (errors.py), this one first: a torch that
+# unpickles code by default (before 2.6) is refused before fairseq loads anything
+errors.one_line_errors()
+checkpoints.require_safe_torch()
 # torch >= 2.6 loads with weights_only=True: allow the few plain types fairseq's
 # checkpoints hold, and nothing that can run code (see checkpoints.py).
 checkpoints.register_safe_globals()
@@ -40,6 +48,10 @@ checkpoints.register_safe_globals()
 # must be literals (literals.py); its checkpoint writes become atomic
 literals.install()
 checkpoints.install_atomic_saves()
+# --fp16 / --bf16 where they cannot run, a language model's missing split: one line naming the flag
+from fairseq_tfixup import command_checks  # noqa: E402
+
+command_checks.install()
 
 from fairseq_tfixup.lr_scheduler import inverse_sqrt_nowarmup, inverse_sqrt_matched  # noqa: F401  (registers)
 from fairseq_tfixup.models import transformer_tfixup  # noqa: F401  (registers)

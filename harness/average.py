@@ -6,16 +6,18 @@ state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
 """
 
 import collections
+import errno
 import functools
 import os
 import re
+import shutil
 from typing import Dict, List, Sequence
 
 import torch
 
 from fairseq import checkpoint_utils
 
-from tfixup import checkpoints
+from tfixup import atomic, checkpoints
 from harness import fairseq_log, recover
 
 EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
@@ -71,10 +73,25 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
     return newest
 
 
-def save_average(paths: Sequence[str], out: str) -> None:
-    # torch_persistent_save writes out.tmp then renames: never a half-written file
-    checkpoint_utils.torch_persistent_save(average_checkpoints(paths), out)
+class DiskFull(RuntimeError):
+    """A save that found the disk full, in one line naming the file, the space free and the fix."""
 
+
+def save_average(paths: Sequence[str], out: str) -> None:
+    """The average of PATHS written to OUT through the one atomic writer (never a half-written file, no
+    temp file left: fairseq's own writer left OUT.tmp on a full disk); a full disk is ``DiskFull``."""
+    state = average_checkpoints(paths)
+    try:
+        atomic.write_file(out, lambda tmp: checkpoints.save(state, tmp))
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        folder = os.path.dirname(os.path.abspath(out))
+        need = sum(t.numel() * t.element_size() for t in state["model"].values())
+        free = shutil.disk_usage(folder).free
+        raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {out}: {free / 2 ** 20:.0f} MiB free on "
+                       f"the disk of {folder}, the model needs about {need / 2 ** 20:.0f} MiB; free some space, "
+                       "then rerun the same command") from None
 
 
 

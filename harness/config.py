@@ -221,7 +221,7 @@ def adam_betas(text: str, where: str = "ADAM_BETAS"):
 
 def evaluated_flags(words: Sequence[str], where: str) -> None:
     """fairseq flags whose value fairseq eval()s (``--adam-betas``, ``--adaptive-softmax-cutoff``, ...:
-    literals.EVALUATED) must hold literals."""
+    literals.EVALUATED) must hold literals, of the type and range their field takes (literals.SHAPES)."""
     lit = _literals()
     for i, word in enumerate(words):
         if not word.startswith("--"):
@@ -234,7 +234,7 @@ def evaluated_flags(words: Sequence[str], where: str) -> None:
                 continue  # fairseq's parser names the missing value
             value = words[i + 1]
         try:
-            lit.literal(value, f"--{name}")
+            lit.field_value(value, name.replace("-", "_"), f"--{name}")
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
 

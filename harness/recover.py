@@ -79,6 +79,8 @@ def unusable(last: str, error) -> str:
     """What is wrong with LAST, from the error its loading raised (or a reason), in words."""
     if isinstance(error, str):
         return f"{last} is corrupt (cannot be read: {error})"
+    if type(error).__name__ == "NotACheckpoint":  # names the file already
+        return str(error)
     if getattr(error, "reason", None):  # checkpoints.CorruptCheckpoint
         return f"{last} is corrupt ({error.reason})"
     if type(error).__name__ == "UnsafeCheckpoint":  # names the file and the field already

@@ -1,7 +1,8 @@
 """Translate your own text with a trained run (scripts/translate.sh): the text is made into tokens
 exactly as the run's data-bin was (the steps its manifest records, ``manifest.json["preprocess"]``:
 punctuation normalization, Moses tokenizer, lowercasing, the data-bin's BPE codes), the run's final
-model translates it (beam and length penalty of its config), and the output is detokenized.
+model translates it (beam and length penalty of its config), and the output is detokenized (and
+sentence-cased when the data-bin was lowercased: its first letter and "I" upper-case).
 
     python3 -m harness.translate RUN_DIR [FILE]   one translation per input line (stdin without FILE)
     python3 -m harness.translate --show RUN_DIR   the model, data-bin, dictionaries and BPE codes it uses
@@ -103,9 +104,36 @@ def text_steps(data, run=None) -> Dict:
         field = f"preprocess.{missing[0]}" if missing else "params.src/tgt"
         raise TranslateError(f"{data}/{manifest.NAME} lacks the field '{field}': make the data-bin again: "
                              f"{rebuild_command(run, data, params) if run else 'its prepare script'}")
-    if steps["bpe_codes"] and not (data / steps["bpe_codes"]).is_file():
-        raise TranslateError(f"{data} lacks its BPE codes {steps['bpe_codes']} that {manifest.NAME} names")
+    for key, kind in manifest.PREPROCESS_KEYS.items():
+        value = steps[key]
+        if not (isinstance(value, bool) if kind is bool else value in kind if isinstance(kind, tuple)
+                else isinstance(value, str)):
+            what = "true or false" if kind is bool else " or ".join(kind) if isinstance(kind, tuple) else "a file name"
+            raise TranslateError(f"{data}/{manifest.NAME}: preprocess.{key}={value!r} must be {what}: make the "
+                                 f"data-bin again: {rebuild_command(run, data, params) if run else 'its prepare script'}")
+    if steps["bpe_codes"]:
+        bpe_codes_file(data, steps["bpe_codes"])
     return {**steps, "src": params["src"], "tgt": params["tgt"]}
+
+
+MAX_CODES_BYTES = 100 * 2 ** 20  # subword-nmt reads its codes whole: 8000 merges are ~80 KB
+
+
+def bpe_codes_file(data, name: str) -> pathlib.Path:
+    """The BPE codes NAME of the data-bin DATA: a regular file inside DATA (a manifest naming another
+    file, ``..`` or a device such as /dev/zero is refused), of at most MAX_CODES_BYTES."""
+    data = pathlib.Path(data)
+    path = data / name
+    if pathlib.PurePath(name).is_absolute() or data.resolve() not in path.resolve().parents:
+        raise TranslateError(f"{data}/{manifest.NAME} names BPE codes outside the data-bin ({name!r}): only a file "
+                             f"of the data-bin is read; make the data-bin again with its scripts/prepare-*.sh")
+    if not path.is_file():
+        raise TranslateError(f"{data} lacks its BPE codes {name} that {manifest.NAME} names (or it is not a "
+                             "regular file)")
+    if path.stat().st_size > MAX_CODES_BYTES:
+        raise TranslateError(f"{path} is {path.stat().st_size} bytes, more than BPE codes take "
+                             f"({MAX_CODES_BYTES} at most): make the data-bin again with its scripts/prepare-*.sh")
+    return path
 
 
 class TextPipeline:
@@ -124,7 +152,7 @@ class TextPipeline:
         if steps["bpe"] == "subword_nmt":
             from subword_nmt.apply_bpe import BPE
 
-            with open(pathlib.Path(data) / steps["bpe_codes"], encoding="utf-8") as f:
+            with open(bpe_codes_file(data, steps["bpe_codes"]), encoding="utf-8") as f:
                 self.bpe = BPE(f)
 
     def encode(self, line: str) -> str:

@@ -45,7 +45,96 @@ def test_anything_else_is_refused_in_one_line_naming_the_field(text):
     with pytest.raises(literals.NotALiteral) as e:
         literals.literal(text, "adam_betas")
     line = str(e.value)
-    assert "\n" not in line and line.startswith("adam_betas=") and "is not a Python literal" in line
+    assert "\n" not in line and line.startswith("adam_betas=")
+    assert "is not a Python literal" in line or "is refused: " in line and "(the limit, MAX_" in line
+
+
+def _nested(levels: int, width: int = 2) -> str:
+    text = "0"
+    for _ in range(levels):
+        text = f"[{text}] * {width}"
+    return text
+
+
+@pytest.mark.parametrize("text, limit", [
+    ("(" + "[0]*1000000," * 300 + ")", "MAX_ITEMS"),  # 300 lists of a million: 2.4 GB when built
+    ("(" + "[0]*1000000," * 8000 + ")", "MAX_TEXT"),  # a 96 KB field asking for ~63 GB
+    (_nested(30), "MAX_NESTING"),  # 2**30 leaves in shared lists: small to build, endless to walk
+    ("[[[0] * 1024] * 1024] * 1024", "MAX_ITEMS"),  # the same, shallow
+    ("[[0] * 1000] * 1001", "MAX_ITEMS"),
+    ("'" + "a" * 9_000 + "' * 112", "MAX_ITEMS"), ("b'ab' * 600000", "MAX_ITEMS"),
+    ("[" + "0," * 3_000 + "]", "MAX_NODES"), ("[" * 40 + "]" * 40, "MAX_NESTING"),
+    ("9" * 1300 + " * " + "9" * 1300, "MAX_BITS"), ("'x' * " + "9" * 10_001, "MAX_TEXT"),
+])
+def test_sizes_are_bounded_from_the_syntax_before_anything_is_built(text, limit):
+    """The guard capped each sequence, not the total: these were accepted (the first took 2.4 GB and
+    5 s; nested shared lists kept fairseq-generate busy ~40 min). Each is refused at once, in one line
+    naming the field and the limit, having allocated next to nothing."""
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        with pytest.raises(literals.TooLarge) as e:
+            literals.literal(text, "encoder_xformers_att_config")
+        took = time.perf_counter() - started
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("encoder_xformers_att_config=") and f"(the limit, {limit})" in line
+    assert took < 1.0 and peak < 20e6, (took, peak)  # the parse tree of a 96 KB text: a few MB
+
+
+def test_the_largest_literals_within_the_limits_still_build():
+    assert len(literals.literal("[0] * 1000000")) == literals.MAX_ITEMS
+    assert len(literals.literal("[[0] * 999] * 1000")) == 1000
+    assert literals.literal(_nested(15)) == eval(_nested(15))  # noqa: S307  (the test's own text)
+
+
+@pytest.mark.parametrize("field, text", [
+    ("adam_betas", "(1,2,3)"), ("adam_betas", "'abc'"), ("adam_betas", "b'ab'"),
+    ("adam_betas", "(0.9,1.0)"),  # trained flat: a second moment that never moves
+    ("adam_betas", "(0.9, -0.1)"), ("lamb_betas", "(0.9, 1e9)"), ("adafactor_eps", "(1e-30,)"),
+    ("encoder_xformers_att_config", "'abc'"),  # said "install xFormers"
+    ("adaptive_softmax_cutoff", "(100, 'a')"), ("adaptive_softmax_cutoff", "-5"),
+])
+def test_wrong_types_and_ranges_are_refused_up_front(field, text):
+    """These failed late, at update 1 with a traceback, or trained flat; now one line naming the flag
+    and what it takes, on a command line (check_args), in a config's EXTRA_TRAIN_ARGS and where fairseq
+    evaluates it."""
+    import argparse
+
+    from harness import config
+
+    flag = "--" + field.replace("_", "-")
+    with pytest.raises(literals.BadValue) as e:
+        literals.check_args(argparse.Namespace(**{field: text}))
+    line = str(e.value)
+    assert "\n" not in line and line.startswith(f"{flag}=") and " must be " in line
+    with pytest.raises(config.ConfigError, match=f"EXTRA_TRAIN_ARGS: {flag}=.* must be "):
+        config.evaluated_flags([flag, text], "x.conf: EXTRA_TRAIN_ARGS")
+    with pytest.raises(literals.BadValue):
+        literals.field_value(text, field)
+
+
+@pytest.mark.parametrize("field, text", [
+    ("adam_betas", "(0.9, 0.98)"), ("adam_betas", "[0, 0.999]"), ("adafactor_eps", "(1e-30, 1e-3)"),
+    ("encoder_xformers_att_config", "{'name': 'scaled_dot_product'}"), ("adaptive_softmax_cutoff", "10000,50000"),
+    ("adaptive_softmax_cutoff", "5000"), ("wer_args", "('a', 'b', 1.0)"),
+])
+def test_right_types_pass(field, text):
+    literals.field_value(text, field)
+
+
+def test_fairseq_train_refuses_wrong_betas_in_one_line(dict_dir):
+    proc = subprocess.run(["fairseq-train", str(dict_dir), "--user-dir", str(USER_DIR), "--arch", "transformer_tfixup",
+                           "--optimizer", "adam", "--adam-betas", "(0.9,1.0)", "-s", "de", "-t", "en", "--cpu"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    lines = [l for l in proc.stderr.strip().splitlines() if not l.startswith("20")]  # fairseq's dated log lines
+    assert "Traceback" not in proc.stderr and lines[-1].startswith("error: --adam-betas='(0.9,1.0)' must be two numbers in [0, 1)"), proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -216,3 +305,79 @@ def test_adam_betas_from_a_config_or_a_command_line_is_held_to_a_literal(tmp_pat
     with pytest.raises(literals.NotALiteral, match="is not a Python literal"):
         validate.eval(overrides)
     assert validate.eval("{'beam': 5}") == {"beam": 5} and not marker.exists()
+
+
+# ---------------------------------------------------------------- checkpoint fields that name files
+
+
+@pytest.fixture(scope="module")
+def naming_files(tiny_checkpoint, tmp_path_factory):
+    """The real checkpoint with its fields naming files set as an attacker would: pretrained embeddings
+    (fairseq read /dev/zero until memory ran out), the hub's BPE codes (/etc/passwd: its first line came
+    back in the error), a user_dir; and one whose BPE codes are a URL (fairseq tried a download)."""
+    real, data, state = tiny_checkpoint
+    root = tmp_path_factory.mktemp("naming_files")
+    secret = root / "secret.txt"
+    secret.write_text("root:x:0:0:secret\n", encoding="utf-8")
+    evil = copy.deepcopy(state)
+    evil["cfg"]["model"].encoder_embed_path = str(secret)
+    evil["cfg"]["model"].decoder_embed_path = str(root / "embeddings-that-are-not-there.txt")
+    evil["cfg"]["bpe"] = {"_name": "subword_nmt", "bpe_codes": str(secret), "bpe_separator": "@@"}
+    evil["cfg"]["common"]["user_dir"] = str(root / "plugin")
+    paths = {"files": root / "files.pt"}
+    torch.save(evil, paths["files"])
+    evil = copy.deepcopy(state)
+    evil["cfg"]["bpe"] = {"_name": "subword_nmt", "bpe_codes": "https://example.invalid/codes", "bpe_separator": "@@"}
+    paths["url"] = root / "url.pt"
+    torch.save(evil, paths["url"])
+    (data / "code").write_text("#version: 0.2\na b\n", encoding="utf-8")  # the caller's own codes
+    return paths, data, secret
+
+
+def test_a_loaded_checkpoint_names_no_file(naming_files):
+    from fairseq import checkpoint_utils
+    from fairseq.models.transformer import TransformerModel
+
+    paths, data, secret = naming_files
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(paths["files"]))
+    model_cfg = state["cfg"].model
+    assert model_cfg.encoder_embed_path is None and model_cfg.decoder_embed_path is None
+    assert state["cfg"].bpe.bpe_codes is None and state["cfg"].common.user_dir is None
+    # fairseq-generate's and the hub's path: the model builds without reading any of them (before, the
+    # missing embeddings file stopped it, and /dev/zero there never returned)
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(paths["files"])], arg_overrides={"data": str(data)})
+    assert type(models[0]).__name__ == "TFixupTransformerModel"
+    # the hub's BPE codes come from the caller (here the data folder's own), never from the checkpoint
+    hub = TransformerModel.from_pretrained(str(paths["files"].parent), checkpoint_file=paths["files"].name,
+                                           data_name_or_path=str(data), bpe="subword_nmt",
+                                           bpe_codes=str(data / "code"))
+    assert hub.bpe.bpe.bpe_codes == {("a", "b"): 0}
+    with pytest.raises(Exception, match="bpe_codes") as e:  # and none given: fairseq's own error, no file read
+        TransformerModel.from_pretrained(str(paths["files"].parent), checkpoint_file=paths["files"].name,
+                                         data_name_or_path=str(data))
+    assert "root:x" not in str(e.value)
+
+
+def test_a_url_in_a_checkpoint_is_refused(naming_files):
+    from fairseq import checkpoint_utils
+
+    from tfixup import checkpoints
+
+    paths, data, _ = naming_files
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load):
+        with pytest.raises(literals.UnsafeCheckpoint) as e:
+            load(str(paths["url"]))
+        refused(e.value, paths["url"], "cfg.bpe.bpe_codes")
+        assert "names a URL" in str(e.value)
+
+
+def test_the_hub_does_not_log_the_whole_config(tiny_checkpoint, caplog):
+    """from_pretrained logged the checkpoint's config as one ~12,000-character INFO line on every load."""
+    import logging
+
+    from fairseq.models.transformer import TransformerModel
+
+    real, data, _ = tiny_checkpoint
+    with caplog.at_level(logging.INFO):
+        TransformerModel.from_pretrained(str(real.parent), checkpoint_file=real.name, data_name_or_path=str(data))
+    assert caplog.records and max(len(r.getMessage()) for r in caplog.records) < 1000

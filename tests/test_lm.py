@@ -123,14 +123,22 @@ def test_presets_sizes_and_explicit_flags_win(lm_bin):
     (["--layernorm-embedding"], "has no LayerNorm: --layernorm-embedding cannot be used"),
     (["--decoder-layers", 0], "needs --decoder-layers >= 1, got 0"),
     (["--decoder-input-dim", 32], "needs --decoder-input-dim = --decoder-embed-dim"),
-    # fairseq's transformer_lm config projects a 512-dim embedding into a smaller stack unless told
-    (["--decoder-embed-dim", 64], "needs --decoder-input-dim = --decoder-embed-dim"),
+    (["--decoder-embed-dim", 64, "--decoder-output-dim", 32], "needs --decoder-output-dim = --decoder-embed-dim"),
 ])
 def test_flags_that_defeat_tfixup_are_refused_in_one_line(flags, message, lm_bin):
     arch = "transformer_lm_tfixup" if "--decoder-embed-dim" in flags else "transformer_lm_tfixup_small"
     with pytest.raises(ValueError, match=message) as err:
         build_lm(lm_bin, arch, "--decoder-layers", 2, *flags)
     assert "\n" not in str(err.value)
+
+
+def test_the_width_is_set_once(lm_bin):
+    """fairseq's transformer_lm config keeps its input and output dims at 512 unless told: the model
+    refused --decoder-embed-dim 128 alone (512 != 128). Left at that default, they take the width."""
+    model, _ = build_lm(lm_bin, "transformer_lm_tfixup", "--decoder-layers", 2, "--decoder-embed-dim", 64,
+                        "--decoder-ffn-embed-dim", 128, "--decoder-attention-heads", 4)
+    assert model.decoder.embed_tokens.weight.shape[1] == 64
+    assert model.decoder.project_in_dim is None and model.decoder.project_out_dim is None
 
 
 def test_method_rows_build_their_language_models(lm_bin):
@@ -282,3 +290,25 @@ def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path,
     assert "PARTIAL" not in (tmp_path / "lm.md").read_text()
     ran.clear()
     assert lm.main(["--data", str(lm_bin), "--out", str(tmp_path)]) == 0 and ran == []
+
+
+def test_preparing_without_fairseq_on_the_path_is_one_line_and_leaves_nothing(shared_data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Outside the venv, `python -m harness.bench.lm` ended in a traceback (fairseq-preprocess not found) and
+    left work/data-bin/lm-multi30k-en-t0-v0.tmp.PID; a preparation killed outright left its temp folder too."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"lm-multi30k-en-t20-v10.tmp.{dead.pid}"
+    (stale / "text").mkdir(parents=True)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SystemExit):
+        lm.prepare_data(20, 10, root=str(tmp_path), shared=shared_data)
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["error: fairseq-preprocess not found: run this with the project's environment "
+                                        "active (. .venv/bin/activate; bash scripts/install.sh makes it)"]
+    assert list(tmp_path.iterdir()) == [stale]
+    # a failure after the temp folder is made removes it, and the dead preparation's folder with it
+    monkeypatch.setattr(lm.shutil, "which", lambda name: "/nonexistent/" + name)
+    with pytest.raises(FileNotFoundError):
+        lm.prepare_data(20, 10, root=str(tmp_path), shared=shared_data)
+    assert list(tmp_path.iterdir()) == []

@@ -5,7 +5,9 @@ test_pipeline_chain.py.)"""
 
 import os
 import pickle
+import re
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -125,3 +127,60 @@ def test_averaging_validation_failure_names_the_checkpoint_and_keeps_the_log_qui
     assert (root.handlers[:], root.level) == before
     out, err = capfd.readouterr()
     assert "DEBUG" not in out + err and "hydra" not in out + err, out + err
+
+
+def test_fairseq_loader_loads_safely_whatever_torch_default(crafted, monkeypatch):
+    """The plugin's torch.load wrapper relied on torch's default: with the default rebound to
+    weights_only=False (torch before 2.6, or TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD), the crafted pickle ran
+    its command through load_checkpoint_to_cpu. The wrapper now passes weights_only=True itself."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_tfixup  # noqa: F401  (installs the wrapper)
+
+    path, marker = crafted
+    monkeypatch.setattr(torch.serialization, "_default_to_weights_only", lambda pickle_module: False)
+    torch.load(str(path))  # the simulation is live: torch's own default now runs the command
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(pickle.UnpicklingError):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    with pytest.raises(pickle.UnpicklingError):
+        checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert not marker.exists()
+
+
+def test_an_unsafe_torch_is_refused_at_import_in_one_line():
+    from tfixup import checkpoints
+
+    for version in ("2.5.1", "1.13.0+cu117", "2.4.0"):
+        with pytest.raises(checkpoints.UnsafeTorch, match=rf"^torch {re.escape(version)} is too old .* install torch >= 2\.6"):
+            checkpoints.require_safe_torch(version, environ={})
+    checkpoints.require_safe_torch("2.6.0", environ={})
+    with pytest.raises(checkpoints.UnsafeTorch, match="^TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set: .*unset it"):
+        checkpoints.require_safe_torch("2.13.0", environ={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+    # the import itself, under a torch that says it is 2.5.1: one line, before fairseq is loaded
+    proc = subprocess.run([sys.executable, "-c", "import torch; torch.__version__ = '2.5.1'; import fairseq_tfixup"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and \
+        proc.stderr.startswith("error: torch 2.5.1 is too old for fairseq-tfixup"), proc.stderr
+
+
+def test_updates_of_a_file_that_is_no_checkpoint_is_one_line(tmp_path):
+    """`python -m harness updates` on a text file (or a link to one) ended in an IndexError traceback."""
+    from tfixup import checkpoints
+
+    text = tmp_path / "notes.txt"
+    text.write_text("a note\n", encoding="utf-8")  # torch's legacy reader: IndexError (pop from empty list)
+    (tmp_path / "checkpoint_last.pt").symlink_to(text)
+    (tmp_path / "empty.pt").write_bytes(b"")
+    proc = subprocess.run([sys.executable, "-m", "harness", "updates", str(tmp_path / "checkpoint_last.pt")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"error: {tmp_path}/checkpoint_last.pt is not a checkpoint (text, not torch's zip "
+                                  "format or its legacy pickle)") and proc.stderr.count("\n") == 1
+    for path, why in ((text, "text, not torch's zip format or its legacy pickle"), (tmp_path / "empty.pt", "empty"),
+                      (tmp_path, "not a regular file")):
+        with pytest.raises(checkpoints.NotACheckpoint, match=rf"^{re.escape(str(path))} is not a checkpoint \({why}"):
+            checkpoints.load(path)

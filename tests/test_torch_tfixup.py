@@ -285,3 +285,48 @@ def test_grouped_value_heads_are_their_own_matrix():
     apply_tfixup(holder, layers=spec, embeddings=[model.embed])
     scale = tfixup_init.single_stack_scale(2)
     assert std_ratio(grouped[0].weight, xavier(D, D // 4, scale)) == pytest.approx(1, abs=0.12)
+
+
+def test_embeddings_outside_the_model_are_each_named_by_their_argument():
+    """nn.Transformer holds no embedding: both were scaled but reported under one key
+    ('embedding Embedding.weight'), the decoder's scale overwriting the encoder's."""
+    model = nn.Transformer(D, HEADS, num_encoder_layers=3, num_decoder_layers=2, dim_feedforward=FFN)
+    src, tgt = nn.Embedding(50, D), nn.Embedding(60, D)
+    done = apply_tfixup(model, embeddings=[src], decoder_embeddings=[tgt])
+    assert done["embeddings[0].weight"] == pytest.approx(tfixup_init.embedding_scale(3))
+    assert done["decoder_embeddings[0].weight"] == pytest.approx(tfixup_init.embedding_scale(2))
+    # a custom stack's projections outside the model: by their place in layers=
+    blocks = Custom(2)
+    done = apply_tfixup(nn.Module(), layers=blocks.spec())
+    assert set(done) == {f"layers[{i}].{p}" for i in range(2)
+                         for p in ("attention[0].value.weight", "attention[0].output.weight", "mlp[0].weight",
+                                   "mlp[1].weight")}
+
+
+@pytest.mark.parametrize("case", ["parametrized weight norm", "legacy weight norm", "long embedding"])
+def test_what_it_cannot_set_is_refused_before_anything_changes(case):
+    """A weight-normed Linear was listed as scaled but kept its weight (the tensor changed is recomputed from
+    weight_g and weight_v); a Long embedding failed after the LayerNorms were already gone."""
+    import warnings
+
+    torch.manual_seed(0)
+    if case == "long embedding":
+        model = nn.Transformer(D, HEADS, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=FFN)
+        embed = nn.Embedding(10, D)
+        embed.weight = nn.Parameter(torch.zeros(10, D, dtype=torch.long), requires_grad=False)
+        kwargs, message = {"embeddings": [embed]}, r"embeddings\[0\] \(Embedding\) has a torch\.int64 weight"
+    else:
+        model = Custom(2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch deprecates the legacy weight_norm
+            if case == "parametrized weight norm":
+                model.blocks[1].fc1 = nn.utils.parametrizations.weight_norm(model.blocks[1].fc1)
+            else:
+                model.blocks[1].fc1 = nn.utils.weight_norm(model.blocks[1].fc1)
+        kwargs, message = {"layers": model.spec()}, r"layers\[1\]\.mlp\[0\] has a weight computed by weight norm"
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=message) as err:
+        apply_tfixup(model, **kwargs)
+    assert "\n" not in str(err.value) and unchanged(model, before)
+    if case == "long embedding":
+        assert not no_layer_norm(model)  # checked before the LayerNorms were removed

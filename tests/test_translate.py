@@ -178,3 +178,40 @@ def test_the_summary_of_a_run_on_such_a_data_bin_says_so_and_ends_well(cpu_main_
     last = proc.stdout.rstrip().splitlines()[-1]
     assert last.startswith("Translate your own text: not with this data-bin: ") and "'preprocess'" in last
     assert f"Your model: {run / 'eval' / 'averaged.pt'}" in proc.stdout
+
+
+def small_data_bin(root, preprocess, codes="#version: 0.2\na b\n"):
+    """A data-bin's manifest recording PREPROCESS (over a Moses/BPE default), with BPE codes `code`."""
+    data = root / "data"
+    data.mkdir(parents=True)
+    (data / "code").write_text(codes, encoding="utf-8")
+    steps = {"normalize_punctuation": False, "remove_nonprinting": False, "tokenizer": "moses",
+             "aggressive_dash_splits": False, "lowercase": True, "bpe": "subword_nmt", "bpe_codes": "code", **preprocess}
+    (data / manifest.NAME).write_text(json.dumps({"complete": True, "params": {"src": "de", "tgt": "en"},
+                                                  "preprocess": steps}), encoding="utf-8")
+    return data
+
+
+@pytest.mark.parametrize("preprocess, words", [
+    ({"tokenizer": "-a"}, "preprocess.tokenizer='-a' must be moses or none"),  # skipped tokenizing silently
+    ({"lowercase": "yes"}, "preprocess.lowercase='yes' must be true or false"),
+    ({"bpe_codes": "/etc/passwd"}, "names BPE codes outside the data-bin ('/etc/passwd')"),
+    ({"bpe_codes": "../secret"}, "names BPE codes outside the data-bin ('../secret')"),
+    ({"bpe_codes": "zero"}, "names BPE codes outside the data-bin ('zero')"),  # a link to /dev/zero
+])
+def test_the_manifest_s_steps_and_codes_are_checked(tmp_path, preprocess, words):
+    """BPE codes are read only from a regular file inside the data-bin; every step has a known value."""
+    data = small_data_bin(tmp_path, preprocess)
+    (tmp_path / "secret").write_text("root:x:0:0\n", encoding="utf-8")
+    os.symlink("/dev/zero", data / "zero")
+    with pytest.raises(translate.TranslateError) as e:
+        translate.text_steps(data)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert translate.text_steps(small_data_bin(tmp_path / "good", {}))["bpe_codes"] == "code"
+
+
+def test_a_huge_codes_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    data = small_data_bin(tmp_path, {})
+    monkeypatch.setattr(translate, "MAX_CODES_BYTES", 10)
+    with pytest.raises(translate.TranslateError, match=r"code is 18 bytes, more than BPE codes take \(10 at most\)"):
+        translate.text_steps(data)

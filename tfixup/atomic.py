@@ -1,18 +1,22 @@
 """The one atomic file writer: every output goes to a temp name in its destination
 folder and is renamed into place, so a reader never sees half a file and a failure
-leaves nothing. Files get the usual mode (0666 less the umask), not mkstemp's 0600."""
+leaves nothing (a writer killed outright leaves its temp file, removed by the next write
+to that folder). Files get the usual mode (0666 less the umask), not mkstemp's 0600."""
 
 import json
 import os
 import pathlib
+import re
 import tempfile
 
 
 def write_file(path, write) -> pathlib.Path:
-    """Call ``write(tmp_path)`` to produce ``path``'s content, then rename it into place."""
+    """Call ``write(tmp_path)`` to produce ``path``'s content, then rename it into place. The temp name
+    holds the writer's PID: the temp files of writers that died (kill -9 mid-save) are removed first."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
@@ -22,6 +26,42 @@ def write_file(path, write) -> pathlib.Path:
         os.unlink(tmp)
         raise
     return path
+
+
+# .NAME.PID.RANDOM.tmp, as write_file names its temp files (mkstemp's random part: 8 of [a-z0-9_])
+_TEMP = re.compile(r"\..+\.(\d+)\.[a-z0-9_]{8}\.tmp")
+
+
+def remove_stale(folder) -> list:
+    """Remove FOLDER's temp files of write_file whose writer is no longer running (killed mid-write);
+    a running writer's are kept. The names removed."""
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        m = _TEMP.fullmatch(name)
+        if m and not pid_running(int(m.group(1))):
+            try:
+                os.unlink(os.path.join(folder, name))
+                removed.append(name)
+            except FileNotFoundError:  # another process removed it first
+                pass
+    return removed
+
+
+def pid_running(pid: int) -> bool:
+    """Whether process PID exists (this process counts; another user's too)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _umask() -> int:

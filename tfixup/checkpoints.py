@@ -29,13 +29,41 @@ checkpoint_last.pt, and a failed ``torch.save`` left its ``.pt.tmp``.
 """
 
 import argparse
+import os
 import pickle
+import re
 import zipfile
 
 import numpy as np
 import torch
 
-from tfixup import atomic, literals
+from tfixup import atomic, errors, literals
+
+
+MIN_TORCH = (2, 6)  # the first torch whose torch.load defaults to weights_only=True
+_TRUE = ("1", "y", "yes", "true")  # how torch reads its TORCH_FORCE_* switches
+
+
+class UnsafeTorch(errors.Refused):
+    """A torch that would unpickle code by default, in one line naming the fix."""
+
+
+def require_safe_torch(version=None, environ=None) -> None:
+    """``UnsafeTorch`` unless torch loads safely by default: torch >= 2.6 (``weights_only=True`` by
+    default, ``add_safe_globals``) and safe loading not switched off (``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``).
+    The plugin's loaders pass ``weights_only=True`` themselves; this covers fairseq's other ``torch.load``
+    calls, which take torch's default. VERSION and ENVIRON stand in for torch's and the process's (tests)."""
+    version = str(torch.__version__ if version is None else version)
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if not m or tuple(map(int, m.groups())) < MIN_TORCH or not hasattr(torch.serialization, "add_safe_globals"):
+        raise UnsafeTorch(f"torch {version} is too old for fairseq-tfixup: before 2.6 torch.load unpickles "
+                          "arbitrary code by default (weights_only=False), so a crafted checkpoint could run "
+                          "code; install torch >= 2.6 (pip install 'torch>=2.6')")
+    environ = os.environ if environ is None else environ
+    if environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "0").lower() in _TRUE:
+        raise UnsafeTorch("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set: it makes torch.load unpickle arbitrary code "
+                          "(weights_only=False), so a crafted checkpoint could run code; unset it "
+                          "(unset TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD)")
 
 
 class CorruptCheckpoint(ValueError):
@@ -44,6 +72,32 @@ class CorruptCheckpoint(ValueError):
     def __init__(self, path, reason):
         super().__init__(f"{path} is corrupt ({reason})")
         self.path, self.reason = str(path), reason
+
+
+class NotACheckpoint(CorruptCheckpoint):
+    """A file that is no torch checkpoint at all (a text file, a device), in one line naming it."""
+
+    def __init__(self, path, reason):
+        ValueError.__init__(self, f"{path} is not a checkpoint ({reason})")
+        self.path, self.reason = str(path), reason
+
+
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's format since 1.6
+PICKLE_MAGIC = b"\x80"  # the legacy format: a pickle (protocol 2+) of torch's magic number
+
+
+def _check_format(path) -> None:
+    """``NotACheckpoint`` unless PATH (followed if a link) is a regular file starting as torch's formats do."""
+    if not os.path.isfile(path):
+        if os.path.exists(path):
+            raise NotACheckpoint(path, "not a regular file")
+        return  # torch names the missing file
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not (head.startswith(ZIP_MAGIC) or head.startswith(PICKLE_MAGIC)):
+        text = all(32 <= b < 127 or b in b"\t\n\r" for b in head)
+        raise NotACheckpoint(path, "empty" if not head else
+                             f"{'text, ' if text else ''}not torch's zip format or its legacy pickle")
 
 
 def _numpy_array_types() -> tuple:
@@ -60,7 +114,8 @@ SAFE_GLOBALS = (argparse.Namespace, *_numpy_array_types())
 
 
 def register_safe_globals() -> None:
-    """Allow fairseq's checkpoint types in ``torch.load(weights_only=True)`` (no-op before torch 2.4)."""
+    """Allow fairseq's checkpoint types in ``torch.load(weights_only=True)`` (torch >= 2.4; before, none
+    is added and such a checkpoint is refused)."""
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:
         add(list(SAFE_GLOBALS))
@@ -86,8 +141,10 @@ def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
     the tensors instead of reading them: cheap when only the bookkeeping is needed.
     ``check_crc``: ``verify`` it first. Refused: pickled code (``pickle.UnpicklingError``),
     a non-literal in a field fairseq evaluates (``literals.UnsafeCheckpoint``); unreadable:
-    ``CorruptCheckpoint``; each in one line naming PATH."""
+    ``CorruptCheckpoint`` (``NotACheckpoint`` for a file in neither of torch's formats); each in
+    one line naming PATH."""
     register_safe_globals()
+    _check_format(path)
     if check_crc:
         verify(path)
     try:
@@ -102,7 +159,7 @@ def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
         cause = next((l.strip() for l in str(e).splitlines() if "GLOBAL" in l or "global" in l), "")
         raise pickle.UnpicklingError(f"{path}: refused by torch.load(weights_only=True): {cause} "
                                      "(not a checkpoint fairseq wrote, or not a checkpoint)") from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile) as e:  # truncated, or not torch's format
+    except (RuntimeError, EOFError, zipfile.BadZipFile, IndexError, KeyError) as e:  # truncated, or not torch's format
         text = str(e).strip()
         raise CorruptCheckpoint(path, f"cannot be read: {text.splitlines()[0] if text else type(e).__name__}") from None
     literals.check_state(state, path)

@@ -19,8 +19,12 @@ checkpoint) calls ``install()``, which
 
 A literal here is what ``ast.literal_eval`` reads (numbers, strings, None/True/False,
 tuples, lists, dicts and sets of them, a unary sign) plus ``+`` and ``*`` between
-them, which fairseq's own defaults use (``"[(512, 3)] * 20"``), with results capped
-at ``MAX_ITEMS`` elements. This module imports nothing from fairseq at the top:
+them, which fairseq's own defaults use (``"[(512, 3)] * 20"``). Sizes are bounded from the
+syntax before anything is built: ``MAX_ITEMS`` elements and characters in all (a list
+repeated inside a list counts once per repetition), ``MAX_NESTING`` levels, ``MAX_NODES``
+syntax nodes, ``MAX_TEXT`` characters of text, ``MAX_BITS`` bits of a whole number. Fields
+with a known shape (``SHAPES``: Adam's betas, xformers' dicts, cutoff lists) must also have
+that type and range. This module imports nothing from fairseq at the top:
 harness/config.py checks experiment configs with ``literal`` without loading it.
 """
 
@@ -32,6 +36,8 @@ import re
 import sys
 import types
 from typing import Any, Mapping
+
+from tfixup import errors
 
 # Every config field fairseq 0.12 (and the fairseq-fixed 0.12.3.1 fork) passes to eval(), or to
 # utils.eval_str_list / eval_str_dict / eval_bool (which eval() a string): field -> where.
@@ -93,12 +99,59 @@ EVAL_MODULES = (
 # modules holding fairseq.utils' eval helpers (their own name or a `from fairseq.utils import`)
 HELPER_MODULES = ("fairseq.utils", "fairseq.options", "fairseq.data.multilingual.multilingual_data_manager")
 
-MAX_ITEMS = 1_000_000  # the longest list or string ``+``/``*`` may build
-MAX_TEXT = 100_000  # characters of a value
+# Every config field naming a file (or URL) that fairseq 0.12 reads when it builds a model, a task's
+# text tools or the hub from a checkpoint's args/cfg: field -> what reads it. A loaded checkpoint has its
+# weights, so none is needed then: check_state clears them (None), and refuses a URL (fairseq would
+# download it). The caller's own values (the hub's bpe_codes=, a command line) are applied after.
+FILE_FIELDS = {
+    "encoder_embed_path": "models/transformer/transformer_base.py, transformer_legacy.py, lstm.py, fconv*.py, "
+                          "lightconv.py: pretrained embeddings read as text (utils.parse_embedding)",
+    "decoder_embed_path": "the same, for the decoder; lstm_lm.py, fconv_lm.py, transformer_lm.py",
+    "embed_path": "models/transformer/transformer_config.py (encoder.embed_path, decoder.embed_path)",
+    "bpe_codes": "data/encoders/subword_nmt_bpe.py, fastbpe.py (file_utils.cached_path: a URL is downloaded)",
+    "sentencepiece_model": "data/encoders/sentencepiece_bpe.py (cached_path)",
+    "sentencepiece_model_path": "data/encoders/byte_bpe.py (cached_path)",
+    "bpe_vocab_file": "data/encoders/hf_bert_bpe.py",
+    "gpt2_encoder_json": "data/encoders/gpt2_bpe.py (cached_path)",
+    "gpt2_vocab_bpe": "data/encoders/gpt2_bpe.py (cached_path)",
+    "bpe_merges": "data/encoders/hf_byte_bpe.py (cached_path)",
+    "bpe_vocab": "data/encoders/hf_byte_bpe.py (cached_path)",
+    "replace_unk": "hub_utils.py GeneratorHubInterface (utils.load_align_dict opens it)",
+    "lm_path": "fairseq_cli/generate.py (a language model's checkpoint)",
+    "user_dir": "utils.import_user_module (imports it: runs its code)",
+    "pretrained_checkpoint": "models/fconv_self_att.py",
+    "pretrained_xlm_checkpoint": "models/transformer_from_pretrained_xlm.py",
+    "pretrained_mlm_checkpoint": "models/roberta/enc_dec.py",
+    "load_pretrained_encoder_from": "models/speech_to_text/*.py",
+    "load_pretrained_decoder_from": "models/speech_to_text/*.py",
+    "w2v_path": "models/wav2vec/wav2vec2_asr.py, hubert/hubert_asr.py, speech_to_text/xm_transformer.py",
+    "save_dir": "checkpoint_utils.py (training writes there)",
+    "restore_file": "checkpoint_utils.py (training reads it)",
+    "finetune_from_model": "checkpoint_utils.py (training reads it)",
+    "tensorboard_logdir": "logging/progress_bar.py (training writes there)",
+    "log_file": "fairseq_cli/train.py (training writes there)",
+    "plasma_path": "data/plasma_utils.py",
+}
+# fields that name a registry entry or the data folder: kept, but a URL there is refused
+URL_REFUSED = ("bpe", "tokenizer", "data")
+
+MAX_ITEMS = 1_000_000  # elements of a value in all, every container and string counted (see _measure)
+MAX_TEXT = 10_000  # characters of a value (fairseq's own are under 100)
+MAX_NODES = 2_000  # syntax nodes of a value (fairseq's own have under 50)
+MAX_NESTING = 16  # containers inside containers (fairseq's own values nest 2 deep)
+MAX_BITS = 4096  # of a whole number
 
 
-class NotALiteral(ValueError):
+class NotALiteral(errors.Refused):
     """A value that fairseq would eval() and that is not a literal, in one line naming the field."""
+
+
+class TooLarge(NotALiteral):
+    """A literal whose value would exceed a limit, in one line naming the field and the limit."""
+
+
+class BadValue(NotALiteral):
+    """A literal of the wrong type or range for its field, in one line naming the field and what it takes."""
 
 
 class UnsafeCheckpoint(NotALiteral):
@@ -111,7 +164,8 @@ def _show(text: str) -> str:
 
 def literal(text: str, field: str = "value") -> Any:
     """The value of TEXT when it is a Python literal (see the module's docstring); else
-    ``NotALiteral`` naming FIELD. Nothing in TEXT is ever run."""
+    ``NotALiteral`` naming FIELD. Nothing in TEXT is ever run, and its size is bounded
+    from the syntax alone before anything is built (``TooLarge``)."""
     def bad(why=""):
         return NotALiteral(f"{field}={_show(text)} is not a Python literal{': ' + why if why else ''}; fairseq "
                            "eval()s this field, so only numbers, strings, None/True/False and tuples, lists or "
@@ -120,25 +174,86 @@ def literal(text: str, field: str = "value") -> Any:
     if not isinstance(text, str):
         raise TypeError(f"{field}: expected a string, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
-        raise bad(f"longer than {MAX_TEXT} characters")
+        raise TooLarge(f"{field}={_show(text)} is refused: longer than {MAX_TEXT} characters (the limit, "
+                       "MAX_TEXT); no fairseq setting needs that")
     try:
         tree = ast.parse(text.strip(), mode="eval")
+        nodes = sum(1 for _ in ast.walk(tree))
+        if nodes > MAX_NODES:
+            raise TooLarge(f"{nodes} syntax nodes, more than {MAX_NODES} (the limit, MAX_NODES)")
+        _measure(tree.body, 0)  # types and sizes, before anything is built
         return _value(tree.body)
+    except TooLarge as e:
+        raise TooLarge(f"{field}={_show(text)} is refused: its value would hold {e}; no fairseq setting "
+                       "needs that") from None
     except NotALiteral as e:
         raise bad(str(e)) from None
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, OverflowError):
         raise bad() from None
 
 
-def _sized(value):
-    if isinstance(value, (str, bytes, list, tuple)) and len(value) > MAX_ITEMS:
-        raise NotALiteral(f"more than {MAX_ITEMS} items")
-    if isinstance(value, int) and value.bit_length() > 4096:
-        raise NotALiteral("a number of more than 4096 bits")
+_SEQUENCES = {ast.Tuple: "tuple", ast.List: "list", ast.Set: "set", ast.Dict: "dict"}
+
+
+def _measure(node, depth):
+    """(kind, length, size) of NODE's value, from its syntax alone: kind "number" (length: the value
+    itself), "str", "bytes", a container's ("list", ...) or a constant's type ("NoneType", "bool"); size counts every element of every container
+    and every character, as often as it occurs (``[[0] * 1000] * 1000`` is 1,001,000: a shared list
+    is walked once per reference by whatever reads the value). ``TooLarge`` past MAX_ITEMS,
+    MAX_NESTING or MAX_BITS; ``NotALiteral`` for what ``_value`` refuses too."""
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if isinstance(v, (str, bytes)):
+            return type(v).__name__, len(v), _cap(len(v))
+        if isinstance(v, (int, float, complex)) and not isinstance(v, bool):
+            return "number", _bits(v), 0
+        return type(v).__name__, 0, 0  # None, True, False; Ellipsis is refused by _value
+    if type(node) in _SEQUENCES:
+        if depth >= MAX_NESTING:
+            raise TooLarge(f"containers nested more than {MAX_NESTING} deep (the limit, MAX_NESTING)")
+        parts = [*node.keys, *node.values] if isinstance(node, ast.Dict) else node.elts
+        size = len(node.values if isinstance(node, ast.Dict) else node.elts)
+        for part in parts:
+            if part is None:  # {**x}
+                raise NotALiteral("'**'")
+            size = _cap(size + _measure(part, depth + 1)[2])
+        return _SEQUENCES[type(node)], len(parts), size
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        kind, value, _ = _measure(node.operand, depth)
+        if kind != "number":
+            raise NotALiteral("a sign before a non-number")
+        return kind, -value if isinstance(node.op, ast.USub) else value, 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        (lk, lv, ls), (rk, rv, rs) = _measure(node.left, depth), _measure(node.right, depth)
+        if lk == rk == "number":
+            return "number", _bits(lv + rv if isinstance(node.op, ast.Add) else lv * rv), 0
+        if isinstance(node.op, ast.Add) and lk == rk and lk in ("str", "bytes", "list", "tuple"):
+            return lk, lv + rv, _cap(ls + rs)
+        if isinstance(node.op, ast.Mult):
+            for (sk, sv, ss), (nk, nv, _) in (((lk, lv, ls), (rk, rv, rs)), ((rk, rv, rs), (lk, lv, ls))):
+                if sk in ("str", "bytes", "list", "tuple") and nk == "number" and isinstance(nv, int):
+                    n = max(nv, 0)
+                    return sk, sv * n, _cap(ss * n)
+        raise NotALiteral(f"'{'+' if isinstance(node.op, ast.Add) else '*'}' between {lk} and {rk}")
+    what = f"the name {node.id}" if isinstance(node, ast.Name) else f"an expression ({type(node).__name__})"
+    raise NotALiteral(what)
+
+
+def _cap(size: int) -> int:
+    if size > MAX_ITEMS:
+        raise TooLarge(f"more than {MAX_ITEMS} elements in all, counting each element and character once per "
+                       "occurrence (the limit, MAX_ITEMS)")
+    return size
+
+
+def _bits(value):
+    if isinstance(value, int) and value.bit_length() > MAX_BITS:
+        raise TooLarge(f"a whole number of more than {MAX_BITS} bits (the limit, MAX_BITS)")
     return value
 
 
 def _value(node):
+    """NODE's value; its sizes are bounded already (_measure)."""
     if isinstance(node, ast.Constant):
         if node.value is Ellipsis:
             raise NotALiteral("'...'")
@@ -147,29 +262,64 @@ def _value(node):
         items = [_value(e) for e in node.elts]
         return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](items)
     if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):  # {**x}
-            raise NotALiteral("'**'")
         return {_value(k): _value(v) for k, v in zip(node.keys, node.values)}
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+    if isinstance(node, ast.UnaryOp):
         operand = _value(node.operand)
-        if isinstance(operand, bool) or not isinstance(operand, (int, float, complex)):
-            raise NotALiteral("a sign before a non-number")
         return -operand if isinstance(node.op, ast.USub) else +operand
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+    if isinstance(node, ast.BinOp):
         left, right = _value(node.left), _value(node.right)
-        if isinstance(node.op, ast.Mult):
-            for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, bytes, list, tuple)) and isinstance(n, int) and not isinstance(n, bool):
-                    if len(seq) * max(n, 0) > MAX_ITEMS:
-                        raise NotALiteral(f"more than {MAX_ITEMS} items")
-                    return seq * n
-        if all(isinstance(x, (int, float, complex)) and not isinstance(x, bool) for x in (left, right)) or (
-                isinstance(node.op, ast.Add) and type(left) is type(right) and isinstance(left, (str, list, tuple))):
-            return _sized(left + right if isinstance(node.op, ast.Add) else left * right)
-        raise NotALiteral(f"'{'+' if isinstance(node.op, ast.Add) else '*'}' between "
-                          f"{type(left).__name__} and {type(right).__name__}")
-    what = f"the name {node.id}" if isinstance(node, ast.Name) else f"an expression ({type(node).__name__})"
-    raise NotALiteral(what)
+        return left + right if isinstance(node.op, ast.Add) else left * right
+    raise NotALiteral(f"an expression ({type(node).__name__})")  # _measure refused it already
+
+
+# ---------------------------------------------------------------- types and ranges
+
+
+def _real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf")
+
+
+def _betas(v) -> bool:
+    return isinstance(v, (tuple, list)) and len(v) == 2 and all(_real(b) and 0 <= b < 1 for b in v)
+
+
+def _eps_pair(v) -> bool:
+    return isinstance(v, (tuple, list)) and len(v) == 2 and all(_real(e) and e >= 0 for e in v)
+
+
+def _attention_config(v) -> bool:
+    return v is None or isinstance(v, dict) and all(isinstance(k, str) for k in v)
+
+
+def _cutoffs(v) -> bool:
+    items = v if isinstance(v, (tuple, list)) else [v]
+    return v is None or all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in items)
+
+
+_BETAS = (_betas, "two numbers in [0, 1) such as (0.9, 0.98)")
+_ATTENTION = (_attention_config, "a dict of xFormers attention settings such as {'name': 'scaled_dot_product'} "
+                                 "(or left unset)")
+_CUTOFFS = (_cutoffs, "positive whole numbers such as 10000,50000 (or left unset)")
+# field -> (accepts the value, what it takes): checked wherever the literal is (command lines, checkpoints,
+# fairseq's eval), so a wrong type stops the command at once and not at the first update
+SHAPES = {
+    "adam_betas": _BETAS, "adamax_betas": _BETAS, "lamb_betas": _BETAS,
+    "adafactor_eps": (_eps_pair, "two numbers of at least 0 such as (1e-30, 1e-3)"),
+    "encoder_xformers_att_config": _ATTENTION, "decoder_xformers_att_config": _ATTENTION,
+    "xformers_att_config": _ATTENTION,
+    "adaptive_softmax_cutoff": _CUTOFFS, "adaptive_input_cutoff": _CUTOFFS,
+}
+
+
+def field_value(text: str, key: str, field: str = None) -> Any:
+    """``literal(text)`` of the config field KEY (``adam_betas``), refused (``BadValue``) when it has not
+    the type and range fairseq uses that field with (SHAPES). FIELD names it in messages (default KEY)."""
+    field = field or key
+    value = literal(text, field)
+    accepts, what = SHAPES.get(key, (None, ""))
+    if accepts is not None and not accepts(value):
+        raise BadValue(f"{field}={_show(text)} must be {what}")
+    return value
 
 
 # ---------------------------------------------------------------- checkpoints
@@ -209,16 +359,39 @@ def evaluated_fields(obj, prefix="", depth=0):
 
 def check_state(state, where) -> None:
     """Refuse a checkpoint's state (``torch.load``'s dict) whose args/cfg hold, in a field
-    fairseq evaluates, anything but a literal: ``UnsafeCheckpoint`` naming WHERE and the field."""
+    fairseq evaluates, anything but a literal of the field's type (``UnsafeCheckpoint`` naming
+    WHERE and the field); then clear every field naming a file (FILE_FIELDS), refusing a URL."""
     if not isinstance(state, Mapping):
         return
     try:
         for part in ("args", "cfg"):
             for name, value in evaluated_fields(state.get(part), f"{part}."):
-                literal(value, name)
+                field_value(value, name.rsplit(".", 1)[-1], name)
+        for part in ("args", "cfg"):
+            _clear_files(state.get(part), f"{part}.")
     except NotALiteral as e:
         raise UnsafeCheckpoint(f"{where}: refused: {e}; not a checkpoint fairseq wrote (or altered "
                                "since): delete it or replace it with a trusted copy") from None
+
+
+def _clear_files(obj, prefix) -> None:
+    """Set every FILE_FIELDS string of a checkpoint's args/cfg (as torch.load gives them: dicts,
+    lists, Namespaces; depth bounded by evaluated_fields already) to None, in place."""
+    if isinstance(obj, argparse.Namespace):
+        obj = vars(obj)  # the Namespace's own dict: setting a key sets the attribute
+    if isinstance(obj, dict):
+        for key, value in list(obj.items()):
+            if isinstance(value, str) and (key in FILE_FIELDS or key in URL_REFUSED):
+                if "://" in value:
+                    raise NotALiteral(f"{prefix}{key}={_show(value)} names a URL, which fairseq would download; "
+                                      "a checkpoint names no file or URL fairseq needs once its weights are loaded")
+                if key in FILE_FIELDS and value:
+                    obj[key] = None
+            else:
+                _clear_files(value, f"{prefix}{key}.")
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            _clear_files(value, f"{prefix}{i}.")
 
 
 # ---------------------------------------------------------------- fairseq's eval helpers, literal only
@@ -238,7 +411,8 @@ def literal_only_eval(source, globals=None, locals=None):  # noqa: A002  (eval's
     """``eval`` for fairseq's modules: literals only."""
     if not isinstance(source, str):
         raise TypeError(f"eval() arg 1 must be a string, got {type(source).__name__} (literal-only eval)")
-    return literal(source, _caller_field())
+    field = _caller_field()
+    return field_value(source, field)
 
 
 def eval_str_list(x, type=float):  # noqa: A002  (fairseq's signature)
@@ -246,7 +420,7 @@ def eval_str_list(x, type=float):  # noqa: A002  (fairseq's signature)
     if x is None:
         return None
     if isinstance(x, str):
-        x = literal(x, _caller_field())
+        x = field_value(x, _caller_field())
     try:
         return list(map(type, x))
     except TypeError:
@@ -258,7 +432,7 @@ def eval_str_dict(x, type=dict):  # noqa: A002
     if x is None:
         return None
     if isinstance(x, str):
-        x = literal(x, _caller_field())
+        x = field_value(x, _caller_field())
     return x
 
 
@@ -275,8 +449,8 @@ FAIRSEQ_ORIGINALS = {}
 
 
 class _TorchWithCheckedLoad(types.ModuleType):
-    """torch, as fairseq.checkpoint_utils sees it: ``torch.load`` checks the state it returns
-    (``check_state``, naming the file). Everything else is torch's own. Checking there, and not
+    """torch, as fairseq.checkpoint_utils sees it: ``torch.load`` loads with ``weights_only=True``,
+    always, and checks the state it returns (``check_state``, naming the file). Everything else is torch's own. Checking there, and not
     by wrapping fairseq's loader, keeps the plugin's frames off the stack while fairseq goes on
     to build from the state (hydra's warnings point so many frames up that an extra frame moves
     them from "sys:1" onto another file's line)."""
@@ -289,6 +463,9 @@ class _TorchWithCheckedLoad(types.ModuleType):
         return getattr(self.__real, name)
 
     def load(self, f, *args, **kwargs):
+        # safe unpickling always, whatever torch's default (False before torch 2.6, or switched by
+        # TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD, which an explicit argument overrides)
+        kwargs["weights_only"] = True
         state = self.__real.load(f, *args, **kwargs)
         check_state(state, getattr(f, "name", f))
         return state
@@ -338,27 +515,11 @@ def install() -> None:
 
     if not getattr(dataclass_utils.override_module_args, "tfixup_checked", False):
         dataclass_utils.override_module_args = _checked_override_module_args(dataclass_utils.override_module_args)
-    _one_line_errors()
+    errors.one_line_errors()
 
 
 def check_args(args) -> None:
     """A command line's arguments (argparse.Namespace): every field fairseq evaluates holds a literal,
     or ``NotALiteral`` naming its flag."""
     for name, value in evaluated_fields(args):
-        literal(value, "--" + name.replace("_", "-"))
-
-
-def _one_line_errors() -> None:
-    """A refused value ends a command line tool (fairseq-generate ...) with one line, not a traceback."""
-    if getattr(sys.excepthook, "tfixup", False):
-        return
-    previous = sys.excepthook
-
-    def hook(kind, error, tb):
-        if isinstance(error, NotALiteral):
-            print(f"error: {error}", file=sys.stderr)
-        else:
-            previous(kind, error, tb)
-
-    hook.tfixup = True
-    sys.excepthook = hook
+        field_value(value, name, "--" + name.replace("_", "-"))

@@ -94,46 +94,49 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     else:
         _refuse_norms(model)
         stacks = [("encoder", layers, embeddings), ("decoder", decoder_layers, decoder_embeddings)]
-    for role, stack_layers, stack_embeddings in stacks:
-        _check_layers(stack_layers, "decoder_layers" if role == "decoder" and len(stacks) == 2 else "layers",
-                      max_attention=2 if role == "decoder" else 1)
-        for embedding in stack_embeddings:
-            _embedding_weight(embedding)
+    names = _names(model)
+    roles = [(role, "decoder_layers" if role == "decoder" and len(stacks) == 2 else "layers",
+              "decoder_embeddings" if role == "decoder" else "embeddings") for role, _, _ in stacks]
+    for (role, what, embeds), (_, stack_layers, stack_embeddings) in zip(roles, stacks):
+        _check_layers(stack_layers, what, max_attention=2 if role == "decoder" else 1)
+        for i, embedding in enumerate(stack_embeddings):
+            _embedding_weight(embedding, f"{embeds}[{i}]")
     if isinstance(model, TORCH_STACKS):
         for _, stack in _torch_modules(model):
             _remove_norms(stack)
 
-    names = _names(model)
     done: Dict[str, float] = {}
     seen = set()  # ids of tensors already drawn and scaled: a shared weight once
-    for role, stack_layers, stack_embeddings in stacks:
+    for (role, what, embeds), (_, stack_layers, stack_embeddings) in zip(roles, stacks):
         n = len(stack_layers)
         scale, embed_scale = {
             "single": (tfixup_init.single_stack_scale(n), tfixup_init.single_stack_scale(n)),
             "encoder": (tfixup_init.encoder_scale(n), tfixup_init.embedding_scale(n)),
             "decoder": (tfixup_init.decoder_scale(n), tfixup_init.embedding_scale(n)),
         }[role]
-        for layer in stack_layers:
-            for attention in layer.attention:
-                for weight, rows, label in _value_and_output(attention, layer.qkv):
+        for i, layer in enumerate(stack_layers):
+            for j, attention in enumerate(layer.attention):
+                for weight, rows, part in _value_and_output(attention, layer.qkv):
                     if _first(weight, seen):
                         _xavier_scaled(weight if rows is None else weight[rows], scale)
-                        done[names.get(id(weight), label) + ("" if rows is None else "[v]")] = scale
-            for linear in layer.mlp:
+                        label = names.get(id(weight), f"{what}[{i}].attention[{j}].{part}")
+                        done[label + ("" if rows is None else "[v]")] = scale
+            for k, linear in enumerate(layer.mlp):
                 if _first(linear.weight, seen):
                     _xavier_scaled(linear.weight, scale)
-                    done[names.get(id(linear.weight), repr(linear))] = scale
+                    done[names.get(id(linear.weight), f"{what}[{i}].mlp[{k}].weight")] = scale
                 if linear.bias is not None:
                     nn.init.zeros_(linear.bias)
-        for embedding in stack_embeddings:
-            weight = _embedding_weight(embedding)
+        for i, embedding in enumerate(stack_embeddings):
+            weight = _embedding_weight(embedding, f"{embeds}[{i}]")
             if _first(weight, seen):
                 nn.init.normal_(weight, mean=0.0, std=weight.shape[1] ** -0.5)
                 padding_idx = getattr(embedding, "padding_idx", None)
                 if padding_idx is not None:
                     weight[padding_idx].zero_()
                 weight.mul_(embed_scale)
-                done[names.get(id(weight), f"embedding {type(embedding).__name__}.weight")] = embed_scale
+                # a module outside MODEL (the usual nn.Transformer set-up): by the argument that passed it
+                done[names.get(id(weight), f"{embeds}[{i}].weight")] = embed_scale
     return done
 
 
@@ -195,7 +198,7 @@ def _remove_norms(stack: nn.Module) -> None:
 
 
 def _value_and_output(attention, qkv: bool = False):
-    """[(weight, rows or None, label)]: the value projection (a fused in_proj_weight's or ``qkv`` Linear's value
+    """[(weight, rows or None, part)]: the value projection (a fused in_proj_weight's or ``qkv`` Linear's value
     rows) and the output projection of one attention; one-line errors for a layout it cannot read."""
     if isinstance(attention, nn.MultiheadAttention):
         if attention.in_proj_weight is not None:
@@ -203,13 +206,13 @@ def _value_and_output(attention, qkv: bool = False):
             if tuple(weight.shape) != (3 * e, e):
                 raise ValueError(f"apply_tfixup: fused in_proj_weight of shape {tuple(weight.shape)} is not "
                                  f"(3*{e}, {e}): cannot find its value rows")
-            value = (weight, slice(2 * e, 3 * e), "MultiheadAttention.in_proj_weight")  # rows: q, k, v stacked
+            value = (weight, slice(2 * e, 3 * e), "in_proj_weight")  # rows: q, k, v stacked
         elif getattr(attention, "v_proj_weight", None) is not None:
-            value = (attention.v_proj_weight, None, "MultiheadAttention.v_proj_weight")
+            value = (attention.v_proj_weight, None, "v_proj_weight")
         else:
             raise ValueError("apply_tfixup: nn.MultiheadAttention with neither in_proj_weight nor v_proj_weight: "
                              "unknown layout")
-        return [value, (attention.out_proj.weight, None, "MultiheadAttention.out_proj.weight")]
+        return [value, (attention.out_proj.weight, None, "out_proj.weight")]
     pair = list(attention) if isinstance(attention, (list, tuple)) else None
     if not pair or len(pair) != 2 or not all(isinstance(m, nn.Linear) for m in pair):
         kinds = ", ".join(type(m).__name__ for m in pair) if pair else type(attention).__name__
@@ -223,7 +226,7 @@ def _value_and_output(attention, qkv: bool = False):
         if value.out_features != 3 * e:
             raise ValueError(f"apply_tfixup: Layer(qkv=True) but the fused projection gives {value.out_features} "
                              f"features, not 3 x the {e} the output projection takes: its rows are not [q | k | v]")
-        return [(value.weight, slice(2 * e, 3 * e), repr(value)), (out.weight, None, repr(out))]
+        return [(value.weight, slice(2 * e, 3 * e), "value.weight"), (out.weight, None, "output.weight")]
     if value.out_features == 3 * e:
         raise ValueError(f"apply_tfixup: the value projection gives {value.out_features} features, 3 x the {e} the "
                          "output projection takes: a fused qkv Linear; if its output rows are [q | k | v] (nanoGPT's "
@@ -232,7 +235,7 @@ def _value_and_output(attention, qkv: bool = False):
     if value.out_features > e or e % value.out_features:  # fewer: grouped value heads, each read by e/out queries
         raise ValueError(f"apply_tfixup: the value projection gives {value.out_features} features but the output "
                          f"projection takes {e} (neither equal nor a whole number of grouped heads): the pair swapped?")
-    return [(value.weight, None, repr(value)), (out.weight, None, repr(out))]
+    return [(value.weight, None, "value.weight"), (out.weight, None, "output.weight")]
 
 
 def _xavier_scaled(weight: torch.Tensor, scale: float) -> None:
@@ -242,11 +245,37 @@ def _xavier_scaled(weight: torch.Tensor, scale: float) -> None:
     weight.uniform_(-bound, bound).mul_(scale)
 
 
-def _embedding_weight(embedding) -> torch.Tensor:
-    weight = embedding if isinstance(embedding, torch.Tensor) else getattr(embedding, "weight", None)
+def _embedding_weight(embedding, where: str) -> torch.Tensor:
+    if isinstance(embedding, torch.Tensor):
+        weight = embedding
+    else:
+        weight = getattr(embedding, "weight", None)
+        if isinstance(weight, torch.Tensor):
+            _check_module_weight(embedding, f"{where} ({type(embedding).__name__})")
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError(f"apply_tfixup: embedding {type(embedding).__name__} has no 2-D weight (tokens x dim)")
+        raise ValueError(f"apply_tfixup: {where}: {type(embedding).__name__} has no 2-D weight (tokens x dim)")
+    _check_dtype(weight, f"{where} ({type(embedding).__name__})")
     return weight
+
+
+def _check_module_weight(module: nn.Module, where: str) -> None:
+    """MODULE's ``weight`` is its own parameter, which T-Fixup can set: refused when weight norm computes it
+    from other parameters (changing the computed tensor would change nothing)."""
+    from torch.nn.utils import parametrize
+
+    if parametrize.is_parametrized(module, "weight") or hasattr(module, "weight_g") or \
+            "weight" not in module._parameters:
+        raise ValueError(f"apply_tfixup: {where} has a weight computed by weight norm (or another "
+                         "parametrization), which T-Fixup cannot set: remove it first "
+                         "(torch.nn.utils.parametrize.remove_parametrizations(module, 'weight'), or "
+                         "torch.nn.utils.remove_weight_norm(module) for the legacy weight_norm)")
+    _check_dtype(module.weight, where)
+
+
+def _check_dtype(weight: torch.Tensor, where: str) -> None:
+    if not weight.is_floating_point():
+        raise ValueError(f"apply_tfixup: {where} has a {weight.dtype} weight: T-Fixup draws floating-point "
+                         "weights; give the module a float weight (e.g. module.float())")
 
 
 def _first(tensor: torch.Tensor, seen: set) -> bool:
@@ -270,12 +299,19 @@ def _check_layers(layers, what: str, max_attention: int) -> None:
                     "a layer of one stack (or an encoder) has one self-attention; an encoder-decoder's "
                     "decoder goes in decoder_layers=")
             raise ValueError(f"apply_tfixup: {what}[{i}] has {len(layer.attention)} attentions: {role}")
-        for attention in layer.attention:
+        for j, attention in enumerate(layer.attention):
             _value_and_output(attention, layer.qkv)
-        for linear in layer.mlp:
+            linears = [attention.out_proj] if isinstance(attention, nn.MultiheadAttention) else list(attention)
+            for part, linear in zip(("output",) if len(linears) == 1 else ("value", "output"), linears):
+                _check_module_weight(linear, f"{what}[{i}].attention[{j}].{part}")
+            if isinstance(attention, nn.MultiheadAttention):
+                for weight, _, part in _value_and_output(attention, layer.qkv)[:1]:
+                    _check_dtype(weight, f"{what}[{i}].attention[{j}].{part}")
+        for k, linear in enumerate(layer.mlp):
             if not isinstance(linear, nn.Linear):
                 raise ValueError(f"apply_tfixup: {what}[{i}].mlp holds {type(linear).__name__}: list its nn.Linear "
                                  "layers")
+            _check_module_weight(linear, f"{what}[{i}].mlp[{k}]")
 
 
 def _refuse_norms(model: nn.Module) -> None:

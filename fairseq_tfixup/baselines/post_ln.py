@@ -12,6 +12,7 @@ from fairseq.models.transformer import (
 )
 
 from fairseq_tfixup.models.transformer_tfixup import tfixup_deep_narrow
+from tfixup import errors
 
 # suffix -> preset, so that `<model>_iwslt_de_en` has the sizes of fairseq's `transformer_iwslt_de_en`
 # and `<model>_deep_narrow` those of `transformer_tfixup_deep_narrow` (64-128-2, the depth study)
@@ -38,4 +39,4 @@ def check_post_ln(args, model_name: str) -> None:
         (cfg.decoder.normalize_before, "--decoder-normalize-before"),
     ):
         if value:
-            raise ValueError(f"{model_name} is a Post-LN Transformer: drop {flag}")
+            raise errors.Refused(f"{model_name} is a Post-LN Transformer: drop {flag}")

@@ -24,6 +24,7 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import register_lr_scheduler
 
 from fairseq_tfixup.lr_scheduler.inverse_sqrt_nowarmup import UpdateSchedule, nowarmup_lr, single_lr
+from tfixup import errors
 
 
 def matched_lr(peak_lr: float, decay_period: int, warmup_updates: int, warmup_init_lr: float,
@@ -51,12 +52,12 @@ class InverseSqrtMatchedSchedule(UpdateSchedule):
         super().__init__(cfg, optimizer)
         self.peak_lr = single_lr(cfg.lr, "inverse_sqrt_matched")
         if cfg.warmup_updates <= 0:
-            raise ValueError(f"inverse_sqrt_matched needs --warmup-updates > 0, got {cfg.warmup_updates} "
+            raise errors.Refused(f"inverse_sqrt_matched needs --warmup-updates > 0, got {cfg.warmup_updates} "
                              "(without warmup use --lr-scheduler inverse_sqrt_nowarmup)")
         if cfg.decay_period <= 0:
-            raise ValueError(f"--decay-period must be > 0, got {cfg.decay_period}")
+            raise errors.Refused(f"--decay-period must be > 0, got {cfg.decay_period}")
         if not 0 <= cfg.warmup_init_lr <= self.peak_lr:
-            raise ValueError(f"--warmup-init-lr must be between 0 and --lr {self.peak_lr}, got {cfg.warmup_init_lr}")
+            raise errors.Refused(f"--warmup-init-lr must be between 0 and --lr {self.peak_lr}, got {cfg.warmup_init_lr}")
         self.decay_period, self.warmup_updates = cfg.decay_period, cfg.warmup_updates
         self.warmup_init_lr = cfg.warmup_init_lr
         self.lr = self.warmup_init_lr

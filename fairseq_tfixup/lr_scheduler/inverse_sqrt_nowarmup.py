@@ -19,6 +19,8 @@ from omegaconf import II
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 
+from tfixup import errors
+
 
 def nowarmup_lr(peak_lr: float, decay_period: int, num_updates: int) -> float:
     return peak_lr * (decay_period / (decay_period + num_updates)) ** 0.5
@@ -27,10 +29,10 @@ def nowarmup_lr(peak_lr: float, decay_period: int, num_updates: int) -> float:
 def single_lr(lr, scheduler: str) -> float:
     """The one --lr a scheduler of ours takes (fairseq keeps --lr as a list), checked > 0."""
     if isinstance(lr, Collection) and len(lr) > 1:
-        raise ValueError(f"{scheduler} takes a single --lr, got " + ",".join(map(str, lr)))
+        raise errors.Refused(f"{scheduler} takes a single --lr, got " + ",".join(map(str, lr)))
     peak = lr[0] if isinstance(lr, Collection) else lr
     if peak <= 0:
-        raise ValueError(f"{scheduler} needs --lr > 0, got {peak}")
+        raise errors.Refused(f"{scheduler} needs --lr > 0, got {peak}")
     return peak
 
 
@@ -72,12 +74,12 @@ class InverseSqrtNoWarmupSchedule(UpdateSchedule):
     def __init__(self, cfg: InverseSqrtNoWarmupConfig, optimizer):
         super().__init__(cfg, optimizer)
         if cfg.warmup_updates > 0:
-            raise ValueError(
+            raise errors.Refused(
                 f"inverse_sqrt_nowarmup has no warmup: drop --warmup-updates {cfg.warmup_updates} "
                 "(or use --lr-scheduler inverse_sqrt for a warmup baseline)"
             )
         if cfg.decay_period <= 0:
-            raise ValueError(f"--decay-period must be > 0, got {cfg.decay_period}")
+            raise errors.Refused(f"--decay-period must be > 0, got {cfg.decay_period}")
         self.peak_lr = single_lr(cfg.lr, "inverse_sqrt_nowarmup")
         self.decay_period = cfg.decay_period
         self.lr = self.peak_lr

@@ -27,7 +27,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
 from fairseq_tfixup.models.transformer_tfixup import apply_rules_, without_layer_norms
-from tfixup import tfixup_init
+from tfixup import errors, tfixup_init
 
 logger = logging.getLogger(__name__)
 
@@ -41,19 +41,29 @@ def check_lm_config(args, model: str = NAME) -> None:
     for key, flag in (("decoder_normalize_before", "--decoder-normalize-before"),
                       ("layernorm_embedding", "--layernorm-embedding")):
         if getattr(args, key, False):
-            raise ValueError(f"{model} has no LayerNorm: {flag} cannot be used "
+            raise errors.Refused(f"{model} has no LayerNorm: {flag} cannot be used "
                              "(T-Fixup replaces normalisation by its initialisation)")
     for key, flag in (("adaptive_input", "--adaptive-input"), ("character_embeddings", "--character-embeddings")):
         if getattr(args, key, False):
-            raise ValueError(f"{model} scales a plain token embedding: drop {flag}")
+            raise errors.Refused(f"{model} scales a plain token embedding: drop {flag}")
     dim = getattr(args, "decoder_embed_dim", None)
     for key, flag in (("decoder_input_dim", "--decoder-input-dim"), ("decoder_output_dim", "--decoder-output-dim")):
         if getattr(args, key, dim) != dim:
-            raise ValueError(f"{model} needs {flag} = --decoder-embed-dim ({getattr(args, key)} != {dim}): "
+            raise errors.Refused(f"{model} needs {flag} = --decoder-embed-dim ({getattr(args, key)} != {dim}): "
                              "T-Fixup's embedding scale assumes no projection between the embedding and the stack")
     n = getattr(args, "decoder_layers", None)
     if n is None or int(n) < 1:
-        raise ValueError(f"{model} needs --decoder-layers >= 1, got {n}")
+        raise errors.Refused(f"{model} needs --decoder-layers >= 1, got {n}")
+
+
+def same_width_by_default(args) -> None:
+    """--decoder-input-dim and --decoder-output-dim left at fairseq's defaults (its config's 512) take
+    --decoder-embed-dim: T-Fixup's LM needs them equal (check_lm_config), so setting the width once is
+    enough. A value given that differs from both is still refused there."""
+    defaults = TransformerLanguageModelConfig()
+    for key in ("decoder_input_dim", "decoder_output_dim"):
+        if getattr(args, key, None) in (None, getattr(defaults, key)):
+            setattr(args, key, args.decoder_embed_dim)
 
 
 def apply_lm_tfixup_(model: nn.Module, num_layers: int) -> None:
@@ -69,6 +79,7 @@ class TFixupTransformerLanguageModel(TransformerLanguageModel):
 
     @classmethod
     def build_model(cls, args, task):
+        same_width_by_default(args)
         check_lm_config(args)
         model = super().build_model(args, task)
         for layer in model.decoder.layers:

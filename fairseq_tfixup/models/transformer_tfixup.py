@@ -27,7 +27,7 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from tfixup import tfixup_init
+from tfixup import errors, tfixup_init
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def no_layer_norm_config(
         (cfg.layernorm_embedding, "--layernorm-embedding"),
     ):
         if value:
-            raise ValueError(f"{model} has no LayerNorm: {flag} cannot be used ({reason})")
+            raise errors.Refused(f"{model} has no LayerNorm: {flag} cannot be used ({reason})")
     check_layers(cfg, model)
     return cfg
 
@@ -96,7 +96,7 @@ def no_layer_norm_config(
 def check_layers(cfg: TransformerConfig, model: str) -> None:
     for n, flag in ((cfg.encoder.layers, "--encoder-layers"), (cfg.decoder.layers, "--decoder-layers")):
         if n is None or int(n) < 1:
-            raise ValueError(f"{model} needs {flag} >= 1, got {n}")
+            raise errors.Refused(f"{model} needs {flag} >= 1, got {n}")
 
 
 def post_ln_config(args, model: str) -> TransformerConfig:
@@ -107,7 +107,7 @@ def post_ln_config(args, model: str) -> TransformerConfig:
     for value, flag in ((cfg.encoder.normalize_before, "--encoder-normalize-before"),
                         (cfg.decoder.normalize_before, "--decoder-normalize-before")):
         if value:
-            raise ValueError(f"{model} is a Post-LN Transformer: drop {flag}")
+            raise errors.Refused(f"{model} is a Post-LN Transformer: drop {flag}")
     check_layers(cfg, model)
     return cfg
 

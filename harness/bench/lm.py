@@ -39,6 +39,7 @@ import subprocess
 import sys
 
 from harness import manifest
+from tfixup import atomic
 from harness.bench import common, runs as runlib
 from harness.bench.convergence import best, curve_row, updates_to_reach
 from harness.bench.unigram import lm_unigram_level
@@ -124,9 +125,24 @@ def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, r
         return path
     if state == "foreign":
         common.die(f"{path} exists without a complete manifest.json (half-made?): remove it, then rerun")
+    if shutil.which("fairseq-preprocess") is None:
+        common.die("fairseq-preprocess not found: run this with the project's environment active "
+                   "(. .venv/bin/activate; bash scripts/install.sh makes it)")
     common.log(f"preparing {path} ({state})")
+    for stale in root.glob(path.name + ".tmp.*"):  # of a preparation killed outright
+        if stale.name.rsplit(".", 1)[-1].isdigit() and not atomic.pid_running(int(stale.name.rsplit(".", 1)[-1])):
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _build(tmp, path, params, inputs, train_lines, valid_lines)
+    finally:  # made and moved into place, or failed: no temp folder left
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def _build(tmp, path, params, inputs, train_lines, valid_lines) -> None:
+    """The data-bin made in TMP, then moved to PATH."""
     (tmp / "text").mkdir(parents=True)
     counts = {}
     for split, f in inputs.items():
@@ -148,8 +164,6 @@ def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, r
     if path.exists():
         shutil.rmtree(path)
     (tmp / "bin").rename(path)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return path
 
 
 def data_description(path: pathlib.Path) -> str:
