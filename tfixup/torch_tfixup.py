@@ -35,7 +35,7 @@ from typing import Dict, Iterable, Optional, Sequence, Union
 import torch
 from torch import nn
 
-from tfixup import tfixup_init
+from tfixup import hf, tfixup_init
 
 NORM_TYPES = tuple(t for t in (nn.LayerNorm, getattr(nn, "RMSNorm", None)) if t is not None)
 TORCH_STACKS = (nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder)
@@ -66,6 +66,14 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     before anything is changed: a refused model is left as it was.
     """
     embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
+    if hf.is_hf_model(model) and layers is None and decoder_layers is None:
+        if embeddings or decoder_embeddings:
+            raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace model whose embeddings "
+                             "apply_tfixup finds itself: call apply_tfixup(model) without embeddings=")
+        return hf.apply_tfixup(model)  # tfixup/hf.py: the families it knows, or one line naming the way
+    if hf.is_hf_model(model) and getattr(model.config, "model_type", None) in hf.SUPPORTED:
+        raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace {model.config.model_type} model, "
+                         "whose layers apply_tfixup reads itself: call apply_tfixup(model) without layers=")
     if isinstance(model, TORCH_STACKS):
         if layers is not None or decoder_layers is not None:
             raise ValueError(f"apply_tfixup: {type(model).__name__} has its own layers: leave out layers= and "

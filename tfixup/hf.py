@@ -1,0 +1,261 @@
+"""T-Fixup for HuggingFace ``transformers`` models built from a config: ``apply_tfixup(model)``.
+
+``tfixup.torch_tfixup.apply_tfixup`` hands a ``transformers.PreTrainedModel`` here (this module never imports
+``transformers``: it reads the model's ``config.model_type`` and its modules). Each supported family is
+described once, as the weights T-Fixup draws and the stacks they belong to; the constants are
+``tfixup.tfixup_init``'s (docs/derivation.md):
+
+* encoder-decoder, Post-LN (``marian``, ``bart``): the paper's constants, as the fairseq model
+  ``transformer_tfixup`` applies them: encoder ``v_proj``/``out_proj``/``fc1``/``fc2`` x 0.67 N_enc^-1/4,
+  decoder (self- and encoder-attention) x (9 N_dec)^-1/4, each side's token embedding x (9 N)^-1/4 (a shared
+  one once, with the encoder's factor);
+* encoder-only, Post-LN (``bert``, ``roberta``) and decoder-only, pre-norm (``gpt2``, and ``llama``, ``qwen2``,
+  ``mistral``: RMSNorm, SwiGLU MLP, rotary positions, grouped KV heads): one stack, (6N)^-1/4 for the value
+  and output projections, every MLP matrix (SwiGLU's gate, up and down) and the token embedding.
+
+In every family each LayerNorm / RMSNorm of the model becomes ``nn.Identity`` (BART's ``layernorm_embedding``,
+BERT's ``embeddings.LayerNorm``, its ``*.output.LayerNorm`` after the residual sum, the final norms of the
+pre-norm stacks and the masked-LM head's norm); value, output and MLP weights are drawn again Xavier-uniform
+(gain 1) and scaled (GPT-2's fused ``c_attn``: only its value columns); MLP biases are zeroed; token
+embeddings are drawn N(0, d^-1/2) (padding row zero) and scaled. Untouched: q/k projections, attention
+biases, positional and token-type embeddings, an untied output projection, and the model's embedding
+multiplier (Marian/BART's sqrt(d) when ``scale_embedding`` is set, as fairseq keeps its own).
+"""
+
+import dataclasses
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from tfixup import tfixup_init
+
+ENCODER_DECODER = ("marian", "bart")
+ENCODER_ONLY = ("bert", "roberta")
+LLAMA_LIKE = ("llama", "qwen2", "mistral")
+SUPPORTED = (*ENCODER_DECODER, *ENCODER_ONLY, "gpt2", *LLAMA_LIKE)
+
+# model types whose fused qkv layout is not GPT-2's [q | k | v] columns: refused by name
+FUSED_QKV = {
+    "gpt_neox": "its query_key_value interleaves q, k and v per head",
+    "gpt_neox_japanese": "its query_key_value interleaves q, k and v per head",
+    "bloom": "its query_key_value is laid out (heads, 3, head_dim)",
+    "falcon": "its query_key_value fuses q, k and v per head group (multi-query / grouped)",
+    "gpt_bigcode": "its c_attn fuses q with one shared k/v head (multi-query)",
+    "mpt": "its Wqkv fuses q, k and v with its own grouped layout",
+    "phi3": "its qkv_proj fuses q, k and v with grouped KV heads",
+}
+
+
+@dataclasses.dataclass
+class Draw:
+    """One tensor T-Fixup draws again: ``how`` is "xavier" (Xavier-uniform, gain 1, of ``weight[index]`` as its
+    own matrix), "normal" (N(0, d^-1/2), ``padding_idx`` row zero) or "zeros"; then times ``scale``."""
+
+    weight: torch.Tensor
+    how: str
+    scale: float = 1.0
+    index: Optional[tuple] = None
+    label: str = ""  # suffix of the report name ("[v]": value columns of a fused qkv)
+    padding_idx: Optional[int] = None
+
+
+@dataclasses.dataclass
+class Plan:
+    norms: List[Tuple[nn.Module, str]]  # (parent, attribute): set to nn.Identity()
+    draws: List[Draw]
+
+
+def is_hf_model(model: nn.Module) -> bool:
+    """A ``transformers.PreTrainedModel``, told without importing transformers."""
+    return any(c.__name__ == "PreTrainedModel" and c.__module__.startswith("transformers.")
+               for c in type(model).__mro__)
+
+
+@torch.no_grad()
+def apply_tfixup(model: nn.Module) -> Dict[str, float]:
+    """T-Fixup on a HuggingFace model, in place; returns parameter name -> the scale it was multiplied by.
+    Everything is checked before anything changes: a refused model is left as it was."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    name = type(model).__name__
+    if model_type in FUSED_QKV:
+        raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not supported: {FUSED_QKV[model_type]}, "
+                         f"a layout T-Fixup does not read; {_DESCRIBE}")
+    if model_type not in SUPPORTED:
+        raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not one of {', '.join(SUPPORTED)}; "
+                         f"{_DESCRIBE}")
+    plan = FAMILIES[model_type](model)
+    if not plan.norms:
+        raise ValueError(f"apply_tfixup: {name} has no LayerNorm or RMSNorm left: T-Fixup was applied to it already "
+                         f"(applying it twice would scale its weights twice); build the model again from its config")
+    for draw in plan.draws:  # shapes read before any change
+        if draw.how == "xavier" and _view(draw).dim() != 2:
+            raise ValueError(f"apply_tfixup: {name}: a {tuple(_view(draw).shape)} weight where a matrix was expected")
+
+    names = {}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), pname)  # a shared weight under its first name
+    for parent, attr in plan.norms:
+        setattr(parent, attr, nn.Identity())
+    done: Dict[str, float] = {}
+    seen = set()  # (tensor id, label): a tied weight is drawn and scaled once
+    for draw in plan.draws:
+        key = (id(draw.weight), draw.label)
+        if key in seen:
+            continue
+        seen.add(key)
+        view = _view(draw)
+        if draw.how == "xavier":
+            bound = 3 ** 0.5 * tfixup_init.xavier_uniform_std(view.shape[0], view.shape[1])  # symmetric in fans
+            view.uniform_(-bound, bound)
+        elif draw.how == "normal":
+            nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
+            if draw.padding_idx is not None:
+                view[draw.padding_idx].zero_()
+        else:
+            view.zero_()
+        if draw.how != "zeros":
+            view.mul_(draw.scale)
+            done[names[id(draw.weight)] + draw.label] = draw.scale
+    return done
+
+
+_DESCRIBE = ("replace its norms with nn.Identity() and describe its layers: apply_tfixup(model, "
+             "layers=[Layer(attention=[(v_proj, o_proj)], mlp=[...]) for each layer], embeddings=[embed_tokens]) "
+             "(tfixup.torch_tfixup.Layer; docs/beyond-fairseq.md)")
+
+
+def _view(draw: Draw) -> torch.Tensor:
+    return draw.weight if draw.index is None else draw.weight[draw.index]
+
+
+# ---------------------------------------------------------------- the families
+
+
+def _norms(model: nn.Module) -> List[Tuple[nn.Module, str]]:
+    """Every LayerNorm / RMSNorm module of the model, as (parent, attribute)."""
+    out = []
+    for parent in model.modules():
+        for attr, child in parent.named_children():
+            kind = type(child).__name__
+            if isinstance(child, nn.LayerNorm) or kind.endswith(("LayerNorm", "RMSNorm")) or \
+                    isinstance(child, getattr(nn, "RMSNorm", ())):
+                out.append((parent, attr))
+    return out
+
+
+def _linear(module: nn.Module, what: str) -> nn.Module:
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError(f"apply_tfixup: {what} is a {type(module).__name__} without a 2-D weight: not the layout "
+                         "of this model type")
+    return module
+
+
+def _token_embedding(embedding: nn.Module, scale: float) -> Draw:
+    _linear(embedding, "the token embedding")
+    return Draw(embedding.weight, "normal", scale, padding_idx=getattr(embedding, "padding_idx", None))
+
+
+def _encoder_decoder(model: nn.Module) -> Plan:
+    """Marian, BART: the paper's encoder-decoder constants, fairseq's ``transformer_tfixup`` weights."""
+    base = model.base_model
+    encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
+    if encoder is None or decoder is None:
+        raise ValueError(f"apply_tfixup: {type(model).__name__} has no encoder and decoder: call apply_tfixup on the "
+                         "whole encoder-decoder model")
+    n_enc, n_dec = len(encoder.layers), len(decoder.layers)
+    draws = []
+    for role, stack, scale in (("encoder", encoder, tfixup_init.encoder_scale(n_enc)),
+                               ("decoder", decoder, tfixup_init.decoder_scale(n_dec))):
+        for layer in stack.layers:
+            attentions = [layer.self_attn] + ([layer.encoder_attn] if role == "decoder" else [])
+            for attention in attentions:
+                draws += [Draw(_linear(attention.v_proj, "v_proj").weight, "xavier", scale),
+                          Draw(_linear(attention.out_proj, "out_proj").weight, "xavier", scale)]
+            draws += _mlp(scale, [layer.fc1, layer.fc2])
+    # token embeddings after the blocks, encoder first: a shared matrix takes the encoder's factor
+    draws.append(_token_embedding(encoder.embed_tokens, tfixup_init.embedding_scale(n_enc)))
+    draws.append(_token_embedding(decoder.embed_tokens, tfixup_init.embedding_scale(n_dec)))
+    return Plan(_norms(model), draws)
+
+
+def _mlp(scale: float, linears: List[nn.Module]) -> List[Draw]:
+    draws = []
+    for linear in linears:
+        draws.append(Draw(_linear(linear, "an MLP matrix").weight, "xavier", scale))
+        if getattr(linear, "bias", None) is not None:
+            draws.append(Draw(linear.bias, "zeros"))
+    return draws
+
+
+def _refuse_cross_attention(model: nn.Module, family: str) -> None:
+    if getattr(model.config, "add_cross_attention", False):
+        raise ValueError(f"apply_tfixup: {type(model).__name__} is built with add_cross_attention=True (a decoder of "
+                         f"an encoder-decoder): T-Fixup for {family} covers the single stack; build it without "
+                         "cross-attention, or describe both stacks with layers= and decoder_layers=")
+
+
+def _bert(model: nn.Module) -> Plan:
+    """BERT, RoBERTa: one Post-LN stack; every LayerNorm (embeddings, each ``*.output``, the MLM head's) goes."""
+    _refuse_cross_attention(model, "BERT/RoBERTa")
+    base = model.base_model
+    layers = base.encoder.layer
+    scale = tfixup_init.single_stack_scale(len(layers))
+    draws = []
+    for layer in layers:
+        draws += [Draw(_linear(layer.attention.self.value, "attention.self.value").weight, "xavier", scale),
+                  Draw(_linear(layer.attention.output.dense, "attention.output.dense").weight, "xavier", scale)]
+        draws += _mlp(scale, [layer.intermediate.dense, layer.output.dense])
+    draws.append(_token_embedding(base.embeddings.word_embeddings, scale))
+    return Plan(_norms(model), draws)
+
+
+def _gpt2(model: nn.Module) -> Plan:
+    """GPT-2: pre-LN (ln_1, ln_2, ln_f go); ``Conv1D`` weights are (in, out) and ``c_attn``'s output columns are
+    [q | k | v]: only the last third is drawn and scaled. Every c_proj is drawn again, so HF's 1/sqrt(2L)
+    rescale of its own draw is replaced, not multiplied."""
+    _refuse_cross_attention(model, "GPT-2")
+    base = model.base_model
+    layers = base.h
+    scale = tfixup_init.single_stack_scale(len(layers))
+    draws = []
+    for i, layer in enumerate(layers):
+        c_attn = layer.attn.c_attn
+        d = c_attn.weight.shape[0]
+        if tuple(c_attn.weight.shape) != (d, 3 * d):
+            raise ValueError(f"apply_tfixup: h.{i}.attn.c_attn weight is {tuple(c_attn.weight.shape)}, not GPT-2's "
+                             f"(d, 3d) = ({d}, {3 * d}): cannot find its value columns")
+        draws += [Draw(c_attn.weight, "xavier", scale, index=(slice(None), slice(2 * d, 3 * d)), label="[v]"),
+                  Draw(_linear(layer.attn.c_proj, "attn.c_proj").weight, "xavier", scale)]
+        draws += _mlp(scale, [layer.mlp.c_fc, layer.mlp.c_proj])
+    draws.append(_token_embedding(base.wte, scale))
+    return Plan(_norms(model), draws)
+
+
+def _llama(model: nn.Module) -> Plan:
+    """Llama, Qwen2, Mistral: pre-RMSNorm (input_layernorm, post_attention_layernorm, norm go), SwiGLU MLP
+    (gate_proj, up_proj, down_proj, each scaled), v_proj with grouped KV heads (its own (kv_dim, d) matrix),
+    rotary positions (no positional embedding)."""
+    base = model.base_model
+    layers = base.layers
+    scale = tfixup_init.single_stack_scale(len(layers))
+    draws = []
+    for i, layer in enumerate(layers):
+        mlp = layer.mlp
+        missing = [p for p in ("gate_proj", "up_proj", "down_proj") if not hasattr(mlp, p)]
+        if missing:
+            raise ValueError(f"apply_tfixup: layers.{i}.mlp is a {type(mlp).__name__} without {', '.join(missing)} "
+                             "(a mixture of experts?): T-Fixup reads a gated MLP of three matrices; "
+                             + _DESCRIBE)
+        draws += [Draw(_linear(layer.self_attn.v_proj, "self_attn.v_proj").weight, "xavier", scale),
+                  Draw(_linear(layer.self_attn.o_proj, "self_attn.o_proj").weight, "xavier", scale)]
+        draws += _mlp(scale, [mlp.gate_proj, mlp.up_proj, mlp.down_proj])
+    draws.append(_token_embedding(base.embed_tokens, scale))
+    return Plan(_norms(model), draws)
+
+
+FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {
+    **{t: _encoder_decoder for t in ENCODER_DECODER}, **{t: _bert for t in ENCODER_ONLY}, "gpt2": _gpt2,
+    **{t: _llama for t in LLAMA_LIKE},
+}
