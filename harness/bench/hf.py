@@ -190,9 +190,11 @@ def data_description(data: pathlib.Path) -> str:
 
 def build_model(spec: dict, vocab: dict):
     """The family's HuggingFace model at the run's size, randomly initialised as transformers does."""
+    f, d, layers, heads = spec["family"], spec["d"], spec["layers"], spec["heads"]
+    if f not in FAMILIES:
+        raise ValueError(f"unknown model family {f!r}: one of {', '.join(FAMILIES)}")
     import transformers as hf
 
-    f, d, layers, heads = spec["family"], spec["d"], spec["layers"], spec["heads"]
     if f == "marian":
         # fairseq's transformer as the quality study trains it: ReLU, sinusoidal positions, embeddings
         # scaled by sqrt(d), decoder input = output embedding, dictionaries apart, </s> starts the decoder
@@ -220,7 +222,6 @@ def build_model(spec: dict, vocab: dict):
             intermediate_size=spec["ffn"], hidden_dropout_prob=spec["dropout"],
             attention_probs_dropout_prob=spec["dropout"], max_position_embeddings=spec["max_len"],
             type_vocab_size=1, pad_token_id=PAD, tie_word_embeddings=True))
-    raise ValueError(f"unknown family {f}")
 
 
 def with_tfixup(model) -> dict:
@@ -500,7 +501,8 @@ def train_lm(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
         tr.model.eval()
         total = 0.0
         for k in range(0, len(vx), 64):
-            logits = tr.model(input_ids=vx[k:k + 64].to(tr.device)).logits.float()
+            rows = vx[k:k + 64].to(tr.device)  # the last one padded at its end
+            logits = tr.model(input_ids=rows, attention_mask=(rows != PAD).long()).logits.float()
             total += F.cross_entropy(logits.flatten(0, 1), vy[k:k + 64].to(tr.device).flatten(), ignore_index=PAD,
                                      reduction="sum").item()
         return total / int((vy != PAD).sum()) / math.log(2)
@@ -582,6 +584,8 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     """Build, (T-Fixup,) train and evaluate one run in this process; what it measured."""
     import importlib.metadata
 
+    if spec.get("family") not in FAMILIES:
+        raise ValueError(f"unknown model family {spec.get('family')!r}: one of {', '.join(FAMILIES)}")
     import torch
 
     torch.set_num_threads(threads)
@@ -639,9 +643,11 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
                        [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg)]
 
 
-def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int) -> dict:
-    """One run in its own process (``python -m harness.bench.hf one``), its output in WORK/ID/train.log; its
-    record. A run that fails leaves FAILED/ID.json (its error, the log's tail), which is no result."""
+def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
+            in_process: bool = False) -> dict:
+    """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests),
+    its output in WORK/ID/train.log; its record. A run that fails leaves FAILED/ID.json (its error, the log's
+    tail), which is no result."""
     rundir = work / run.id
     shutil.rmtree(rundir, ignore_errors=True)
     rundir.mkdir(parents=True)
@@ -653,7 +659,7 @@ def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: s
                PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(common.REPO), os.environ.get("PYTHONPATH")])))
     t0 = time.time()
-    rc = runlib.run_logged(cmd, rundir / "train.log", env)
+    rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", env)
     record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
               "run_command": " ".join(shlex.quote(str(c)) for c in cmd), "config": spec,
               "data": data_description(pathlib.Path(run.data)), "returncode": rc, "process_wall_s": round(time.time() - t0, 1)}
@@ -667,6 +673,19 @@ def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: s
     if not runlib._stopping.is_set():  # an interrupted run is no failure
         atomic.write_json(failed / f"{run.id}.json", record)
     return record
+
+
+def _in_process(cmd: list, log: pathlib.Path, env: dict) -> int:
+    """``one``'s command run in this process, its output in LOG; its exit code (1 on an exception)."""
+    import contextlib
+    import traceback
+
+    with open(log, "w") as f, contextlib.redirect_stdout(f):
+        try:
+            return one_main([str(c) for c in cmd[cmd.index("one") + 1:]])
+        except Exception:
+            traceback.print_exc(file=f)
+            return 1
 
 
 # ---------------------------------------------------------------- summary, report, figure
@@ -866,7 +885,7 @@ def estimate(cfg: dict, data: pathlib.Path, updates: int = 3, jobs: int = 1) -> 
         kind = (spec["family"], spec["layers"])
         if kind not in timed:
             spec1 = {**spec, "arm": BASELINE, "updates": updates + 1, "valid_every": 10 ** 9, "epochs": 1,
-                     "max_updates": updates + 1}
+                     "max_updates": updates + 1, "valid_lines": 8}
             torch.manual_seed(1)
             model = build_model(spec1, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
             tr = Trainer(model, spec1, torch.device("cpu"))
@@ -908,8 +927,12 @@ def parser():
             action.help = "the exported data folder (python -m harness.bench.hf export --out DIR); default work/hf-data"
         if action.dest == "data_root":
             action.help = argparse.SUPPRESS
+        if action.dest == "out":
+            action.required = False  # not with --estimate
     p.add_argument("--device", default="cpu", help="torch device of every run: cpu (default) or cuda")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time, each its own process (default 1)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run each run in this process, one at a time (tests, debugging); default: a process each")
     p.add_argument("--estimate", action="store_true",
                    help="time a few updates of each run type on this CPU and print the study's CPU time; run nothing")
     return p
@@ -945,7 +968,10 @@ def main(argv=None) -> int:
         return export_main(argv[1:])
     if argv[:1] == ["one"]:
         return one_main(argv[1:])
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.out and not args.estimate:
+        p.error("the following arguments are required: --out")
     data = check_data(pathlib.Path(args.data or "work/hf-data"))
     cfg = {**make_config(args.mode), "threads": args.threads, "device": args.device}
     if args.estimate:
@@ -955,7 +981,9 @@ def main(argv=None) -> int:
         total = sum(r["cpu_s"] for r in rows)
         longest = max(r["cpu_s"] for r in rows)
         print(f"\nall {len(rows)} runs: {total / 3600:.1f} CPU hours; with --jobs {args.jobs} on as many free cores at "
-              f"least {max(total / max(args.jobs, 1), longest) / 3600:.1f} h (the longest run: {longest / 60:.0f} min)")
+              f"least {max(total / max(args.jobs, 1), longest) / 3600:.1f} h (the longest run: {longest / 60:.0f} min). "
+              f"Measured on {common.machine()['cpu']}, {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f} at the end: a busy machine's seconds are longer")
         return 0
     all_runs = make_runs(cfg, data)
     out = pathlib.Path(args.out)
@@ -967,8 +995,8 @@ def main(argv=None) -> int:
         return summarise(cfg, records, data, len(all_runs), failed)
 
     runlib.run_study(STEM + args.tag, out, all_runs, summary, plot, report,
-                     "valid loss against updates, every run", args.jobs,
-                     execute=lambda r, work: execute(r, work, failed_dir, args.device, args.threads),
+                     "valid loss against updates, every run", 1 if args.in_process else args.jobs,
+                     execute=lambda r, work: execute(r, work, failed_dir, args.device, args.threads, args.in_process),
                      report_only=args.report_only, only=args.only)
     return 0
 
