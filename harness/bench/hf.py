@@ -54,7 +54,9 @@ DATA_BIN = pathlib.Path("work/data-bin/multi30k.de-en")
 PREPARE = ("bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/data/multi30k/train "
            "--valid ../shared/data/multi30k/val --test ../shared/data/multi30k/test_2016_flickr --lowercase "
            "--bpe-merges 8000 --out work/data-bin/multi30k.de-en")
-FAIRSEQ_RUN = common.REPO / "results" / "bench" / "quality" / "runs" / "multi30k-tfixup.json"
+# the quality study's fairseq runs of the same recipe (seed 1, Multi30k): T-Fixup, and Post-LN on the matched warmup
+FAIRSEQ_RUNS = {arm: common.REPO / "results" / "bench" / "quality" / "runs" / f"multi30k-{name}.json"
+                for arm, name in (("tfixup", "tfixup"), ("stock_matched", "postln_matched"))}
 DECAY_PERIOD = 4000
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
             "bert": "BERT (masked LM)"}
@@ -702,10 +704,12 @@ def reach(curve: list, target):
     return None if target is None else next((u for u, v in curve if v is not None and v <= target), None)
 
 
-def fairseq_reference(path: pathlib.Path = FAIRSEQ_RUN):
-    """The fairseq plugin's T-Fixup run of the quality study (seed 1, Multi30k), as recorded."""
-    if not path.is_file():
-        return None
+def fairseq_references() -> dict:
+    """arm -> the quality study's fairseq run of that arm (FAIRSEQ_RUNS), as recorded."""
+    return {arm: fairseq_run(path) for arm, path in FAIRSEQ_RUNS.items() if path.is_file()}
+
+
+def fairseq_run(path: pathlib.Path) -> dict:
     rec = json.loads(path.read_text())
     test = rec.get("test") or {}
     return {"record": str(path.relative_to(common.REPO)), "test_bleu_tok": round(test["bleu_tok"], 2),
@@ -746,7 +750,7 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
             "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
             "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
             "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
-            "fairseq": fairseq_reference() if cfg["mode"] == "default" else None, "rows": rows,
+            "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
             "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
                        for k, v in failed.items() if k not in records},
             "records": records}
@@ -777,20 +781,24 @@ def report(res: dict) -> str:
              f"study scores fairseq-generate's output. Valid loss: label-smoothed, as fairseq logs it.\n\n")
     trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
-    fs = res.get("fairseq")
-    if fs:
-        trows.append([f"fairseq plugin ({fs['record']})", "T-Fixup, no warmup", "ok", fs["test_bleu_tok"],
-                      fs["test_bleu_detok"], fs["best_valid_loss"], fs["updates"], fs["epochs"], "cpu"])
+    fairseq = res.get("fairseq") or {}
+    for arm, fs in fairseq.items():
+        trows.append([f"fairseq plugin ({fs['record']})", ARMS[arm][0].replace("stock", "Post-LN"), "ok",
+                      fs["test_bleu_tok"], fs["test_bleu_detok"], fs["best_valid_loss"], fs["updates"], fs["epochs"],
+                      "cpu"])
     text += common.md_table(["framework", "arm", "status", "test BLEU (tok)", "test sacreBLEU", "best valid loss (bits)",
                              "updates", "epochs", "device"], trows) + "\n\n"
-    hf_t = next((r for r in res["rows"] if r["family"] == "marian" and r["arm"] == "tfixup" and r.get("test_bleu_tok")
-                 is not None), None)
-    if fs and hf_t:
-        text += (f"T-Fixup in transformers minus T-Fixup in fairseq: **{hf_t['test_bleu_tok'] - fs['test_bleu_tok']:+.2f} "
-                 f"BLEU** (tokenized), {hf_t['best_valid'] - fs['best_valid_loss']:+.3f} bits of best valid loss. "
-                 f"The fairseq run's test BLEU is of the average of its last K = {fs['averaged_k']} checkpoints chosen "
-                 "on valid (K = 1: its final model, as here).\n\n")
-    sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")} | ({fs["signature"]} if fs else set()))
+    for arm, fs in fairseq.items():
+        hf_r = next((r for r in res["rows"] if r["family"] == "marian" and r["arm"] == arm and r["seed"] == 1
+                     and r.get("test_bleu_tok") is not None), None)
+        if hf_r:
+            k = fs["averaged_k"]
+            text += (f"{ARMS[arm][0]}, transformers minus fairseq: **{hf_r['test_bleu_tok'] - fs['test_bleu_tok']:+.2f} "
+                     f"BLEU** (tokenized), {hf_r['best_valid'] - fs['best_valid_loss']:+.3f} bits of best valid loss "
+                     + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
+                        f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
+                        "final model).\n\n"))
+    sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")} | {fs["signature"] for fs in fairseq.values()})
     if sigs:
         text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n"
     text += ("## Causal language models: GPT-2 and Llama\n\n"
@@ -856,9 +864,9 @@ def plot(res: dict, path: pathlib.Path) -> None:
             u, v = zip(*rec["valid_curve"])
             y = v if fam == "marian" else [min(2 ** x, 1e5) for x in v]
             ax.plot(u, y, ls="-" if r["seed"] == 1 else ":", lw=1.3, label=label(r), **ARM_STYLE[r["arm"]])
-        fs = res.get("fairseq")
-        if fam == "marian" and fs:
-            ax.plot(*zip(*fs["valid_curve"]), color="black", ls="--", lw=1, label="fairseq plugin, T-Fixup")
+        for arm, fs in (res.get("fairseq") or {}).items() if fam == "marian" else ():
+            ax.plot(*zip(*fs["valid_curve"]), ls="--", lw=1, label=f"fairseq, {ARMS[arm][0].replace('stock', 'Post-LN')}",
+                    **ARM_STYLE[arm])
         if fam != "marian":
             ax.set_yscale("log")
         ax.set_title(f"{FAMILIES[fam]}, {layers}{'+' + str(layers) if fam == 'marian' else ''} layers", fontsize=9)
