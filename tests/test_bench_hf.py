@@ -72,10 +72,11 @@ def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path,
         assert "-m harness.bench.hf one --spec" in rec["run_command"]
         assert rec["machine"]["device"] == "cpu" and rec["machine"]["date_utc"] and "Multi30k" in rec["data"]
         assert rec["valid_curve"] and rec["updates"] == (3 if rec["family"] == "marian" else 4)
-        if rec["arm"] == "tfixup":  # every normalisation module gone, the weights T-Fixup scales reported
+        if rec["arm"].startswith("tfixup"):  # every normalisation module gone, the weights T-Fixup scales reported
             assert rec["norm_modules"] == 0 and rec["tfixup_scaled"]
         else:
             assert rec["norm_modules"] == rec["norm_modules_stock"] > 0 and "tfixup_scaled" not in rec
+    assert runs["marian-L1-tfixup_fsqk-s1"]["qk_redrawn"] == 3  # encoder self, decoder self and cross attention
     marian = runs["marian-L1-tfixup-s1"]["test"]
     assert len(marian["hypotheses"]) == marian["sentences"] == 4 and marian["bleu_tok"] >= 0
     assert marian["sacrebleu_signature"].startswith("nrefs:1|case:lc")

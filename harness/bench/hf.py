@@ -61,14 +61,18 @@ DECAY_PERIOD = 4000
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
             "bert": "BERT (masked LM)"}
 ARMS = {"tfixup": ("T-Fixup, no warmup", "nowarmup"), "stock_matched": ("stock + matched warmup", "matched"),
-        "stock": ("stock, no warmup", "nowarmup")}
+        "stock": ("stock, no warmup", "nowarmup"),
+        # Marian's control for the cross-framework check: T-Fixup leaves q, k and the q/k/v biases as the
+        # framework drew them (transformers: N(0, 0.02) and zeros; fairseq: Xavier-uniform with gain 2^-1/2,
+        # std 0.0625 at d = 128, and nn.Linear's uniform biases); this arm draws them as fairseq does
+        "tfixup_fsqk": ("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup")}
 BASELINE = "stock_matched"
 
 MODES = {
     "smoke": {
         "marian": dict(d=16, ffn=32, heads=2, layers=1, max_tokens=400, epochs=1, max_updates=3, lr=5e-4,
                        warmup=2, dropout=0.3, label_smoothing=0.1, beam=2, lenpen=0.3, max_len_b=8,
-                       train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE]),
+                       train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
                    families=["gpt2", "llama"], arms=["tfixup", BASELINE]),
@@ -81,7 +85,7 @@ MODES = {
     "default": {
         "marian": dict(d=128, ffn=256, heads=4, layers=6, max_tokens=4096, epochs=10, max_updates=0, lr=5e-4,
                        warmup=400, dropout=0.3, label_smoothing=0.1, beam=4, lenpen=0.3, max_len_b=200,
-                       train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE]),
+                       train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=50,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
                    valid_lines=0, families=["gpt2", "llama"], arms=list(ARMS)),
@@ -231,6 +235,25 @@ def with_tfixup(model) -> dict:
     from tfixup import apply_tfixup
 
     return apply_tfixup(model)
+
+
+def fairseq_qk_(model) -> int:
+    """What T-Fixup leaves of each attention drawn again as fairseq's MultiheadAttention draws it: the q and k
+    weights Xavier-uniform with gain 2^-1/2, the q, k and v biases as nn.Linear draws them (uniform,
+    +-fan_in^-1/2); how many attentions."""
+    import torch
+
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            if all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj")):
+                for lin in (m.q_proj, m.k_proj):
+                    torch.nn.init.xavier_uniform_(lin.weight, gain=2 ** -0.5)
+                for lin in (m.q_proj, m.k_proj, m.v_proj):
+                    bound = lin.weight.shape[1] ** -0.5
+                    torch.nn.init.uniform_(lin.bias, -bound, bound)
+                n += 1
+    return n
 
 
 # ---------------------------------------------------------------- batches
@@ -595,8 +618,10 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     dev = torch.device(device)
     model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
     out = {"norm_modules_stock": norm_modules(model)}
-    if spec["arm"] == "tfixup":
+    if spec["arm"].startswith("tfixup"):
         out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model).items()}
+    if spec["arm"] == "tfixup_fsqk":
+        out["qk_redrawn"] = fairseq_qk_(model)
     out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
     tr = Trainer(model, spec, dev)
     t0 = time.time()
@@ -778,7 +803,12 @@ def report(res: dict) -> str:
              f"dropout {m['dropout']}, label smoothing {m['label_smoothing']}, lr {m['lr']:g}, W = {m['warmup']}: the "
              f"quality study's recipe. Test: the final model, beam {m['beam']}, length penalty {m['lenpen']}, "
              f"tokenized BLEU (BPE removed) and detokenized sacreBLEU, scored by harness/score.py as the quality "
-             f"study scores fairseq-generate's output. Valid loss: label-smoothed, as fairseq logs it.\n\n")
+             f"study scores fairseq-generate's output. Valid loss: label-smoothed, as fairseq logs it. **T-Fixup, q/k as "
+             f"fairseq draws them**: the T-Fixup run with what T-Fixup does not set drawn as fairseq draws it, the q "
+             f"and k weights (transformers: N(0, 0.02); fairseq: Xavier-uniform, gain 2^-1/2, std "
+             f"{(2 / (2 * m['d'])) ** 0.5 * 2 ** -0.5:.4f} at d = {m['d']}) and the q, k, v biases (transformers: 0; "
+             f"fairseq: nn.Linear's uniform draw), which leaves no difference between the two initialisations that "
+             f"this study knows of.\n\n")
     trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
     fairseq = res.get("fairseq") or {}
@@ -840,7 +870,7 @@ def _reached(r: dict):
 
 
 ARM_STYLE = {"tfixup": dict(color=common.color("tfixup")), "stock_matched": dict(color=common.color("postln")),
-             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR)}
+             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="C4")}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
