@@ -64,7 +64,8 @@ def main(argv=None):
           f"weights; unigram level: valid perplexity {unigram:.1f}")
 
     def loss_on(rows):  # each position predicts the next id
-        return torch.nn.functional.cross_entropy(model(input_ids=rows[:, :-1]).logits.flatten(0, 1), rows[:, 1:].flatten())
+        logits = model(input_ids=rows[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
 
     def perplexity():
         model.eval()

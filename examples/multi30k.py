@@ -9,8 +9,8 @@ import re
 
 import torch
 
-DATA = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"),
-                    "multi30k")
+SHARED = os.environ.get("TFIXUP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = pathlib.Path(SHARED, "multi30k")
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<mask>"]
 PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))
 

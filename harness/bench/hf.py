@@ -220,7 +220,8 @@ def build_model(spec: dict, vocab: dict):
     if f == "llama":  # LLaMA has no dropout
         return hf.LlamaForCausalLM(hf.LlamaConfig(
             vocab_size=vocab[TGT], hidden_size=d, intermediate_size=spec["ffn"], num_hidden_layers=layers,
-            num_attention_heads=heads, num_key_value_heads=heads // 2, max_position_embeddings=spec["tokens_per_sample"],
+            num_attention_heads=heads, num_key_value_heads=heads // 2,
+            max_position_embeddings=spec["tokens_per_sample"],
             tie_word_embeddings=True, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS))
     if f == "bert":  # one more symbol: [MASK]
         return hf.BertForMaskedLM(hf.BertConfig(
@@ -407,7 +408,8 @@ class Trainer:
 
     def log_train(self, epoch: int) -> None:
         recent = [b for _, b in self.train_curve[-50:]]
-        log_line("train_inner", {"epoch": epoch, "num_updates": self.updates, "loss": round(sum(recent) / len(recent), 3),
+        log_line("train_inner", {"epoch": epoch, "num_updates": self.updates,
+                                 "loss": round(sum(recent) / len(recent), 3),
                                  "lr": f"{self.opt.param_groups[0]['lr']:.3g}"})
 
     def validate(self, value: float) -> None:
@@ -689,7 +691,8 @@ def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: s
     rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", env)
     record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
               "run_command": " ".join(shlex.quote(str(c)) for c in cmd), "config": spec,
-              "data": data_description(pathlib.Path(run.data)), "returncode": rc, "process_wall_s": round(time.time() - t0, 1)}
+              "data": data_description(pathlib.Path(run.data)), "returncode": rc,
+              "process_wall_s": round(time.time() - t0, 1)}
     result = rundir / "result.json"
     if rc == 0 and result.is_file():
         record.update(json.loads(result.read_text()))
@@ -740,7 +743,8 @@ def fairseq_run(path: pathlib.Path) -> dict:
     return {"record": str(path.relative_to(common.REPO)), "test_bleu_tok": round(test["bleu_tok"], 2),
             "test_bleu_detok": round(test["bleu_detok"], 2), "signature": test.get("sacrebleu_signature"),
             "best_valid_loss": best(rec["valid_curve"])[1], "updates": rec["valid_curve"][-1][0],
-            "epochs": rec.get("epochs"), "valid_curve": rec["valid_curve"], "averaged_k": (test.get("averaging") or {}).get("k"),
+            "epochs": rec.get("epochs"), "valid_curve": rec["valid_curve"],
+            "averaged_k": (test.get("averaging") or {}).get("k"),
             "command": rec.get("fairseq_train_command")}
 
 
@@ -828,7 +832,8 @@ def report(res: dict) -> str:
                      + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
                         f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
                         "final model).\n\n"))
-    sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")} | {fs["signature"] for fs in fairseq.values()})
+    sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")}
+                  | {fs["signature"] for fs in fairseq.values()})
     if sigs:
         text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n"
     text += ("## Causal language models: GPT-2 and Llama\n\n"
@@ -932,7 +937,8 @@ def estimate(cfg: dict, data: pathlib.Path, updates: int = 3, jobs: int = 1) -> 
                 bs = translation_batches(src, tgt, spec["max_tokens"], 1, 1)
                 per_epoch = len(bs)
                 for idx in bs[:updates + 1]:
-                    tr.step(lambda mm, b: _marian_loss(mm, b, spec["label_smoothing"]), translation_tensors(src, tgt, idx))
+                    tr.step(lambda mm, b: _marian_loss(mm, b, spec["label_smoothing"]),
+                            translation_tensors(src, tgt, idx))
                 t0 = time.time()
                 test_src = read_split(data, "test", SRC, 20)
                 with torch.no_grad():
@@ -992,7 +998,8 @@ def one_main(argv) -> int:
 def export_main(argv) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.bench.hf export",
                                 description="write the Multi30k data-bin as token-id arrays the study reads without fairseq")
-    p.add_argument("--data-bin", default=str(DATA_BIN), help=f"the quality study's Multi30k De-En data-bin (default {DATA_BIN})")
+    p.add_argument("--data-bin", default=str(DATA_BIN),
+                   help=f"the quality study's Multi30k De-En data-bin (default {DATA_BIN})")
     p.add_argument("--out", required=True, help="the folder to write (replaced when complete)")
     a = p.parse_args(argv)
     out = export(pathlib.Path(a.data_bin), pathlib.Path(a.out))
