@@ -37,7 +37,12 @@ setup(
         "matplotlib>=3.5",
         "numpy",
     ],
-    extras_require={"test": ["pytest>=7", "pytest-xdist>=3"]},  # xdist: scripts/test.sh uses every core
+    extras_require={
+        "test": ["pytest>=7", "pytest-xdist>=3"],  # xdist: scripts/test.sh uses every core
+        # apply_tfixup on HuggingFace models (tfixup/hf.py); without fairseq: docs/beyond-fairseq.md, "Install"
+        "hf": [line for line in open("requirements-hf.txt", encoding="utf-8").read().splitlines()
+               if line.strip() and not line.startswith("#")],
+    },
     entry_points={"console_scripts": ["tfixup-diagnose = fairseq_tfixup.diagnostics.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",

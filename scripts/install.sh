@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Create .venv and install fairseq-tfixup with its test extra (idempotent).
+# Create .venv and install fairseq-tfixup with its test and hf extras (idempotent); with --hf-only,
+# torch, transformers and this package's tfixup only (no fairseq, nothing compiled).
 # CPU torch by default; set TORCH_SPEC (e.g. "torch==2.13.0") to choose another.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 usage() {
   cat <<USAGE
-usage: $0 [--venv DIR]
+usage: $0 [--venv DIR] [--hf-only]
   --venv DIR   virtual environment to create/use (default \$VENV or $TFIXUP_ROOT/.venv)
+  --hf-only    torch, transformers (setup.py's hf extra) and tfixup, for apply_tfixup on
+               HuggingFace models: no fairseq, no compile, no test tools
 Environment: PYTHON (default python3), TORCH_SPEC (default torch==2.13.0),
   INSTALL_LOG (default DIR/install.log: pip's full log, kept).
 fairseq builds from source and needs torch at build time, so torch is installed
@@ -15,9 +18,11 @@ first and pinned for pip's isolated build environment (see pin_build_env).
 USAGE
 }
 VENV=${VENV:-$TFIXUP_ROOT/.venv}; PYTHON=${PYTHON:-python3}; TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+HF_ONLY=0
 while [ $# -gt 0 ]; do
   case $1 in
     --venv) VENV=$2; shift 2;;
+    --hf-only) HF_ONLY=1; shift;;
     -h|--help) usage; exit 0;;
     *) usage >&2; die "unknown option: $1";;
   esac
@@ -46,6 +51,30 @@ check_no_cuda() {
   log "pip fetched no CUDA package and no second torch (checked $INSTALL_LOG)"
 }
 
+# fairseq-fixed requires torchaudio but imports it only in its speech tasks; transformers imports it
+# whenever it is installed (transformers.audio_utils, on the way to any model). PyPI's newest torchaudio
+# (2.11) has no build for torch 2.13: its library fails to load at import, and every model of
+# transformers with it. A torchaudio that does not import against this torch is removed.
+drop_broken_torchaudio() {
+  local state
+  state=$(python - <<'PY' 2>/dev/null
+import importlib.util
+if importlib.util.find_spec("torchaudio") is None:
+    print("absent")
+else:
+    try:
+        import torchaudio  # noqa: F401
+        print("loads")
+    except Exception:
+        print("broken")
+PY
+)
+  if [ "$state" = broken ]; then
+    log "removing torchaudio $(python -c 'from importlib.metadata import version; print(version("torchaudio"))'): it does not load against torch $(python -c 'import torch; print(torch.__version__)') (fairseq needs it only for speech tasks)"
+    python -m pip uninstall -y -q torchaudio
+  fi
+}
+
 install_deps() {
   [ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
   # shellcheck disable=SC1091
@@ -65,12 +94,35 @@ install_deps() {
   # there; pip >= 26.2 ignores it for builds and reads PIP_BUILD_CONSTRAINT
   # (--build-constraint) instead. Both, for this one call: pip refuses a build
   # constraint together with --no-build-isolation, which the last step uses.
-  PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test]"
+  PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test,hf]"
   # a CPU torch must stay the only torch, with no CUDA libraries beside it
   # (with a CUDA torch chosen in TORCH_SPEC, nvidia-* wheels are expected)
   if [ -z "$(python -c 'import torch; print(torch.version.cuda or "")')" ]; then check_no_cuda; fi
+  drop_broken_torchaudio
   touch "$VENV/.tfixup-deps-installed"
 }
+
+# --hf-only: torch first (so nothing resolves another), then setup.py's hf extra (requirements-hf.txt), then
+# this package without its dependencies (fairseq).
+install_hf_only() {
+  unset PYTHONPATH  # lib.sh puts the checkout there, where pip would take a build's egg-info for an install
+  [ -d "$VENV" ] || "$PYTHON" -m venv "$VENV"
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  : > "$INSTALL_LOG"
+  log "installing torch, transformers and tfixup into $VENV ($(python --version)); full log: $INSTALL_LOG"
+  pip_logged "$TORCH_SPEC"
+  pip_logged -r "$TFIXUP_ROOT/requirements-hf.txt"
+  pip_logged --no-deps "$TFIXUP_ROOT"
+  rm -rf "$TFIXUP_ROOT/build"
+  if [ -z "$(python -c 'import torch; print(torch.version.cuda or "")')" ]; then check_no_cuda; fi
+  python -c "import tfixup.hf, torch, transformers; print('tfixup with torch', torch.__version__, 'transformers', transformers.__version__)"
+}
+
+if [ "$HF_ONLY" = 1 ]; then
+  install_hf_only
+  exit 0
+fi
 
 marker=$VENV/.tfixup-deps-installed; fresh=1
 if [ -f "$marker" ] && [ "$marker" -nt "$TFIXUP_ROOT/setup.py" ]; then

@@ -60,8 +60,8 @@ COVERED = {
     "pip install torch==2.13.0": ("install", "TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}"),
     "echo torch==$(python -c 'import torch; print(torch.__version__.split(+)[0])') > /tmp/torch.txt":
         ("install", 'echo "$TORCH_SPEC" > "$pin"'),
-    "PIP_CONSTRAINT=/tmp/torch.txt PIP_BUILD_CONSTRAINT=/tmp/torch.txt pip install .[test]":
-        ("install", 'PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test]"'),
+    "PIP_CONSTRAINT=/tmp/torch.txt PIP_BUILD_CONSTRAINT=/tmp/torch.txt pip install .[test,hf]":
+        ("install", 'PIP_CONSTRAINT=$pin PIP_BUILD_CONSTRAINT=$pin pip_logged "$TFIXUP_ROOT[test,hf]"'),
     "bash scripts/prepare-iwslt14.sh --src de": ("flags",),
     "bash scripts/train.sh iwslt14_de_en_tfixup data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_tfixup":
         ("dry",),

@@ -222,3 +222,18 @@ def test_gpt2_block_as_a_pair_names_the_way_forward():
     with pytest.raises(ValueError, match=r"apply_tfixup\(model\)"):
         apply_tfixup(model, layers=spec)
     assert_unchanged(model, before)
+
+
+def test_fairseq_and_transformers_work_in_one_environment():
+    """scripts/install.sh installs both; a torchaudio that cannot load (fairseq-fixed pulls one built for another
+    torch) would break every transformers model, so an installed one must load."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchaudio") is not None:
+        import torchaudio  # noqa: F401  (scripts/install.sh removes one that does not load)
+    pytest.importorskip("fairseq")
+    import fairseq_tfixup  # noqa: F401  (registers the plugin)
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    assert "transformer_tfixup" in ARCH_MODEL_REGISTRY
+    assert apply_tfixup(build("llama", 1))

@@ -154,7 +154,11 @@ def unchanged(model, before) -> bool:
 @pytest.mark.parametrize("case, message", [
     ("layer norm left", r"blocks\.2\.norm is a LayerNorm; T-Fixup trains without LayerNorm: replace it with nn\.Identity"),
     ("pre-ln", r"norm_first=True \(Pre-LN.*build the layers with norm_first=False"),
-    ("fused qkv linear", r"value projection gives 192 features but the output projection takes 64"),
+    ("fused qkv linear", r"value projection gives 192 features, 3 x the 64 the output projection takes: a fused qkv "
+                         r"Linear; if its output rows are \[q \| k \| v\] \(nanoGPT's c_attn\), pass "
+                         r"Layer\(\.\.\., qkv=True\)"),
+    ("qkv=True on a plain value", r"Layer\(qkv=True\) but the fused projection gives 64 features"),
+    ("swapped pair", r"value projection gives 128 features but the output projection takes 64"),
     ("no spec", r"unknown layout Custom: pass layers="),
     ("two attentions in one stack", r"has 2 attentions"),
     ("not a linear", r"an attention must be nn\.MultiheadAttention or a \(value, output\) pair"),
@@ -175,6 +179,12 @@ def test_refusals_are_one_line_and_change_nothing(case, message):
         if case == "fused qkv linear":
             model.blocks[1].qkv = nn.Linear(D, 3 * D)
             kwargs["layers"][1] = Layer(attention=[(model.blocks[1].qkv, model.blocks[1].o)])
+        elif case == "qkv=True on a plain value":
+            b = model.blocks[1]
+            kwargs["layers"][1] = Layer(attention=[(b.v, b.o)], qkv=True)
+        elif case == "swapped pair":
+            b = model.blocks[1]
+            kwargs["layers"][1] = Layer(attention=[(nn.Linear(D, 2 * D), b.o)])
         elif case == "no spec":
             kwargs = {}
         elif case == "two attentions in one stack":
@@ -246,3 +256,31 @@ def test_importable_without_fairseq():
             "assert 'fairseq_tfixup' not in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_fused_qkv_linear_with_qkv_true_draws_only_its_value_rows():
+    """nanoGPT's block: c_attn = nn.Linear(d, 3d) whose output rows are [q | k | v]."""
+    torch.manual_seed(0)
+    n = 3
+    model = Custom(n)
+    fused = [nn.Linear(D, 3 * D) for _ in range(n)]
+    qk = [f.weight[:2 * D].clone() for f in fused]
+    spec = [Layer(attention=[(f, b.o)], mlp=[b.fc1, b.fc2], qkv=True) for f, b in zip(fused, model.blocks)]
+    holder = nn.ModuleDict({"model": model, "fused": nn.ModuleList(fused)})
+    done = apply_tfixup(holder, layers=spec, embeddings=[model.embed])
+    scale = tfixup_init.single_stack_scale(n)
+    for i, f in enumerate(fused):
+        assert torch.equal(f.weight[:2 * D], qk[i])
+        assert done[f"fused.{i}.weight[v]"] == pytest.approx(scale)
+        assert std_ratio(f.weight[2 * D:], xavier(D, D, scale)) == pytest.approx(1, abs=0.1)
+
+
+def test_grouped_value_heads_are_their_own_matrix():
+    torch.manual_seed(0)
+    model = Custom(2)
+    grouped = [nn.Linear(D, D // 4, bias=False) for _ in range(2)]  # 1 KV head for 4 query heads
+    spec = [Layer(attention=[(g, b.o)], mlp=[b.fc1, b.fc2]) for g, b in zip(grouped, model.blocks)]
+    holder = nn.ModuleDict({"model": model, "grouped": nn.ModuleList(grouped)})
+    apply_tfixup(holder, layers=spec, embeddings=[model.embed])
+    scale = tfixup_init.single_stack_scale(2)
+    assert std_ratio(grouped[0].weight, xavier(D, D // 4, scale)) == pytest.approx(1, abs=0.12)

@@ -47,10 +47,13 @@ Attention = Union[nn.MultiheadAttention, Sequence[nn.Linear]]
 class Layer:
     """One layer of a custom residual stack: ``attention`` holds each of its attentions, either an
     ``nn.MultiheadAttention`` or a pair ``(value, output)`` of ``nn.Linear``; ``mlp`` its MLP's linear
-    layers (weights scaled, biases zeroed)."""
+    layers (weights scaled, biases zeroed). ``qkv=True``: each pair's first ``nn.Linear`` is a fused
+    projection whose output rows are ``[q | k | v]`` (three blocks the size of the output projection's
+    input, as nanoGPT's ``c_attn``): only its value rows, the last third, are drawn and scaled."""
 
     attention: Sequence[Attention]
     mlp: Sequence[nn.Linear] = ()
+    qkv: bool = False
 
 
 @torch.no_grad()
@@ -112,7 +115,7 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
         }[role]
         for layer in stack_layers:
             for attention in layer.attention:
-                for weight, rows, label in _value_and_output(attention):
+                for weight, rows, label in _value_and_output(attention, layer.qkv):
                     if _first(weight, seen):
                         _xavier_scaled(weight if rows is None else weight[rows], scale)
                         done[names.get(id(weight), label) + ("" if rows is None else "[v]")] = scale
@@ -191,9 +194,9 @@ def _remove_norms(stack: nn.Module) -> None:
 # ---------------------------------------------------------------- one attention, one tensor
 
 
-def _value_and_output(attention):
-    """[(weight, rows or None, label)]: the value projection (a fused in_proj_weight's value rows) and the output
-    projection of one attention; one-line errors for a layout it cannot read."""
+def _value_and_output(attention, qkv: bool = False):
+    """[(weight, rows or None, label)]: the value projection (a fused in_proj_weight's or ``qkv`` Linear's value
+    rows) and the output projection of one attention; one-line errors for a layout it cannot read."""
     if isinstance(attention, nn.MultiheadAttention):
         if attention.in_proj_weight is not None:
             weight, e = attention.in_proj_weight, attention.embed_dim
@@ -209,13 +212,26 @@ def _value_and_output(attention):
         return [value, (attention.out_proj.weight, None, "MultiheadAttention.out_proj.weight")]
     pair = list(attention) if isinstance(attention, (list, tuple)) else None
     if not pair or len(pair) != 2 or not all(isinstance(m, nn.Linear) for m in pair):
+        kinds = ", ".join(type(m).__name__ for m in pair) if pair else type(attention).__name__
+        hint = (" (a HuggingFace GPT-2 block: call apply_tfixup(model) on the model, without layers=)"
+                if "Conv1D" in kinds else "")
         raise ValueError(f"apply_tfixup: an attention must be nn.MultiheadAttention or a (value, output) pair of "
-                         f"nn.Linear, got {type(attention).__name__}: for a fused qkv Linear, split it into "
-                         "separate q, k, v Linears")
+                         f"nn.Linear, got {kinds}{hint}")
     value, out = pair
-    if value.out_features != out.in_features:
+    e = out.in_features
+    if qkv:
+        if value.out_features != 3 * e:
+            raise ValueError(f"apply_tfixup: Layer(qkv=True) but the fused projection gives {value.out_features} "
+                             f"features, not 3 x the {e} the output projection takes: its rows are not [q | k | v]")
+        return [(value.weight, slice(2 * e, 3 * e), repr(value)), (out.weight, None, repr(out))]
+    if value.out_features == 3 * e:
+        raise ValueError(f"apply_tfixup: the value projection gives {value.out_features} features, 3 x the {e} the "
+                         "output projection takes: a fused qkv Linear; if its output rows are [q | k | v] (nanoGPT's "
+                         "c_attn), pass Layer(..., qkv=True) (a HuggingFace model: apply_tfixup(model) without "
+                         "layers=)")
+    if value.out_features > e or e % value.out_features:  # fewer: grouped value heads, each read by e/out queries
         raise ValueError(f"apply_tfixup: the value projection gives {value.out_features} features but the output "
-                         f"projection takes {out.in_features}: a fused qkv Linear, or the pair swapped?")
+                         f"projection takes {e} (neither equal nor a whole number of grouped heads): the pair swapped?")
     return [(value.weight, None, repr(value)), (out.weight, None, repr(out))]
 
 
@@ -255,7 +271,7 @@ def _check_layers(layers, what: str, max_attention: int) -> None:
                     "decoder goes in decoder_layers=")
             raise ValueError(f"apply_tfixup: {what}[{i}] has {len(layer.attention)} attentions: {role}")
         for attention in layer.attention:
-            _value_and_output(attention)
+            _value_and_output(attention, layer.qkv)
         for linear in layer.mlp:
             if not isinstance(linear, nn.Linear):
                 raise ValueError(f"apply_tfixup: {what}[{i}].mlp holds {type(linear).__name__}: list its nn.Linear "

@@ -1,0 +1,35 @@
+"""harness.hf_update_size, the numeric check of docs/derivation.md's HuggingFace blocks, at a tiny size on real
+text: after apply_tfixup a Llama-style stack's update (no biases: RMSNorm gone, SwiGLU, rotary, grouped KV) does
+not grow with depth while the stock pre-norm one's does; the command writes its tables."""
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from harness import hf_update_size as hu  # noqa: E402
+from harness import stack_update_size as su  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tokens(shared_data):
+    return su.token_batch(shared_data / "multi30k" / "train.en.gz", vocab=200, batch=4, length=16)
+
+
+def test_llama_with_tfixup_is_flat_in_depth_and_stock_is_not(tokens):
+    def size(method, n):
+        return su.one_sgd_step(hu.build("llama", method, 200, 32, 64, 2, n, seed=1), tokens, 1e-4)["hidden"]
+
+    assert 0.7 < size("tfixup", 4) / size("tfixup", 1) < 1.4
+    assert size("stock", 4) / size("stock", 1) > 2
+
+
+def test_command_writes_tables(shared_data, tmp_path):
+    hu.main(["--out", str(tmp_path), "--families", "gpt2,bert", "--depths", "1,2", "--inits", "1", "--dim", "32",
+             "--ffn", "64", "--heads", "2", "--vocab", "200", "--batch", "4", "--length", "16",
+             "--text", str(shared_data / "multi30k" / "train.en.gz")])
+    saved = json.loads((tmp_path / "hf_update_size.json").read_text())
+    assert saved["methods"].keys() == {"gpt2 tfixup", "gpt2 stock", "bert tfixup", "bert stock"}
+    assert all(len(m["hidden"]) == 2 and all(v > 0 for v in m["hidden"]) for m in saved["methods"].values())
+    assert "| gpt2 tfixup | hidden, biases not stepped |" in (tmp_path / "hf_update_size.md").read_text()
