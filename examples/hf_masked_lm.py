@@ -50,12 +50,16 @@ def main(argv=None):
     train = [[BOS] + vocab.encode(s) for s in sentences]  # <s> as [CLS]
     valid = pad([[BOS] + vocab.encode(s) for s in read("val", "en", a.valid_lines)])
     valid_inputs, valid_labels = masked(valid, len(vocab), torch.Generator().manual_seed(0))  # fixed masks
+    freq = torch.bincount(torch.tensor([i for s in train for i in s]), minlength=len(vocab)).double() + 1
+    targets = valid_labels[valid_labels != -100]
+    unigram = math.exp(-(freq / freq.sum()).log()[targets].mean().item())
 
     model = BertForMaskedLM(BertConfig(
         vocab_size=len(vocab), hidden_size=a.dim, num_hidden_layers=a.layers, num_attention_heads=4,
         intermediate_size=4 * a.dim, max_position_embeddings=128, type_vocab_size=1, pad_token_id=PAD))
     scaled = apply_tfixup(model)  # embeddings.LayerNorm and each output LayerNorm go; weights scaled
-    print(f"BERT, {a.layers} layers, d={a.dim}, vocab {len(vocab)}; T-Fixup scaled {len(scaled)} weights")
+    print(f"BERT, {a.layers} layers, d={a.dim}, vocab {len(vocab)}; T-Fixup scaled {len(scaled)} weights; "
+          f"unigram level: masked-word perplexity {unigram:.1f}")
 
     def perplexity():
         model.eval()

@@ -46,5 +46,5 @@ def test_causal_lm_example_trains_without_norms(model, capsys):
 def test_masked_lm_example_trains_bert_without_layernorm(capsys):
     example("hf_masked_lm").main(TINY)
     out = capsys.readouterr().out
-    assert "BERT, 2 layers" in out and "T-Fixup scaled" in out
+    assert "BERT, 2 layers" in out and "T-Fixup scaled" in out and "unigram level" in out
     assert out.count("masked-word valid perplexity") == 5
