@@ -10,9 +10,11 @@ subword-nmt are not installed (a GPU machine: copy the folder there).
   translation  MarianMTModel at the quality study's size and recipe (128-256-4, 6+6 layers, decoder input
                and output embedding shared, dictionaries apart, 4096 tokens per update, dropout 0.3, label
                smoothing 0.1, lr 5e-4, 10 epochs): T-Fixup without warmup against stock Marian (LayerNorm) on
-               the matched warmup (W = 400, the quality study's). Test: the final model, beam 4, length
-               penalty 0.3, BPE removed, tokenized BLEU and sacreBLEU as harness/score.py scores fairseq's
-               output; beside the fairseq plugin's run (results/bench/quality/runs/multi30k-tfixup.json).
+               the matched warmup (W = 400, the quality study's), and T-Fixup with q, k and the attention
+               biases drawn as fairseq draws them (what T-Fixup leaves to the framework). Test: the final
+               model, beam 4, length penalty 0.3, BPE removed, tokenized BLEU and sacreBLEU as
+               harness/score.py scores fairseq's output; beside the fairseq plugin's runs of the quality
+               study (results/bench/quality/runs/multi30k-{tfixup,postln_matched}.json).
   causal LM    GPT2LMHeadModel and LlamaForCausalLM (RMSNorm, SwiGLU, rotary positions, 2 KV heads of 4) at 6
                and 24 layers on the English side (one stream in blocks of 64 tokens, 1024 tokens per update,
                as harness/bench/lm.py): T-Fixup without warmup, the stock model on the matched warmup, the
@@ -973,6 +975,8 @@ def parser():
             action.help = argparse.SUPPRESS
         if action.dest == "out":
             action.required = False  # not with --estimate
+    p.epilog = ("first, where fairseq is: python -m harness.bench.hf export --out DIR (the data folder --data "
+                "reads; export --help). 'python -m harness.bench.hf one' runs a single run (the study starts these).")
     p.add_argument("--device", default="cpu", help="torch device of every run: cpu (default) or cuda")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time, each its own process (default 1)")
     p.add_argument("--in-process", action="store_true",
