@@ -9,7 +9,10 @@ outputs, same log-log slope against the number of layers N), on models built by 
 
 * ``tfixup``: ``apply_tfixup(model)`` (tfixup/hf.py: every norm gone, (6N)^-1/4);
 * ``stock``: the model as HuggingFace initialises it, norms kept (GPT-2 and Llama: pre-norm with a final norm;
-  BERT: Post-LN).
+  BERT: Post-LN);
+* ``tfixup-attention``, ``tfixup-mlp``: T-Fixup, with the step taken on the attention blocks' parameters only,
+  or the MLP blocks' only (derivation.md §7.4: a gated MLP block's share of the update is Theta(1/L^2) where
+  an attention block's is Theta(1/L), so the MLP-only update should shrink like 1/N).
 
 The logits are the model's own head (GPT-2's and BERT's tied to the token embedding, Llama's ``lm_head`` untied
 at HF's init); ``hidden`` is the model's last hidden state (after the final norm where one is kept). BERT runs
@@ -22,6 +25,7 @@ import datetime
 import os
 import pathlib
 import platform
+import re
 import sys
 import time
 
@@ -34,7 +38,11 @@ from tfixup import atomic
 from tfixup.torch_tfixup import apply_tfixup
 
 FAMILIES = ("gpt2", "llama", "bert")
-METHODS = ("tfixup", "stock")
+METHODS = ("tfixup", "stock", "tfixup-attention", "tfixup-mlp")
+# parameter names of each part, across the three families (BERT's MLP output is layer.N.output, its attention's
+# output attention.output)
+PARTS = {"attention": re.compile(r"\.(self_attn|attn|attention)\."),
+         "mlp": re.compile(r"\.(mlp|intermediate)\.|\.layer\.\d+\.output\.")}
 
 
 def hf_model(family: str, vocab: int, dim: int, ffn: int, heads: int, layers: int) -> nn.Module:
@@ -73,10 +81,14 @@ class Wrapped(nn.Module):
 def build(family: str, method: str, vocab: int, dim: int, ffn: int, heads: int, layers: int, seed: int) -> nn.Module:
     torch.manual_seed(seed)
     model = hf_model(family, vocab, dim, ffn, heads, layers)
-    if method == "tfixup":
-        apply_tfixup(model)
-    elif method != "stock":
+    if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+    if method.startswith("tfixup"):
+        apply_tfixup(model)
+    if "-" in method:  # one part stepped: the others get no gradient, and one_sgd_step leaves them
+        part = PARTS[method.split("-", 1)[1]]
+        for name, p in model.named_parameters():
+            p.requires_grad_(bool(part.search(name)))
     return Wrapped(model).double().train()
 
 
@@ -106,9 +118,10 @@ def measure(families, methods, depths, tokens, vocab, dim, ffn, heads, eta, init
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m harness.hf_update_size", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="writes hf_update_size.{json,md} here")
+    p.add_argument("--out", required=True, help="writes STEM.{json,md} here")
+    p.add_argument("--stem", default="hf_update_size", help="the output files' name (default hf_update_size)")
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated, of " + ", ".join(FAMILIES))
-    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated, of " + ", ".join(METHODS))
+    p.add_argument("--methods", default="tfixup,stock", help="comma-separated, of " + ", ".join(METHODS))
     p.add_argument("--depths", default="1,2,4,8,16,32", help="layers N, comma-separated")
     p.add_argument("--text", default=str(DEFAULT_TEXT), help="gzip'd English text, one sentence a line")
     p.add_argument("--vocab", type=int, default=1000)
@@ -145,15 +158,15 @@ def main(argv=None) -> dict:
             "length": a.length, "dim": a.dim, "ffn": a.ffn, "heads": a.heads, "eta": a.eta, "inits": a.inits,
             "seed": a.seed, "depths": depths, "methods": results}
     out = pathlib.Path(a.out)
-    atomic.write_json(out / "hf_update_size.json", meta)
-    atomic.write_text(out / "hf_update_size.md",
+    atomic.write_json(out / f"{a.stem}.json", meta)
+    atomic.write_text(out / f"{a.stem}.md",
                       f"`{meta['command']}`\n\n{meta['machine']}, {meta['date']}, {meta['seconds']} s\n\n"
                       f"||Δf|| / η after one SGD step (η = {a.eta:g}), mean of {a.inits} inits; d={a.dim}, "
                       f"MLP {a.ffn}, {a.heads} heads (Llama: {max(1, a.heads // 2)} KV heads), batch "
                       f"{a.batch}x{a.length} tokens; GPT-2 and BERT: output tied to the token embedding, Llama: "
                       f"untied `lm_head`\n\n{table(meta)}\n")
     print(table(meta))
-    print(f"[hf-update-size] wrote {out}/hf_update_size.{{json,md}} ({meta['seconds']} s)")
+    print(f"[hf-update-size] wrote {out}/{a.stem}.{{json,md}} ({meta['seconds']} s)")
     return meta
 
 

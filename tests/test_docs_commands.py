@@ -99,6 +99,14 @@ COVERED = {
     "python -m harness.stack_update_size --out results/diagnostics --encdec --untied": ("flags",),
     "python -m harness.stack_update_size --out results/diagnostics --encoder-only --untied --methods tfixup,postln":
         ("flags",),
+    # docs/beyond-fairseq.md: the install without fairseq
+    "bash scripts/install.sh --hf-only": ("install", "--hf-only) HF_ONLY=1"),
+    "pip install -r requirements-hf.txt": ("install", 'pip_logged -r "$TFIXUP_ROOT/requirements-hf.txt"'),
+    "pip install --no-deps .": ("install", 'pip_logged --no-deps "$TFIXUP_ROOT"'),
+    # docs/derivation.md
+    "python -m harness.hf_update_size --out results/hf": ("flags",),
+    "python -m harness.hf_update_size --out results/hf --stem hf_update_size_parts --families llama,gpt2 "
+    "--methods tfixup-attention,tfixup-mlp": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
     "python examples/tfixup_lm.py --layers 6 --steps 100": ("run",),
     # docs/pipelines.md

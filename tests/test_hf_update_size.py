@@ -33,3 +33,13 @@ def test_command_writes_tables(shared_data, tmp_path):
     assert saved["methods"].keys() == {"gpt2 tfixup", "gpt2 stock", "bert tfixup", "bert stock"}
     assert all(len(m["hidden"]) == 2 and all(v > 0 for v in m["hidden"]) for m in saved["methods"].values())
     assert "| gpt2 tfixup | hidden, biases not stepped |" in (tmp_path / "hf_update_size.md").read_text()
+
+
+def test_one_part_stepped_leaves_the_others_without_gradient():
+    model = hu.build("llama", "tfixup-mlp", 200, 32, 64, 2, 2, seed=1)
+    stepped = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert stepped and all(".mlp." in n for n in stepped)
+    assert len(stepped) == 3 * 2  # gate, up, down of 2 layers
+    attention = {n for n, p in hu.build("bert", "tfixup-attention", 200, 32, 64, 2, 1, seed=1).named_parameters()
+                 if p.requires_grad}
+    assert attention and all(".attention." in n for n in attention)

@@ -84,7 +84,11 @@ def apply_tfixup(model: nn.Module) -> Dict[str, float]:
     if model_type not in SUPPORTED:
         raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not one of {', '.join(SUPPORTED)}; "
                          f"{_DESCRIBE}")
-    plan = FAMILIES[model_type](model)
+    try:
+        plan = FAMILIES[model_type](model)
+    except AttributeError as e:  # a class of this model type laid out otherwise (another transformers version?)
+        raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not laid out as tfixup.hf reads it "
+                         f"({e}); {_DESCRIBE}") from None
     if not plan.norms:
         raise ValueError(f"apply_tfixup: {name} has no LayerNorm or RMSNorm left: T-Fixup was applied to it already "
                          f"(applying it twice would scale its weights twice); build the model again from its config")
@@ -106,8 +110,7 @@ def apply_tfixup(model: nn.Module) -> Dict[str, float]:
         seen.add(key)
         view = _view(draw)
         if draw.how == "xavier":
-            bound = 3 ** 0.5 * tfixup_init.xavier_uniform_std(view.shape[0], view.shape[1])  # symmetric in fans
-            view.uniform_(-bound, bound)
+            nn.init.xavier_uniform_(view)  # its bound is symmetric in the fans: a Conv1D's (in, out) weight alike
         elif draw.how == "normal":
             nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
             if draw.padding_idx is not None:
@@ -162,8 +165,9 @@ def _encoder_decoder(model: nn.Module) -> Plan:
     base = model.base_model
     encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
     if encoder is None or decoder is None:
-        raise ValueError(f"apply_tfixup: {type(model).__name__} has no encoder and decoder: call apply_tfixup on the "
-                         "whole encoder-decoder model")
+        raise ValueError(f"apply_tfixup: {type(model).__name__} is not an encoder-decoder (a decoder alone?): T-Fixup "
+                         f"for {model.config.model_type} covers the whole encoder-decoder model; for one stack, "
+                         + _DESCRIBE)
     n_enc, n_dec = len(encoder.layers), len(decoder.layers)
     draws = []
     for role, stack, scale in (("encoder", encoder, tfixup_init.encoder_scale(n_enc)),

@@ -1,6 +1,6 @@
 """T-Fixup for any PyTorch model, without fairseq: ``apply_tfixup(model, ...)``.
 
-What it handles:
+What it handles (a HuggingFace ``transformers`` model built from its config goes to ``tfixup.hf``):
 
 * ``nn.Transformer`` (encoder-decoder): the paper's constants, 0.67 N_e^-1/4 in the encoder and
   (9 N_d)^-1/4 in the decoder and for both input embeddings;
