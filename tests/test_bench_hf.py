@@ -127,3 +127,13 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     tr_t = hf.Trainer.__new__(hf.Trainer)
     tr_t.spec = {"arm": "tfixup", "lr": 1e-3, "warmup": 100}
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
+
+
+def test_default_plan_is_the_studys_24_runs():
+    """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
+    and 6, BERT at 6: the longest first."""
+    ids = [hf.run_id(s) for s in hf.make_specs(hf.make_config("default"))]
+    assert len(ids) == len(set(ids)) == 24
+    assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
+    assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
+    assert sum("-L24-" in i for i in ids) == 12 and ids[-1] == "bert-L6-stock-s1"

@@ -90,10 +90,10 @@ MODES = {
                        train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=50,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
-                   valid_lines=0, families=["gpt2", "llama"], arms=list(ARMS)),
+                   valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"]),
         "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=50, warmup=250, lr=5e-4,
                      batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
-                     arms=list(ARMS)),
+                     arms=["tfixup", BASELINE, "stock"]),
     },
 }
 WEIGHT_DECAY = 1e-4
