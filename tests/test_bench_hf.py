@@ -82,6 +82,7 @@ def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path,
     assert marian["sacrebleu_signature"].startswith("nrefs:1|case:lc")
     res = json.loads((out / "hf.json").read_text())
     assert res["complete"] and res["runs_recorded"] == len(runs) and not res["failed"]
+    assert all(r["largest_rise"] >= 0 and r["best_ppl"] > 1 for r in res["rows"])
     md = (out / "hf.md").read_text()
     assert "## Translation: Marian" in md and "## Masked language model: BERT" in md and "PARTIAL" not in md
     assert (out / "hf.png").stat().st_size > 0

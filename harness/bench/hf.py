@@ -756,7 +756,10 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
         b_at, b_bits = best(rec.get("valid_curve", []))
         row = {k: rec.get(k) for k in ("id", "family", "arm", "layers", "seed", "status", "updates", "epochs",
                                        "s_per_update", "wall_s", "parameters", "norm_modules")}
+        curve = [v for _, v in rec.get("valid_curve", [])]
+        rises = [b - a for a, b in zip(curve, curve[1:]) if math.isfinite(a) and math.isfinite(b)]
         row.update(best_valid=b_bits, best_at=b_at, best_ppl=round(2 ** b_bits, 2) if b_bits is not None else None,
+                   largest_rise=round(max(rises), 3) if rises and max(rises) > 0 else 0.0,
                    device=(rec.get("machine") or {}).get("device"), scaled=len(rec.get("tfixup_scaled") or {}))
         test = rec.get("test")
         if test:
@@ -845,10 +848,12 @@ def report(res: dict) -> str:
              f"blocks of {lm['tokens_per_sample']} tokens, {lm['max_tokens']} tokens per update, {lm['updates']} "
              f"updates, lr {lm['lr']:g}, W = {lm['warmup']}; valid every {lm['valid_every']} updates on every valid "
              f"token. Updates to the baseline's best: the first update at which an arm's valid loss is at or below the "
-             f"best of the stock model on the matched warmup (the same seed); ratio: that over the baseline's own.\n\n")
-    cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio"]
+             f"best of the stock model on the matched warmup (the same seed); ratio: that over the baseline's own. Largest "
+             f"rise: the most the valid loss went up from one validation to the next (0: it never rose).\n\n")
+    cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
+            "largest rise of valid loss (bits)"]
     text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
-                                    r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"]]
+                                    r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"], r["largest_rise"]]
                                    for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
     text += ("## Masked language model: BERT\n\n"
              f"BertForMaskedLM {bert['d']}-{bert['ffn']}-{bert['heads']}, {bert['layers']} layers, dropout "
@@ -857,8 +862,9 @@ def report(res: dict) -> str:
              f"{bert['mask_prob']:.0%} of the tokens are targets (80 % [MASK], 10 % random, 10 % kept), the same "
              "masks of valid for every run; perplexity of the masked valid tokens.\n\n")
     text += common.md_table(["arm", "status", "best masked-token ppl", "at update", "updates to the baseline's best",
-                             "ratio"], [[label(r), r["status"], r["best_ppl"], r["best_at"], _reached(r),
-                                         r["ratio_to_baseline"]] for r in res["rows"] if r["family"] == "bert"]) + "\n\n"
+                             "ratio", "largest rise of valid loss (bits)"],
+                            [[label(r), r["status"], r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"],
+                              r["largest_rise"]] for r in res["rows"] if r["family"] == "bert"]) + "\n\n"
     text += "## Every run\n\n" + common.md_table(
         ["run", "status", "device", "parameters", "norm modules left", "weights T-Fixup scaled", "updates",
          "s/update", "train wall s"],
