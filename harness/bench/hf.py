@@ -674,6 +674,11 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
                        [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg)]
 
 
+def plan(data, mode: str = "default") -> list:
+    """The study's runs on the exported folder DATA (tests/test_bench_plans.py checks the committed records)."""
+    return make_runs(make_config(mode), pathlib.Path(data))
+
+
 def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
             in_process: bool = False) -> dict:
     """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests),
@@ -883,7 +888,7 @@ def _reached(r: dict):
 
 
 ARM_STYLE = {"tfixup": dict(color=common.color("tfixup")), "stock_matched": dict(color=common.color("postln")),
-             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="C4")}
+             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink")}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
