@@ -16,7 +16,6 @@ import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import sacrebleu
-from sacremoses import MosesDetokenizer
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -66,6 +65,8 @@ def tokenized_bleu(hyps: Sequence[str], refs: Sequence[str], split_compounds: bo
 
 
 def detokenize(lines: Sequence[str], lang: str) -> List[str]:
+    from sacremoses import MosesDetokenizer  # here: scoring tokenized BLEU needs sacrebleu alone
+
     md = MosesDetokenizer(lang=lang)
     # "@-@" is Moses' aggressive hyphen split (tokenizer -a); sacremoses undoes it
     return [md.detokenize(line.split()) for line in lines]

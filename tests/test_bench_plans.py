@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 from conftest import REPO
-from harness.bench import batch, common, convergence, depth, lm, plateau, quality
+from harness.bench import batch, common, convergence, depth, hf, lm, plateau, quality
 from tfixup import methods as presets
 
 RESULTS = REPO / "results" / "bench"
@@ -21,6 +21,7 @@ PLANS = {
     "batch": lambda: batch.plan(IWSLT), "quality": lambda: quality.plan({"multi30k": MULTI30K, "iwslt": IWSLT}),
     "plateau": lambda: plateau.plan({"multi30k": MULTI30K}),
     "lm": lambda: lm.plan(LM_DATA),
+    "hf": lambda: hf.plan(pathlib.Path("/data/hf-data")),
 }
 
 

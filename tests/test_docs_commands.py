@@ -26,6 +26,8 @@ the docs no longer hold. The checks run from the repo root, as the docs assume:
 | suite   | this suite's runner (not run: it would run this test); ``bash -n``               |
 | lm      | the language-model recipe of docs/pipelines.md, its block run in order as written |
 |         | on the first lines of the data with a tiny model (test_lm_recipe_...)            |
+| example | an examples/hf_*.py script (minutes): its --help lists every flag the command    |
+|         | uses; test_hf_examples.py runs it with tiny arguments (needs transformers)       |
 """
 
 import functools
@@ -67,7 +69,6 @@ COVERED = {
     # evaluate.sh --dry-run needs the config a trained run recorded: its --help instead
     "bash scripts/evaluate.sh iwslt14_de_en_tfixup data-bin/iwslt14.tokenized.de-en work/runs/iwslt14_de_en_tfixup":
         ("flags",),
-    "bash scripts/report.sh --runs work/runs iwslt14_de_en_tfixup": ("run",),
     "bash scripts/table1.sh --dry-run": ("run",),
     # docs/baselines.md
     "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_iwslt_de_en --optimizer radam "
@@ -176,6 +177,15 @@ COVERED = {
     "fairseq-eval-lm work/data-bin/lm-multi30k-en --user-dir fairseq_tfixup "
     "--path work/checkpoints/lm-tfixup/checkpoint_best.pt --gen-subset valid --tokens-per-sample 64 --max-tokens 1024":
         ("lm",),
+    # docs/beyond-fairseq.md: the HuggingFace examples and the study (the study on a GPU machine)
+    "python examples/hf_translation.py": ("example",),
+    "python examples/hf_causal_lm.py --model llama": ("example",),
+    "python examples/hf_causal_lm.py --model gpt2": ("example",),
+    "python examples/hf_masked_lm.py": ("example",),
+    "python -m harness.bench.hf export --out work/hf-data": ("flags",),
+    "python -m harness.bench.hf --estimate --data work/hf-data": ("flags",),
+    "python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8": ("flags",),
+    "python -m harness.bench.hf --out results/bench --data work/hf-data --report-only": ("flags",),
 }
 
 
@@ -308,6 +318,25 @@ def _help(program: tuple) -> str:
     return out.getvalue()
 
 
+def _example_help(script: str) -> str:
+    """examples/X.py --help, in this process (transformers is imported once)."""
+    import contextlib
+    import importlib
+    import io
+    import sys
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        module = importlib.import_module(pathlib.Path(script).stem)
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        module.main(["--help"])
+    assert done.value.code in (0, None), out.getvalue()
+    return out.getvalue()
+
+
 def _program(argv):
     """The words that name the program (and its subcommand) of argv."""
     if argv[0] == "bash":
@@ -350,6 +379,11 @@ def test_documented_command(cmd):
         text = _help(_program(argv))
         for flag in (w for w in argv if w.startswith("--")):
             assert re.search(rf"{re.escape(flag)}\b", text), f"{flag} is not in {' '.join(_program(argv))} --help"
+    elif kind == "example":
+        pytest.importorskip("transformers")
+        text = _example_help(argv[1])
+        for flag in (w for w in argv if w.startswith("--")):
+            assert re.search(rf"{re.escape(flag)}\b", text), f"{flag} is not in {argv[1]} --help"
     elif kind == "parse":
         args = _parse_fairseq_train(argv)
         assert args.user_dir == "fairseq_tfixup"

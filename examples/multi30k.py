@@ -1,0 +1,47 @@
+"""Multi30k for the examples: lowercased words and a vocabulary of the most frequent ones, so that nothing
+(no tokenizer, no model) is downloaded. ``python examples/X.py`` finds this file beside it."""
+
+import collections
+import gzip
+import os
+import pathlib
+import re
+
+import torch
+
+SHARED = os.environ.get("TFIXUP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data")
+DATA = pathlib.Path(SHARED, "multi30k")
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<mask>"]
+PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))
+
+
+def read(split: str, lang: str, lines: int) -> list:
+    """The first LINES sentences of DATA/SPLIT.LANG.gz (split: train, val), as lists of lowercased words."""
+    with gzip.open(DATA / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+        return [re.findall(r"\w+|[^\w\s]", line.lower()) for _, line in zip(range(lines), f)]
+
+
+class Vocab:
+    """The special symbols, then the SIZE - 5 most frequent words of SENTENCES; any other word is <unk>."""
+
+    def __init__(self, sentences: list, size: int):
+        counts = collections.Counter(w for s in sentences for w in s)
+        self.words = SPECIALS + [w for w, _ in counts.most_common(size - len(SPECIALS))]
+        self.index = {w: i for i, w in enumerate(self.words)}
+
+    def __len__(self):
+        return len(self.words)
+
+    def encode(self, words: list) -> list:
+        return [self.index.get(w, UNK) for w in words] + [EOS]
+
+    def decode(self, ids) -> str:
+        return " ".join(self.words[i] for i in ids if i not in (PAD, BOS, EOS))
+
+
+def pad(rows: list, value: int = PAD) -> torch.Tensor:
+    """Lists of ids as one tensor, each row filled up with VALUE at its end."""
+    out = torch.full((len(rows), max(map(len, rows))), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r)
+    return out

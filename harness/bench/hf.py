@@ -1,0 +1,1065 @@
+"""T-Fixup in HuggingFace ``transformers`` models on real data: Marian, GPT-2, Llama and BERT built from configs
+(no download), trained with a plain PyTorch loop, ``apply_tfixup(model)`` against the stock model.
+
+Data: Multi30k (../shared/data/multi30k) as the quality study has it, the BPE'd De-En data-bin of
+``scripts/prepare-corpus.sh --lowercase --bpe-merges 8000`` (separate De and En dictionaries), exported
+once by ``export`` (which needs fairseq) into a folder of token-id arrays, dictionaries and the raw test
+references that the training reads with numpy and torch alone; so the study runs where fairseq and
+subword-nmt are not installed (a GPU machine: copy the folder there).
+
+  translation  MarianMTModel at the quality study's size and recipe (128-256-4, 6+6 layers, decoder input
+               and output embedding shared, dictionaries apart, 4096 tokens per update, dropout 0.3, label
+               smoothing 0.1, lr 5e-4, 10 epochs): T-Fixup without warmup against stock Marian (LayerNorm) on
+               the matched warmup (W = 400, the quality study's), and T-Fixup with q, k and the attention
+               biases drawn as fairseq draws them (what T-Fixup leaves to the framework). Test: the final
+               model, beam 4, length penalty 0.3, BPE removed, tokenized BLEU and sacreBLEU as
+               harness/score.py scores fairseq's output; beside the fairseq plugin's runs of the quality
+               study (results/bench/quality/runs/multi30k-{tfixup,postln_matched}.json).
+  causal LM    GPT2LMHeadModel and LlamaForCausalLM (RMSNorm, SwiGLU, rotary positions, 2 KV heads of 4) at 6
+               and 24 layers on the English side (one stream in blocks of 64 tokens, 1024 tokens per update,
+               as harness/bench/lm.py): T-Fixup without warmup, the stock model on the matched warmup, the
+               stock model without warmup; two seeds at 24 layers.
+  masked LM    BertForMaskedLM, 6 layers, on the English sentences: the same three arms; perplexity of the
+               masked tokens of valid (15 %, the same masks for every run).
+
+Every run: Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's adam), no clipping; no warmup is
+lr*sqrt(P/(P+t)), P = 4000; the matched warmup rises linearly over W updates onto that curve
+(tfixup/schedules.py). Each run is a subprocess (``one``) on --device, its record written when it ends:
+OUT/hf/runs/RUN.json (command, machine, date, data, the resolved config); a run that fails leaves
+OUT/hf/failed/RUN.json with its error instead, the others go on, and the next start tries it again.
+
+    python -m harness.bench.hf export --out work/hf-data        # here, once (fairseq)
+    python -m harness.bench.hf --estimate --data work/hf-data   # CPU seconds per update of each run type
+    python -m harness.bench.hf --smoke --out /tmp/hf --data work/hf-data
+    python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8
+"""
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import shlex
+import shutil
+import statistics
+import sys
+import time
+
+from harness.bench import common, runs as runlib
+from tfixup import atomic
+from tfixup.schedules import matched_lr, nowarmup_lr
+
+STEM = "hf"
+BOS, PAD, EOS, UNK = 0, 1, 2, 3  # fairseq's Dictionary
+SRC, TGT = "de", "en"
+DATA_BIN = pathlib.Path("work/data-bin/multi30k.de-en")
+PREPARE = ("bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/data/multi30k/train "
+           "--valid ../shared/data/multi30k/val --test ../shared/data/multi30k/test_2016_flickr --lowercase "
+           "--bpe-merges 8000 --out work/data-bin/multi30k.de-en")
+# the quality study's fairseq runs of the same recipe (seed 1, Multi30k): T-Fixup, and Post-LN on the matched warmup
+FAIRSEQ_RUNS = {arm: common.REPO / "results" / "bench" / "quality" / "runs" / f"multi30k-{name}.json"
+                for arm, name in (("tfixup", "tfixup"), ("stock_matched", "postln_matched"))}
+DECAY_PERIOD = 4000
+FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
+            "bert": "BERT (masked LM)"}
+ARMS = {"tfixup": ("T-Fixup, no warmup", "nowarmup"), "stock_matched": ("stock + matched warmup", "matched"),
+        "stock": ("stock, no warmup", "nowarmup"),
+        # Marian's control for the cross-framework check: T-Fixup leaves q, k and the q/k/v biases as the
+        # framework drew them (transformers: N(0, 0.02) and zeros; fairseq: Xavier-uniform with gain 2^-1/2,
+        # std 0.0625 at d = 128, and nn.Linear's uniform biases); this arm draws them as fairseq does
+        "tfixup_fsqk": ("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup")}
+BASELINE = "stock_matched"
+
+MODES = {
+    "smoke": {
+        "marian": dict(d=16, ffn=32, heads=2, layers=1, max_tokens=400, epochs=1, max_updates=3, lr=5e-4,
+                       warmup=2, dropout=0.3, label_smoothing=0.1, beam=2, lenpen=0.3, max_len_b=8,
+                       train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
+        "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
+                   tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
+                   families=["gpt2", "llama"], arms=["tfixup", BASELINE]),
+        "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
+                     max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
+                     arms=["tfixup", BASELINE]),
+    },
+    # the quality study's translation recipe; the LM and BERT sizes of harness/bench/lm.py (128-512-4,
+    # 1024 tokens per update) with 1000 updates, W a quarter of them as there
+    "default": {
+        "marian": dict(d=128, ffn=256, heads=4, layers=6, max_tokens=4096, epochs=10, max_updates=0, lr=5e-4,
+                       warmup=400, dropout=0.3, label_smoothing=0.1, beam=4, lenpen=0.3, max_len_b=200,
+                       train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
+        "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=25,
+                   warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
+                   valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"]),
+        "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=25, warmup=250, lr=5e-4,
+                     batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
+                     arms=["tfixup", BASELINE, "stock"]),
+    },
+}
+WEIGHT_DECAY = 1e-4
+
+
+# ---------------------------------------------------------------- export (here, with fairseq)
+
+
+def export(data_bin: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """The data-bin's token ids (fairseq's own reader) as OUT/{train,valid,test}.npz (per language: the ids
+    of all sentences in a row, ``LANG``, and where each starts, ``LANG_offsets``), the dictionaries as symbol
+    lists (OUT/vocab.LANG.txt, a symbol a line, line i = id i), the raw test references and meta.json;
+    written under a temporary name and moved into place."""
+    import numpy as np
+    from fairseq.data import Dictionary, data_utils
+
+    for f in (f"dict.{SRC}.txt", f"dict.{TGT}.txt", f"test.raw.{TGT}"):
+        if not (data_bin / f).is_file():
+            common.die(f"{data_bin}: no {f}, not the Multi30k De-En data-bin; make it with: {PREPARE}")
+    tmp = out.with_name(out.name + f".tmp.{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    counts = {}
+    for lang in (SRC, TGT):
+        d = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
+        (tmp / f"vocab.{lang}.txt").write_text("".join(s + "\n" for s in d.symbols), encoding="utf-8")
+    for split in ("train", "valid", "test"):
+        arrays = {}
+        for lang in (SRC, TGT):
+            d = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
+            ds = data_utils.load_indexed_dataset(str(data_bin / f"{split}.{SRC}-{TGT}.{lang}"), d)
+            if ds is None:
+                common.die(f"{data_bin}: no {split}.{SRC}-{TGT}.{lang}; make the data-bin with: {PREPARE}")
+            sents = [ds[i].numpy() for i in range(len(ds))]
+            arrays[lang] = np.concatenate(sents).astype(np.int32)
+            arrays[f"{lang}_offsets"] = np.cumsum([0] + [len(s) for s in sents]).astype(np.int64)
+            counts[split] = len(sents)
+        np.savez(tmp / f"{split}.npz", **arrays)
+    shutil.copy(data_bin / f"test.raw.{TGT}", tmp / f"test.raw.{TGT}")
+    manifest = json.loads((data_bin / "manifest.json").read_text()) if (data_bin / "manifest.json").is_file() else {}
+    meta = {"source": str(data_bin.resolve()), "sentences": counts, "langs": [SRC, TGT],
+            "vocab": {lang: len((tmp / f"vocab.{lang}.txt").read_text(encoding="utf-8").splitlines())
+                      for lang in (SRC, TGT)},
+            "parameters": manifest.get("params"), "source_manifest": manifest,
+            "made_by": "python -m harness.bench.hf export"}
+    atomic.write_json(tmp / "meta.json", meta)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+# ---------------------------------------------------------------- the data, as the runs read it (numpy, torch)
+
+
+def check_data(path: pathlib.Path) -> pathlib.Path:
+    if not (path / "meta.json").is_file():
+        common.die(f"--data {path}: not an exported folder (no meta.json); make it here with: "
+                   f"python -m harness.bench.hf export --out {path}")
+    return path
+
+
+def read_split(data: pathlib.Path, split: str, lang: str, lines: int = 0) -> list:
+    """A split's sentences as int64 numpy arrays (each ending with </s>), the first LINES (0: all)."""
+    import numpy as np
+
+    with np.load(data / f"{split}.npz") as z:
+        ids, offsets = z[lang].astype(np.int64), z[f"{lang}_offsets"]
+    n = len(offsets) - 1 if not lines else min(lines, len(offsets) - 1)
+    return [ids[offsets[i]:offsets[i + 1]] for i in range(n)]
+
+
+def read_vocab(data: pathlib.Path, lang: str) -> list:
+    return (data / f"vocab.{lang}.txt").read_text(encoding="utf-8").splitlines()
+
+
+def to_text(ids, vocab: list, escape_unk: bool = False) -> str:
+    """fairseq's ``Dictionary.string`` with --remove-bpe: symbols up to </s>, "@@ " joins removed;
+    ESCAPE_UNK: <unk> as fairseq-generate writes a reference's (<<unk>>)."""
+    words = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i in (BOS, PAD):
+            continue
+        words.append("<<unk>>" if escape_unk and i == UNK else vocab[i])
+    return (" ".join(words) + " ").replace("@@ ", "").rstrip()
+
+
+def data_description(data: pathlib.Path) -> str:
+    meta = json.loads((data / "meta.json").read_text())
+    params = meta.get("parameters") or {}
+    return (f"Multi30k De-En ({', '.join(f'{k} {v}' for k, v in meta['sentences'].items())} sentence pairs; test "
+            f"= test_2016_flickr), Moses-tokenized, lowercased, {params.get('bpe_merges', 8000)} joint BPE merges, "
+            f"dictionaries de {meta['vocab']['de']} / en {meta['vocab']['en']} (the quality study's data-bin, "
+            f"exported by `python -m harness.bench.hf export`); LM and BERT: its English side")
+
+
+# ---------------------------------------------------------------- models (transformers, from configs)
+
+
+def build_model(spec: dict, vocab: dict):
+    """The family's HuggingFace model at the run's size, randomly initialised as transformers does."""
+    f, d, layers, heads = spec["family"], spec["d"], spec["layers"], spec["heads"]
+    if f not in FAMILIES:
+        raise ValueError(f"unknown model family {f!r}: one of {', '.join(FAMILIES)}")
+    import transformers as hf
+
+    if f == "marian":
+        # fairseq's transformer as the quality study trains it: ReLU, sinusoidal positions, embeddings
+        # scaled by sqrt(d), decoder input = output embedding, dictionaries apart, </s> starts the decoder
+        return hf.MarianMTModel(hf.MarianConfig(
+            vocab_size=vocab[SRC], decoder_vocab_size=vocab[TGT], share_encoder_decoder_embeddings=False,
+            tie_word_embeddings=True, d_model=d, encoder_layers=layers, decoder_layers=layers,
+            encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=spec["ffn"],
+            decoder_ffn_dim=spec["ffn"], activation_function="relu", dropout=spec["dropout"],
+            attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=1024, scale_embedding=True,
+            pad_token_id=PAD, eos_token_id=EOS, bos_token_id=BOS, decoder_start_token_id=EOS,
+            forced_eos_token_id=EOS))
+    if f == "gpt2":
+        return hf.GPT2LMHeadModel(hf.GPT2Config(
+            vocab_size=vocab[TGT], n_positions=spec["tokens_per_sample"], n_embd=d, n_layer=layers, n_head=heads,
+            n_inner=spec["ffn"], resid_pdrop=spec["dropout"], embd_pdrop=spec["dropout"], attn_pdrop=0.0,
+            bos_token_id=EOS, eos_token_id=EOS, pad_token_id=PAD, tie_word_embeddings=True))
+    if f == "llama":  # LLaMA has no dropout
+        return hf.LlamaForCausalLM(hf.LlamaConfig(
+            vocab_size=vocab[TGT], hidden_size=d, intermediate_size=spec["ffn"], num_hidden_layers=layers,
+            num_attention_heads=heads, num_key_value_heads=heads // 2,
+            max_position_embeddings=spec["tokens_per_sample"],
+            tie_word_embeddings=True, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS))
+    if f == "bert":  # one more symbol: [MASK]
+        return hf.BertForMaskedLM(hf.BertConfig(
+            vocab_size=vocab[TGT] + 1, hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
+            intermediate_size=spec["ffn"], hidden_dropout_prob=spec["dropout"],
+            attention_probs_dropout_prob=spec["dropout"], max_position_embeddings=spec["max_len"],
+            type_vocab_size=1, pad_token_id=PAD, tie_word_embeddings=True))
+
+
+def with_tfixup(model) -> dict:
+    """T-Fixup on a stock model: the project's one call. Returns what it scaled (name -> factor)."""
+    from tfixup import apply_tfixup
+
+    return apply_tfixup(model)
+
+
+def fairseq_qk_(model) -> int:
+    """What T-Fixup leaves of each attention drawn again as fairseq's MultiheadAttention draws it: the q and k
+    weights Xavier-uniform with gain 2^-1/2, the q, k and v biases as nn.Linear draws them (uniform,
+    +-fan_in^-1/2); how many attentions."""
+    import torch
+
+    n = 0
+    with torch.no_grad():
+        for m in model.modules():
+            if all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj")):
+                for lin in (m.q_proj, m.k_proj):
+                    torch.nn.init.xavier_uniform_(lin.weight, gain=2 ** -0.5)
+                for lin in (m.q_proj, m.k_proj, m.v_proj):
+                    bound = lin.weight.shape[1] ** -0.5
+                    torch.nn.init.uniform_(lin.bias, -bound, bound)
+                n += 1
+    return n
+
+
+# ---------------------------------------------------------------- batches
+
+
+def pad_rows(rows: list, pad: int = PAD):
+    import torch
+
+    out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.as_tensor(r)
+    return out
+
+
+def translation_batches(src: list, tgt: list, max_tokens: int, seed: int, epoch: int) -> list:
+    """fairseq's batching of a language pair: sentences by source then target length (ties at random),
+    greedily into batches of at most MAX_TOKENS (longest side x sentences), in a random order per epoch."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed + epoch)
+    slen, tlen = np.array([len(s) for s in src]), np.array([len(t) for t in tgt])
+    order = rng.permutation(len(src))
+    order = order[np.argsort(tlen[order], kind="mergesort")]
+    order = order[np.argsort(slen[order], kind="mergesort")]
+    batches, cur, longest = [], [], 0
+    for i in order:
+        n = max(slen[i], tlen[i])
+        if cur and max(longest, n) * (len(cur) + 1) > max_tokens:
+            batches.append(cur)
+            cur, longest = [], 0
+        cur.append(int(i))
+        longest = max(longest, n)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def translation_tensors(src: list, tgt: list, idx: list) -> dict:
+    """Source with its mask; decoder input </s> + target without its </s> (fairseq's prev_output_tokens)."""
+    import numpy as np
+
+    s = pad_rows([src[i] for i in idx])
+    t = pad_rows([tgt[i] for i in idx])
+    prev = pad_rows([np.concatenate([[EOS], tgt[i][:-1]]) for i in idx])
+    return {"input_ids": s, "attention_mask": (s != PAD).long(), "decoder_input_ids": prev, "labels": t}
+
+
+def lm_blocks(sents: list, block: int, pad_tail: bool):
+    """One stream of the sentences (each ending in </s>) in rows of BLOCK tokens and their next tokens;
+    PAD_TAIL: the last part-filled row too, its missing targets PAD (valid: every token is scored)."""
+    import numpy as np
+    import torch
+
+    stream = np.concatenate(sents)
+    n = (len(stream) - 1) // block
+    x = stream[:n * block].reshape(n, block)
+    y = stream[1:n * block + 1].reshape(n, block)
+    rest = len(stream) - 1 - n * block
+    if pad_tail and rest:
+        tx, ty = np.full((1, block), PAD), np.full((1, block), PAD)
+        tx[0, :rest], ty[0, :rest] = stream[n * block:-1], stream[n * block + 1:]
+        x, y = np.concatenate([x, tx]), np.concatenate([y, ty])
+    return torch.as_tensor(x), torch.as_tensor(y)
+
+
+def bert_rows(sents: list, max_len: int) -> list:
+    """<s> (as [CLS]) + the sentence with its </s>, cut to MAX_LEN."""
+    import numpy as np
+
+    return [np.concatenate([[BOS], s])[:max_len] for s in sents]
+
+
+def bert_masked(ids, vocab_size: int, prob: float, generator):
+    """BERT's masking of the ordinary tokens: PROB of them are targets, of which 80 % become [MASK] (id
+    VOCAB_SIZE), 10 % a random ordinary token, 10 % stay. (inputs, labels with -100 off the targets)."""
+    import torch
+
+    ordinary = ids > UNK
+    target = ordinary & (torch.rand(ids.shape, generator=generator) < prob)
+    labels = torch.where(target, ids, torch.full_like(ids, -100))
+    r = torch.rand(ids.shape, generator=generator)
+    inputs = ids.clone()
+    inputs[target & (r < 0.8)] = vocab_size
+    rand = target & (r >= 0.8) & (r < 0.9)
+    inputs[rand] = torch.randint(UNK + 1, vocab_size, ids.shape, generator=generator)[rand]
+    return inputs, labels
+
+
+# ---------------------------------------------------------------- one run (``one``: in its own process)
+
+
+def smoothed_loss(logits, target, eps: float):
+    """fairseq's label_smoothed_cross_entropy, summed over the non-pad targets: (loss, nll, tokens)."""
+    import torch
+
+    lprobs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)
+    target = target.flatten()
+    keep = target != PAD
+    lprobs, target = lprobs[keep], target[keep]
+    nll = -lprobs.gather(1, target[:, None]).squeeze(1)
+    smooth = -lprobs.sum(-1)
+    eps_i = eps / (lprobs.size(-1) - 1)
+    loss = (1.0 - eps - eps_i) * nll + eps_i * smooth
+    return loss.sum(), nll.sum(), int(keep.sum())
+
+
+class Trainer:
+    """The loop every family shares: AdamW (fairseq's adam: decoupled weight decay), the run's schedule set
+    before each update, a JSON line per logged update and per validation (fairseq's shape, so
+    harness/fairseq_log.py reads them), stop on a non-finite loss."""
+
+    def __init__(self, model, spec: dict, device):
+        import torch
+
+        self.model, self.spec, self.device = model.to(device), spec, device
+        self.opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8,
+                                     weight_decay=WEIGHT_DECAY)
+        self.updates, self.train_curve, self.valid_curve, self.times = 0, [], [], []
+        self.status = "ok"
+
+    def lr_at(self, t: int) -> float:
+        s = self.spec
+        if ARMS[s["arm"]][1] == "matched":
+            return matched_lr(s["lr"], DECAY_PERIOD, s["warmup"], 1e-7, t)
+        return nowarmup_lr(s["lr"], DECAY_PERIOD, t)
+
+    def step(self, loss_fn, batch) -> bool:
+        """One update on BATCH (``loss_fn(model, batch) -> (loss to minimise, bits per token)``); False once
+        the loss is not finite."""
+        import torch
+
+        t0 = time.time()
+        self.model.train()
+        for g in self.opt.param_groups:
+            g["lr"] = self.lr_at(self.updates)
+        loss, bits = loss_fn(self.model, {k: v.to(self.device) for k, v in batch.items()})
+        if not torch.isfinite(loss):
+            self.status = "nan"
+            log_line("train_inner", {"num_updates": self.updates + 1, "loss": "nan"})
+            return False
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.updates += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.times.append(time.time() - t0)
+        self.train_curve.append((self.updates, round(bits, 4)))
+        return True
+
+    def log_train(self, epoch: int) -> None:
+        recent = [b for _, b in self.train_curve[-50:]]
+        log_line("train_inner", {"epoch": epoch, "num_updates": self.updates,
+                                 "loss": round(sum(recent) / len(recent), 3),
+                                 "lr": f"{self.opt.param_groups[0]['lr']:.3g}"})
+
+    def validate(self, value: float) -> None:
+        self.valid_curve.append((self.updates, round(value, 4)))
+        log_line("valid", {"valid_loss": round(value, 4), "valid_num_updates": self.updates})
+        if not math.isfinite(value):
+            self.status = "nan"
+
+
+def log_line(kind: str, rec: dict) -> None:
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} | INFO | {kind} | {json.dumps(rec)}", flush=True)
+
+
+def train_marian(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
+    import torch
+
+    lines = {"train": spec["train_lines"], "valid": spec["valid_lines"], "test": spec["test_lines"]}
+    pairs = {s: (read_split(data, s, SRC, n), read_split(data, s, TGT, n)) for s, n in lines.items()}
+    eps = spec["label_smoothing"]
+
+    def loss_fn(model, b):
+        return _marian_loss(model, b, eps)
+
+    @torch.no_grad()
+    def valid_bits():
+        tr.model.eval()
+        total, tokens = 0.0, 0
+        src, tgt = pairs["valid"]
+        for idx in translation_batches(src, tgt, spec["max_tokens"], 0, 0):
+            b = {k: v.to(tr.device) for k, v in translation_tensors(src, tgt, idx).items()}
+            out = tr.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                           decoder_input_ids=b["decoder_input_ids"])
+            loss, _, n = smoothed_loss(out.logits, b["labels"], eps)
+            total, tokens = total + loss.item(), tokens + n
+        return total / tokens / math.log(2)  # fairseq's valid_loss: label-smoothed, bits per token
+
+    src, tgt = pairs["train"]
+    epoch = 0
+    while epoch < spec["epochs"] and tr.status == "ok":
+        epoch += 1
+        for idx in translation_batches(src, tgt, spec["max_tokens"], spec["seed"], epoch):
+            if not tr.step(loss_fn, translation_tensors(src, tgt, idx)):
+                break
+            if tr.updates % 50 == 0:
+                tr.log_train(epoch)
+            if spec["max_updates"] and tr.updates >= spec["max_updates"]:
+                break
+        if tr.status == "ok":
+            tr.validate(valid_bits())
+        if spec["max_updates"] and tr.updates >= spec["max_updates"]:
+            break
+    out = {"epochs": epoch}
+    if tr.status == "ok":
+        out["test"] = translate_test(tr.model, pairs["test"], spec, data, tr.device)
+    return out
+
+
+
+def translate_test(model, test: tuple, spec: dict, data: pathlib.Path, device) -> dict:
+    """Beam search on the test set (shortest sources first, 100 at a time), BPE removed, scored."""
+    import torch
+
+    src, _ = test
+    vocab = read_vocab(data, TGT)
+    model.eval()
+    hyps, t0 = [None] * len(src), time.time()
+    order = sorted(range(len(src)), key=lambda i: len(src[i]))
+    with torch.no_grad():
+        for k in range(0, len(order), 100):
+            idx = order[k:k + 100]
+            s = pad_rows([src[i] for i in idx]).to(device)
+            gen = model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
+                                 length_penalty=spec["lenpen"], max_new_tokens=spec["max_len_b"], early_stopping=True,
+                                 do_sample=False, suppress_tokens=[BOS, PAD])
+            for i, row in zip(idx, gen.tolist()):
+                hyps[i] = to_text(row[1:], vocab)  # after the </s> that starts the decoder
+    return {**test_scores(hyps, data), "beam": spec["beam"], "lenpen": spec["lenpen"],
+            "decode_wall_s": round(time.time() - t0, 1), "hypotheses": hyps}
+
+
+def test_scores(hyps: list, data: pathlib.Path) -> dict:
+    """harness/score.py's scores of the test hypotheses (tokenized text, BPE removed): tokenized BLEU against
+    the data-bin's references, detokenized sacreBLEU (lowercased) against the raw test text; without
+    sacremoses (a GPU machine) the latter is None, filled in by --report-only where it is installed."""
+    from harness import score
+
+    vocab = read_vocab(data, TGT)
+    refs = [to_text(t, vocab, escape_unk=True) for t in read_split(data, "test", TGT, len(hyps))]
+    raw = (data / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()[:len(hyps)]
+    out = {"sentences": len(hyps), "bleu_tok": round(score.tokenized_bleu(hyps, refs, False), 2),
+           "bleu_detok": None, "sacrebleu_signature": None}
+    try:
+        detok, out["sacrebleu_signature"] = score.detok_bleu(score.detokenize(hyps, TGT), raw, lowercase=True)
+        out["bleu_detok"] = round(detok, 2)
+    except ImportError:
+        pass
+    return out
+
+
+def train_lm(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    block = spec["tokens_per_sample"]
+    x, y = lm_blocks(read_split(data, "train", TGT, spec["train_lines"]), block, pad_tail=False)
+    vx, vy = lm_blocks(read_split(data, "valid", TGT, spec["valid_lines"]), block, pad_tail=True)
+    rows = max(1, spec["max_tokens"] // block)
+    gen = torch.Generator().manual_seed(spec["seed"])
+
+    def loss_fn(model, b):
+        loss = F.cross_entropy(model(input_ids=b["x"]).logits.float().flatten(0, 1), b["y"].flatten())
+        return loss, loss.item() / math.log(2)
+
+    @torch.no_grad()
+    def valid_bits():
+        tr.model.eval()
+        total = 0.0
+        for k in range(0, len(vx), 64):
+            rows = vx[k:k + 64].to(tr.device)  # the last one padded at its end
+            logits = tr.model(input_ids=rows, attention_mask=(rows != PAD).long()).logits.float()
+            total += F.cross_entropy(logits.flatten(0, 1), vy[k:k + 64].to(tr.device).flatten(), ignore_index=PAD,
+                                     reduction="sum").item()
+        return total / int((vy != PAD).sum()) / math.log(2)
+
+    return loop(tr, spec, lambda: (({"x": x[i], "y": y[i]}) for i in batches_of(len(x), rows, gen)), loss_fn,
+                valid_bits, {"valid_tokens": int((vy != PAD).sum())})
+
+
+def train_bert(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    vocab = len(read_vocab(data, TGT))
+    train = bert_rows(read_split(data, "train", TGT, spec["train_lines"]), spec["max_len"])
+    valid = bert_rows(read_split(data, "valid", TGT, spec["valid_lines"]), spec["max_len"])
+    gen, fixed = torch.Generator().manual_seed(spec["seed"]), torch.Generator().manual_seed(12345)
+    vbatches = []
+    for k in range(0, len(valid), 128):  # the same masks for every run
+        ids = pad_rows(valid[k:k + 128])
+        vbatches.append((*bert_masked(ids, vocab, spec["mask_prob"], fixed), (ids != PAD).long()))
+
+    def masked_sum(model, inputs, labels, mask):
+        logits = model(input_ids=inputs, attention_mask=mask).logits.float()
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+
+    def loss_fn(model, b):
+        n = max(1, int((b["labels"] != -100).sum()))
+        loss = masked_sum(model, b["inputs"], b["labels"], b["mask"]) / n
+        return loss, loss.item() / math.log(2)
+
+    def batch(idx):
+        ids = pad_rows([train[i] for i in idx])
+        inputs, labels = bert_masked(ids, vocab, spec["mask_prob"], gen)
+        return {"inputs": inputs, "labels": labels, "mask": (ids != PAD).long()}
+
+    @torch.no_grad()
+    def valid_bits():
+        tr.model.eval()
+        total = sum(masked_sum(tr.model, *(t.to(tr.device) for t in b)).item() for b in vbatches)
+        return total / sum(int((b[1] != -100).sum()) for b in vbatches) / math.log(2)
+
+    return loop(tr, spec, lambda: (batch(i.tolist()) for i in batches_of(len(train), spec["batch"], gen)), loss_fn,
+                valid_bits, {"valid_masked_tokens": sum(int((b[1] != -100).sum()) for b in vbatches)})
+
+
+def batches_of(n: int, size: int, gen) -> list:
+    """A random order of N rows in full batches of SIZE (an epoch)."""
+    import torch
+
+    perm = torch.randperm(n, generator=gen)
+    return [perm[k:k + size] for k in range(0, n - size + 1, size)] or [perm]
+
+
+def loop(tr: Trainer, spec: dict, epoch_batches, loss_fn, valid_bits, extra: dict) -> dict:
+    """Epochs of EPOCH_BATCHES() until spec's updates, validating every valid_every updates."""
+    epoch = 0
+    while tr.updates < spec["updates"] and tr.status == "ok":
+        epoch += 1
+        for b in epoch_batches():
+            if not tr.step(loss_fn, b):
+                break
+            if tr.updates % spec["valid_every"] == 0 or tr.updates == spec["updates"]:
+                tr.log_train(epoch)
+                tr.validate(valid_bits())
+            if tr.updates >= spec["updates"] or tr.status != "ok":
+                break
+    return {"epochs": epoch, **extra}
+
+
+TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": train_bert}
+
+
+def norm_modules(model) -> int:
+    """Normalisation modules left in the model (LayerNorm, RMSNorm, ...)."""
+    return sum(1 for m in model.modules() if "norm" in type(m).__name__.lower())
+
+
+def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
+    """Build, (T-Fixup,) train and evaluate one run in this process; what it measured."""
+    import importlib.metadata
+
+    if spec.get("family") not in FAMILIES:
+        raise ValueError(f"unknown model family {spec.get('family')!r}: one of {', '.join(FAMILIES)}")
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(spec["seed"])
+    dev = torch.device(device)
+    model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
+    out = {"norm_modules_stock": norm_modules(model)}
+    if spec["arm"].startswith("tfixup"):
+        out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model).items()}
+    if spec["arm"] == "tfixup_fsqk":
+        out["qk_redrawn"] = fairseq_qk_(model)
+    out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
+    tr = Trainer(model, spec, dev)
+    t0 = time.time()
+    out.update(TRAIN[spec["family"]](spec, data, tr))
+    # the train curve in windows of 10 updates (mean bits per token), to keep the record small
+    curve = tr.train_curve
+    windows = [curve[k:k + 10] for k in range(0, len(curve), 10)]
+    out.update(status=tr.status, updates=tr.updates, valid_curve=tr.valid_curve, wall_s=round(time.time() - t0, 1),
+               train_curve=[(w[-1][0], round(sum(b for _, b in w) / len(w), 4)) for w in windows],
+               s_per_update=round(statistics.median(tr.times), 4) if tr.times else None,
+               machine={**common.machine(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+                        "transformers": importlib.metadata.version("transformers"), "threads": threads})
+    return out
+
+
+# ---------------------------------------------------------------- the study's runs
+
+
+def make_config(mode: str) -> dict:
+    return {**json.loads(json.dumps(MODES[mode])), "mode": mode, "decay_period": DECAY_PERIOD,
+            "weight_decay": WEIGHT_DECAY}
+
+
+def run_id(spec: dict) -> str:
+    """e.g. marian-L6-tfixup-s1, llama-L24-stock_matched-s2"""
+    return f"{spec['family']}-L{spec['layers']}-{spec['arm']}-s{spec['seed']}"
+
+
+def make_specs(cfg: dict) -> list:
+    """Every run's resolved config, the longest first (so that --jobs N packs them well): Marian, then the
+    causal LMs deepest first, then BERT."""
+    m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
+    specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
+    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms")}
+    for depth in sorted(lm["depths"], reverse=True):
+        for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
+            for fam in lm["families"]:
+                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in lm["arms"]]
+    specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k != "arms"})
+              for arm in bert["arms"]]
+    return specs
+
+
+def make_runs(cfg: dict, data: pathlib.Path) -> list:
+    return [runlib.Run(run_id(s), {k: s[k] for k in ("family", "arm", "layers", "seed")},
+                       [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg)]
+
+
+def plan(data, mode: str = "default") -> list:
+    """The study's runs on the exported folder DATA (tests/test_bench_plans.py checks the committed records)."""
+    return make_runs(make_config(mode), pathlib.Path(data))
+
+
+def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
+            in_process: bool = False) -> dict:
+    """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests),
+    its output in WORK/ID/train.log; its record. A run that fails leaves FAILED/ID.json (its error, the log's
+    tail), which is no result."""
+    rundir = work / run.id
+    shutil.rmtree(rundir, ignore_errors=True)
+    rundir.mkdir(parents=True)
+    spec = json.loads(run.args[0])
+    atomic.write_json(rundir / "spec.json", spec)
+    cmd = [sys.executable, "-m", "harness.bench.hf", "one", "--spec", rundir / "spec.json", "--data", run.data,
+           "--device", device, "--threads", threads, "--result", rundir / "result.json"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
+               PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(common.REPO), os.environ.get("PYTHONPATH")])))
+    t0 = time.time()
+    rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", env)
+    record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
+              "run_command": " ".join(shlex.quote(str(c)) for c in cmd), "config": spec,
+              "data": data_description(pathlib.Path(run.data)), "returncode": rc,
+              "process_wall_s": round(time.time() - t0, 1)}
+    result = rundir / "result.json"
+    if rc == 0 and result.is_file():
+        record.update(json.loads(result.read_text()))
+        (failed / f"{run.id}.json").unlink(missing_ok=True)
+        return record
+    tail = (rundir / "train.log").read_text(errors="replace").strip().splitlines()[-20:]
+    record.update(status="error", error_tail=tail)
+    if not runlib._stopping.is_set():  # an interrupted run is no failure
+        atomic.write_json(failed / f"{run.id}.json", record)
+    return record
+
+
+def _in_process(cmd: list, log: pathlib.Path, env: dict) -> int:
+    """``one``'s command run in this process, its output in LOG; its exit code (1 on an exception)."""
+    import contextlib
+    import traceback
+
+    with open(log, "w") as f, contextlib.redirect_stdout(f):
+        try:
+            return one_main([str(c) for c in cmd[cmd.index("one") + 1:]])
+        except Exception:
+            traceback.print_exc(file=f)
+            return 1
+
+
+# ---------------------------------------------------------------- summary, report, figure
+
+
+def best(curve: list):
+    """(update, value) of the lowest finite value of a curve, or (None, None)."""
+    pts = [(u, v) for u, v in curve if v is not None and math.isfinite(v)]
+    return min(pts, key=lambda p: p[1]) if pts else (None, None)
+
+
+def reach(curve: list, target):
+    """The first update at which CURVE is at or below TARGET, or None."""
+    return None if target is None else next((u for u, v in curve if v is not None and v <= target), None)
+
+
+def fairseq_references() -> dict:
+    """arm -> the quality study's fairseq run of that arm (FAIRSEQ_RUNS), as recorded."""
+    return {arm: fairseq_run(path) for arm, path in FAIRSEQ_RUNS.items() if path.is_file()}
+
+
+def fairseq_run(path: pathlib.Path) -> dict:
+    rec = json.loads(path.read_text())
+    test = rec.get("test") or {}
+    return {"record": str(path.relative_to(common.REPO)), "test_bleu_tok": round(test["bleu_tok"], 2),
+            "test_bleu_detok": round(test["bleu_detok"], 2), "signature": test.get("sacrebleu_signature"),
+            "best_valid_loss": best(rec["valid_curve"])[1], "updates": rec["valid_curve"][-1][0],
+            "epochs": rec.get("epochs"), "valid_curve": rec["valid_curve"],
+            "averaged_k": (test.get("averaging") or {}).get("k"),
+            "command": rec.get("fairseq_train_command")}
+
+
+def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed: dict) -> dict:
+    rows = []
+    for rec in records.values():
+        b_at, b_bits = best(rec.get("valid_curve", []))
+        row = {k: rec.get(k) for k in ("id", "family", "arm", "layers", "seed", "status", "updates", "epochs",
+                                       "s_per_update", "wall_s", "parameters", "norm_modules")}
+        curve = [v for _, v in rec.get("valid_curve", [])]
+        rises = [b - a for a, b in zip(curve, curve[1:]) if math.isfinite(a) and math.isfinite(b)]
+        row.update(best_valid=b_bits, best_at=b_at, best_ppl=round(2 ** b_bits, 2) if b_bits is not None else None,
+                   largest_rise=round(max(rises), 3) if rises and max(rises) > 0 else 0.0,
+                   device=(rec.get("machine") or {}).get("device"), scaled=len(rec.get("tfixup_scaled") or {}))
+        test = rec.get("test")
+        if test:
+            if test.get("bleu_detok") is None and data and (data / "meta.json").is_file():
+                try:  # scored where sacremoses is (see test_scores)
+                    test = {**test, **test_scores(test["hypotheses"], data)}
+                except ImportError:
+                    pass
+            row.update(test_bleu_tok=test["bleu_tok"], test_bleu_detok=test.get("bleu_detok"),
+                       signature=test.get("sacrebleu_signature"), test_sentences=test["sentences"])
+        rows.append(row)
+    # against the stock model on the matched warmup, the same family, depth and seed
+    for r in rows:
+        base = records.get(run_id({**r, "arm": BASELINE}))
+        b_at, b_best = best(base["valid_curve"]) if base else (None, None)
+        u = reach(records[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
+        r.update(baseline_best_ppl=round(2 ** b_best, 2) if b_best is not None else None, updates_to_baseline_best=u,
+                 ratio_to_baseline=round(u / b_at, 3) if u is not None and b_at else None)
+    order = list(FAMILIES)
+    rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"])))
+    return {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+            "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
+            "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
+            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+            "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
+            "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
+                       for k, v in failed.items() if k not in records},
+            "records": records}
+
+
+def label(r: dict) -> str:
+    return ARMS[r["arm"]][0] + (f" (seed {r['seed']})" if r["seed"] != 1 else "")
+
+
+def report(res: dict) -> str:
+    cfg = res["config"]
+    m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
+    text = runlib.report_head("T-Fixup in HuggingFace transformers models (Marian, GPT-2, Llama, BERT), Multi30k",
+                              res, res["n_runs"])
+    text += (f"Runs on: {', '.join(res['devices']) or '-'}. Every model is built from its transformers config "
+             f"(random init, no download) and trained by the same plain PyTorch loop: Adam (0.9, 0.98) with "
+             f"decoupled weight decay {cfg['weight_decay']:g}, no clipping. Arms: **T-Fixup** = `apply_tfixup(model)` "
+             f"on the stock model (its norms removed, its weights redrawn and scaled), no warmup, "
+             f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}; **stock + matched warmup**: the model as transformers "
+             f"builds it, linear warmup from 1e-7 over W updates onto the same curve; **stock, no warmup**: that "
+             f"model on T-Fixup's schedule. Valid loss in bits per token, perplexity = 2^loss.\n\n")
+    text += ("## Translation: Marian against the fairseq plugin\n\n"
+             f"MarianMTModel {m['d']}-{m['ffn']}-{m['heads']}, {m['layers']}+{m['layers']} layers, ReLU, decoder "
+             f"input and output embedding shared, {m['max_tokens']} tokens per update, {m['epochs']} epochs, "
+             f"dropout {m['dropout']}, label smoothing {m['label_smoothing']}, lr {m['lr']:g}, W = {m['warmup']}: the "
+             f"quality study's recipe. Test: the final model, beam {m['beam']}, length penalty {m['lenpen']}, "
+             f"tokenized BLEU (BPE removed) and detokenized sacreBLEU, scored by harness/score.py as the quality "
+             f"study scores fairseq-generate's output. Valid loss: label-smoothed, as fairseq logs it. **T-Fixup, q/k as "
+             f"fairseq draws them**: the T-Fixup run with what T-Fixup does not set drawn as fairseq draws it, the q "
+             f"and k weights (transformers: N(0, 0.02); fairseq: Xavier-uniform, gain 2^-1/2, std "
+             f"{(2 / (2 * m['d'])) ** 0.5 * 2 ** -0.5:.4f} at d = {m['d']}) and the q, k, v biases (transformers: 0; "
+             f"fairseq: nn.Linear's uniform draw), which leaves no difference between the two initialisations that "
+             f"this study knows of.\n\n")
+    trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
+              r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
+    fairseq = res.get("fairseq") or {}
+    for arm, fs in fairseq.items():
+        trows.append([f"fairseq plugin ({fs['record']})", ARMS[arm][0].replace("stock", "Post-LN"), "ok",
+                      fs["test_bleu_tok"], fs["test_bleu_detok"], fs["best_valid_loss"], fs["updates"], fs["epochs"],
+                      "cpu"])
+    text += common.md_table(["framework", "arm", "status", "test BLEU (tok)", "test sacreBLEU", "best valid loss (bits)",
+                             "updates", "epochs", "device"], trows) + "\n\n"
+    for arm, fs in fairseq.items():
+        hf_r = next((r for r in res["rows"] if r["family"] == "marian" and r["arm"] == arm and r["seed"] == 1
+                     and r.get("test_bleu_tok") is not None), None)
+        if hf_r:
+            k = fs["averaged_k"]
+            text += (f"{ARMS[arm][0]}, transformers minus fairseq: **{hf_r['test_bleu_tok'] - fs['test_bleu_tok']:+.2f} "
+                     f"BLEU** (tokenized), {hf_r['best_valid'] - fs['best_valid_loss']:+.3f} bits of best valid loss "
+                     + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
+                        f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
+                        "final model).\n\n"))
+    sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")}
+                  | {fs["signature"] for fs in fairseq.values()})
+    if sigs:
+        text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n"
+    text += ("## Causal language models: GPT-2 and Llama\n\n"
+             f"{lm['d']}-{lm['ffn']}-{lm['heads']}, {' and '.join(map(str, lm['depths']))} layers, tied embeddings; "
+             f"GPT-2: learned positions, GELU MLP, dropout {lm['dropout']}; Llama: RMSNorm, SwiGLU MLP (intermediate "
+             f"{lm['ffn']}), rotary positions, {lm['heads'] // 2} KV heads, no dropout. Multi30k's English side in "
+             f"blocks of {lm['tokens_per_sample']} tokens, {lm['max_tokens']} tokens per update, {lm['updates']} "
+             f"updates, lr {lm['lr']:g}, W = {lm['warmup']}; valid every {lm['valid_every']} updates on every valid "
+             f"token. Updates to the baseline's best: the first update at which an arm's valid loss is at or below the "
+             f"best of the stock model on the matched warmup (the same seed); ratio: that over the baseline's own. Largest "
+             f"rise: the most the valid loss went up from one validation to the next (0: it never rose).\n\n")
+    cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
+            "largest rise of valid loss (bits)"]
+    text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
+                                    r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"], r["largest_rise"]]
+                                   for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
+    text += ("## Masked language model: BERT\n\n"
+             f"BertForMaskedLM {bert['d']}-{bert['ffn']}-{bert['heads']}, {bert['layers']} layers, dropout "
+             f"{bert['dropout']}, on Multi30k's English sentences (<s> as [CLS], at most {bert['max_len']} tokens), "
+             f"{bert['batch']} sentences per update, {bert['updates']} updates, lr {bert['lr']:g}, W = {bert['warmup']}; "
+             f"{bert['mask_prob']:.0%} of the tokens are targets (80 % [MASK], 10 % random, 10 % kept), the same "
+             "masks of valid for every run; perplexity of the masked valid tokens.\n\n")
+    text += common.md_table(["arm", "status", "best masked-token ppl", "at update", "updates to the baseline's best",
+                             "ratio", "largest rise of valid loss (bits)"],
+                            [[label(r), r["status"], r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"],
+                              r["largest_rise"]] for r in res["rows"] if r["family"] == "bert"]) + "\n\n"
+    text += "## Every run\n\n" + common.md_table(
+        ["run", "status", "device", "parameters", "norm modules left", "weights T-Fixup scaled", "updates",
+         "s/update", "train wall s"],
+        [[r["id"], r["status"], r["device"], r["parameters"], r["norm_modules"], r["scaled"] or None, r["updates"],
+          r["s_per_update"], r["wall_s"]] for r in res["rows"]]) + "\n"
+    if res["failed"]:
+        text += "\n**Failed runs** (no result; the next start runs them again):\n\n" + "".join(
+            f"- {k}: {' | '.join(v['error_tail'])}\n" for k, v in sorted(res["failed"].items()))
+    return text
+
+
+def _reached(r: dict):
+    if r["updates_to_baseline_best"] is not None:
+        return r["updates_to_baseline_best"]
+    return "not reached" if r["baseline_best_ppl"] is not None else None
+
+
+ARM_STYLE = {"tfixup": dict(color=common.color("tfixup")), "stock_matched": dict(color=common.color("postln")),
+             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink")}
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["family"], r["layers"]) for r in res["rows"]},
+                    key=lambda p: (list(FAMILIES).index(p[0]), p[1]))
+    cols = 3
+    fig, axes = plt.subplots(max(1, math.ceil(len(panels) / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
+        max(1, len(panels)) / cols)), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (fam, layers) in zip(axes.flat, panels):
+        for r in res["rows"]:
+            rec = res["records"][r["id"]]
+            if (r["family"], r["layers"]) != (fam, layers) or not rec.get("valid_curve"):
+                continue
+            u, v = zip(*rec["valid_curve"])
+            y = v if fam == "marian" else [min(2 ** x, 1e5) for x in v]
+            ax.plot(u, y, ls="-" if r["seed"] == 1 else ":", lw=1.3, label=label(r), **ARM_STYLE[r["arm"]])
+        for arm, fs in (res.get("fairseq") or {}).items() if fam == "marian" else ():
+            ax.plot(*zip(*fs["valid_curve"]), ls="--", lw=1, label=f"fairseq, {ARMS[arm][0].replace('stock', 'Post-LN')}",
+                    **ARM_STYLE[arm])
+        if fam != "marian":
+            ax.set_yscale("log")
+        ax.set_title(f"{FAMILIES[fam]}, {layers}{'+' + str(layers) if fam == 'marian' else ''} layers", fontsize=9)
+        ax.set_xlabel("updates")
+        ax.set_ylabel("valid loss (bits, label-smoothed)" if fam == "marian" else
+                      "masked-token valid perplexity" if fam == "bert" else "valid perplexity")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    common.save_titled_figure(path, fig, "T-Fixup in transformers models on Multi30k: valid loss against updates")
+
+
+# ---------------------------------------------------------------- CPU estimate
+
+
+def estimate(cfg: dict, data: pathlib.Path, updates: int = 3, jobs: int = 1) -> list:
+    """Seconds per update of each run type here (stock model, 1 thread, the runs' batches), after one
+    untimed update; with each run's number of updates, its CPU time. Returns one row per run."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    timed = {}
+    for spec in make_specs(cfg):
+        kind = (spec["family"], spec["layers"])
+        if kind not in timed:
+            spec1 = {**spec, "arm": BASELINE, "updates": updates + 1, "valid_every": 10 ** 9, "epochs": 1,
+                     "max_updates": updates + 1, "valid_lines": 8}
+            torch.manual_seed(1)
+            model = build_model(spec1, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
+            tr = Trainer(model, spec1, torch.device("cpu"))
+            if spec["family"] == "marian":  # the training part only (the test is timed below)
+                src, tgt = read_split(data, "train", SRC), read_split(data, "train", TGT)
+                bs = translation_batches(src, tgt, spec["max_tokens"], 1, 1)
+                per_epoch = len(bs)
+                for idx in bs[:updates + 1]:
+                    tr.step(lambda mm, b: _marian_loss(mm, b, spec["label_smoothing"]),
+                            translation_tensors(src, tgt, idx))
+                t0 = time.time()
+                test_src = read_split(data, "test", SRC, 20)
+                with torch.no_grad():
+                    s = pad_rows(test_src)
+                    model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
+                                   max_new_tokens=30, min_new_tokens=15)
+                decode_s = (time.time() - t0) / 20 * len(read_split(data, "test", SRC))
+            else:
+                TRAIN[spec["family"]](spec1, data, tr)
+                per_epoch, decode_s = None, 0.0
+            timed[kind] = (float(np.median(tr.times[1:])), per_epoch, decode_s)
+        s_upd, per_epoch, decode_s = timed[kind]
+        n = per_epoch * spec["epochs"] if spec["family"] == "marian" else spec["updates"]
+        yield {"run": run_id(spec), "s_per_update": round(s_upd, 3), "updates": n, "cpu_s": round(s_upd * n + decode_s)}
+
+
+def _marian_loss(model, b, eps):
+    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=b["decoder_input_ids"])
+    loss, _, n = smoothed_loss(out.logits, b["labels"], eps)
+    return loss / n, loss.item() / n / math.log(2)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def parser():
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "hf.{json,md,png}, hf/runs/")
+    for action in p._actions:
+        if action.dest == "data":
+            action.help = "the exported data folder (python -m harness.bench.hf export --out DIR); default work/hf-data"
+        if action.dest == "data_root":
+            action.help = argparse.SUPPRESS
+        if action.dest == "out":
+            action.required = False  # not with --estimate
+    p.epilog = ("first, where fairseq is: python -m harness.bench.hf export --out DIR (the data folder --data "
+                "reads; export --help). 'python -m harness.bench.hf one' runs a single run (the study starts these).")
+    p.add_argument("--device", default="cpu", help="torch device of every run: cpu (default) or cuda")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time, each its own process (default 1)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run each run in this process, one at a time (tests, debugging); default: a process each")
+    p.add_argument("--estimate", action="store_true",
+                   help="time a few updates of each run type on this CPU and print the study's CPU time; run nothing")
+    return p
+
+
+def one_main(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.bench.hf one", description="one run (the study starts these)")
+    p.add_argument("--spec", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--result", required=True)
+    a = p.parse_args(argv)
+    spec = json.loads(pathlib.Path(a.spec).read_text())
+    atomic.write_json(pathlib.Path(a.result), run_one(spec, check_data(pathlib.Path(a.data)), a.device, a.threads))
+    return 0
+
+
+def export_main(argv) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.bench.hf export",
+                                description="write the Multi30k data-bin as token-id arrays the study reads without fairseq")
+    p.add_argument("--data-bin", default=str(DATA_BIN),
+                   help=f"the quality study's Multi30k De-En data-bin (default {DATA_BIN})")
+    p.add_argument("--out", required=True, help="the folder to write (replaced when complete)")
+    a = p.parse_args(argv)
+    out = export(pathlib.Path(a.data_bin), pathlib.Path(a.out))
+    print(f"wrote {out}: {data_description(out)}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
+    if argv[:1] == ["one"]:
+        return one_main(argv[1:])
+    p = parser()
+    args = p.parse_args(argv)
+    if not args.out and not args.estimate:
+        p.error("the following arguments are required: --out")
+    data = check_data(pathlib.Path(args.data or "work/hf-data"))
+    cfg = {**make_config(args.mode), "threads": args.threads, "device": args.device}
+    if args.estimate:
+        rows = list(estimate(cfg, data))
+        print(common.md_table(["run", "s/update (1 CPU thread)", "updates", "CPU s"],
+                              [[r["run"], r["s_per_update"], r["updates"], r["cpu_s"]] for r in rows]))
+        total = sum(r["cpu_s"] for r in rows)
+        longest = max(r["cpu_s"] for r in rows)
+        print(f"\nall {len(rows)} runs: {total / 3600:.1f} CPU hours; with --jobs {args.jobs} on as many free cores at "
+              f"least {max(total / max(args.jobs, 1), longest) / 3600:.1f} h (the longest run: {longest / 60:.0f} min). "
+              f"Measured on {common.machine()['cpu']}, {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f} at the end: a busy machine's seconds are longer")
+        return 0
+    all_runs = make_runs(cfg, data)
+    out = pathlib.Path(args.out)
+    failed_dir = out / (STEM + args.tag) / "failed"
+    failed_dir.mkdir(parents=True, exist_ok=True)
+
+    def summary(records):
+        failed = runlib.load_records(failed_dir)
+        return summarise(cfg, records, data, len(all_runs), failed)
+
+    runlib.run_study(STEM + args.tag, out, all_runs, summary, plot, report,
+                     "valid loss against updates, every run", 1 if args.in_process else args.jobs,
+                     execute=lambda r, work: execute(r, work, failed_dir, args.device, args.threads, args.in_process),
+                     report_only=args.report_only, only=args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""harness/bench/hf.py, the HuggingFace study: its whole path on CPU at the smoke size (export of a fairseq
+data-bin, every run, records, report, figure, CPU estimate), a failing run, and the batching and schedules
+it shares with fairseq."""
+
+import gzip
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from harness.bench import hf  # noqa: E402
+
+
+def _lines(shared, name: str, n: int) -> list:
+    with gzip.open(shared / "multi30k" / name, "rt", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def exported(shared_data, tmp_path_factory):
+    """A fairseq data-bin of the first lines of the real Multi30k (lowercased words, no BPE), written with
+    fairseq's own Dictionary and binarizer, then exported by ``export``."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    root = tmp_path_factory.mktemp("hf")
+    data_bin = root / "bin"
+    data_bin.mkdir()
+    splits = {"train": ("train", 80), "valid": ("val", 20), "test": ("test_2016_flickr", 6)}
+    text = {(s, lang): [line.lower() for line in _lines(shared_data, f"{name}.{lang}.gz", n)]
+            for s, (name, n) in splits.items() for lang in ("de", "en")}
+    for lang in ("de", "en"):
+        d = Dictionary()
+        for line in text["train", lang]:
+            d.encode_line(line, add_if_not_exist=True)
+        d.finalize(padding_factor=8)
+        d.save(str(data_bin / f"dict.{lang}.txt"))
+        for s in splits:
+            prefix = data_bin / f"{s}.de-en.{lang}"
+            builder = indexed_dataset.make_builder(f"{prefix}.bin", impl="mmap", vocab_size=len(d))
+            for line in text[s, lang]:
+                builder.add_item(d.encode_line(line, add_if_not_exist=False))
+            builder.finalize(f"{prefix}.idx")
+    raw = _lines(shared_data, "test_2016_flickr.en.gz", 6)
+    (data_bin / "test.raw.en").write_text("".join(line + "\n" for line in raw), encoding="utf-8")
+    out = hf.export(data_bin, root / "hf-data")
+    return out, text
+
+
+def test_export_keeps_fairseqs_ids_and_text(exported):
+    data, text = exported
+    meta = json.loads((data / "meta.json").read_text())
+    assert meta["sentences"] == {"train": 80, "valid": 20, "test": 6}
+    vocab = hf.read_vocab(data, "en")
+    sents = hf.read_split(data, "train", "en")
+    assert len(sents) == 80 and all(s[-1] == hf.EOS for s in sents)
+    assert hf.to_text(sents[0], vocab) == " ".join(text["train", "en"][0].split())
+    assert vocab[:4] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert not list(data.parent.glob("hf-data.tmp.*"))  # moved into place, nothing left half-written
+
+
+def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path, monkeypatch, capsys):
+    data, _ = exported
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    out = tmp_path / "out"
+    assert hf.main(["--smoke", "--out", str(out), "--data", str(data), "--in-process"]) == 0
+    runs = {p.stem: json.loads(p.read_text()) for p in (out / "hf" / "runs").glob("*.json")}
+    assert sorted(runs) == sorted(hf.run_id(s) for s in hf.make_specs(hf.make_config("smoke")))
+    for rid, rec in runs.items():
+        assert rec["status"] == "ok", (rid, rec.get("error_tail"))
+        assert rec["command"].startswith("python -m harness.bench.") and rec["config"]["family"] == rec["family"]
+        assert "-m harness.bench.hf one --spec" in rec["run_command"]
+        assert rec["machine"]["device"] == "cpu" and rec["machine"]["date_utc"] and "Multi30k" in rec["data"]
+        assert rec["valid_curve"] and rec["updates"] == (3 if rec["family"] == "marian" else 4)
+        if rec["arm"].startswith("tfixup"):  # every normalisation module gone, the weights T-Fixup scales reported
+            assert rec["norm_modules"] == 0 and rec["tfixup_scaled"]
+        else:
+            assert rec["norm_modules"] == rec["norm_modules_stock"] > 0 and "tfixup_scaled" not in rec
+    assert runs["marian-L1-tfixup_fsqk-s1"]["qk_redrawn"] == 3  # encoder self, decoder self and cross attention
+    marian = runs["marian-L1-tfixup-s1"]["test"]
+    assert len(marian["hypotheses"]) == marian["sentences"] == 4 and marian["bleu_tok"] >= 0
+    assert marian["sacrebleu_signature"].startswith("nrefs:1|case:lc")
+    res = json.loads((out / "hf.json").read_text())
+    assert res["complete"] and res["runs_recorded"] == len(runs) and not res["failed"]
+    assert all(r["largest_rise"] >= 0 and r["best_ppl"] > 1 for r in res["rows"])
+    md = (out / "hf.md").read_text()
+    assert "## Translation: Marian" in md and "## Masked language model: BERT" in md and "PARTIAL" not in md
+    assert (out / "hf.png").stat().st_size > 0
+    # a second start runs nothing; --only names the study's runs
+    before = {rid: (out / "hf" / "runs" / f"{rid}.json").stat().st_mtime_ns for rid in runs}
+    capsys.readouterr()
+    assert hf.main(["--smoke", "--out", str(out), "--data", str(data), "--in-process"]) == 0
+    assert before == {rid: (out / "hf" / "runs" / f"{rid}.json").stat().st_mtime_ns for rid in runs}
+    with pytest.raises(SystemExit, match="no run nope"):
+        hf.main(["--smoke", "--out", str(out), "--data", str(data), "--only", "nope"])
+
+
+def test_smoke_estimate_prints_cpu_time(exported, capsys):
+    data, _ = exported
+    assert hf.main(["--smoke", "--estimate", "--data", str(data)]) == 0
+    text = capsys.readouterr().out
+    assert "marian-L1-tfixup-s1" in text and "CPU hours" in text
+
+
+def test_a_failing_run_leaves_its_error_not_a_record(exported, tmp_path):
+    data, _ = exported
+    spec = {**hf.make_specs(hf.make_config("smoke"))[0], "family": "nope"}
+    run = hf.runlib.Run("nope-run", {"family": "nope"}, [json.dumps(spec)], str(data))
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    rec = hf.execute(run, tmp_path / "work", failed, "cpu", 1)  # in its own process, as the study runs it
+    assert rec["status"] == "error" and rec["returncode"] != 0
+    assert "unknown model family 'nope'" in " ".join(rec["error_tail"])
+    assert json.loads((failed / "nope-run.json").read_text())["status"] == "error"
+
+
+def test_batches_are_fairseqs_and_schedules_the_projects(exported):
+    """fairseq's batching (at most max_tokens = longest side x sentences, every sentence once) and the two
+    curves of tfixup/schedules.py: matched = the no-warmup curve from update W on."""
+    data, _ = exported
+    src, tgt = hf.read_split(data, "train", "de"), hf.read_split(data, "train", "en")
+    batches = hf.translation_batches(src, tgt, 200, 1, 1)
+    assert sorted(i for b in batches for i in b) == list(range(80))
+    assert all(max(max(len(src[i]), len(tgt[i])) for i in b) * len(b) <= 200 for b in batches)
+    tr = hf.Trainer.__new__(hf.Trainer)
+    tr.spec = {"arm": "stock_matched", "lr": 1e-3, "warmup": 100}
+    assert tr.lr_at(0) == pytest.approx(1e-7) and tr.lr_at(50) < tr.lr_at(100)
+    tr_t = hf.Trainer.__new__(hf.Trainer)
+    tr_t.spec = {"arm": "tfixup", "lr": 1e-3, "warmup": 100}
+    assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
+
+
+def test_default_plan_is_the_studys_24_runs():
+    """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
+    and 6, BERT at 6: the longest first."""
+    ids = [hf.run_id(s) for s in hf.make_specs(hf.make_config("default"))]
+    assert len(ids) == len(set(ids)) == 24
+    assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
+    assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
+    assert sum("-L24-" in i for i in ids) == 12 and ids[-1] == "bert-L6-stock-s1"

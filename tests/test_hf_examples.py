@@ -1,0 +1,50 @@
+"""examples/hf_*.py run as written, each here with tiny arguments (a 2-layer model, a few steps) on the
+first lines of the real Multi30k; docs/beyond-fairseq.md shows their default commands (checked in
+test_docs_commands.py: each --help lists every flag the command uses)."""
+
+import importlib
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("transformers")
+
+TINY = ["--train-lines", "200", "--valid-lines", "20", "--steps", "4", "--layers", "2", "--dim", "32"]
+
+
+def example(name: str):
+    """examples/NAME.py as a module (its folder first on sys.path, as ``python examples/NAME.py`` has it)."""
+    path = str(REPO / "examples")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module(name)
+
+
+@pytest.fixture(autouse=True)
+def shared(shared_data, monkeypatch):
+    monkeypatch.setenv("TFIXUP_SHARED_DATA", str(shared_data))
+    monkeypatch.setattr(example("multi30k"), "DATA", shared_data / "multi30k")
+
+
+def test_translation_example_trains_marian_without_layernorm_and_translates(capsys):
+    example("hf_translation").main(TINY)
+    out = capsys.readouterr().out
+    assert "T-Fixup scaled" in out and "LayerNorms left: 0" in out
+    assert out.count("valid loss") == 4 and out.count("translated: ") == 3
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt2"])
+def test_causal_lm_example_trains_without_norms(model, capsys):
+    example("hf_causal_lm").main([*TINY, "--model", model])
+    out = capsys.readouterr().out
+    assert {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[model] in out and "T-Fixup scaled" in out
+    assert "unigram level" in out and out.count("valid perplexity") == 6  # header, step 0, four steps
+
+
+def test_masked_lm_example_trains_bert_without_layernorm(capsys):
+    example("hf_masked_lm").main(TINY)
+    out = capsys.readouterr().out
+    assert "BERT, 2 layers" in out and "T-Fixup scaled" in out and "unigram level" in out
+    assert out.count("masked-word valid perplexity") == 5
