@@ -120,8 +120,14 @@ def study_counts(results: pathlib.Path = RESULTS) -> List[tuple]:
     for p in sorted((results / "bench").glob("*.json")):
         res = json.loads(p.read_text())
         if "runs_recorded" in res:
-            out.append((res["runs_recorded"], res.get("config", {}).get("n_runs") or res["runs_recorded"]))
+            out.append((res["runs_recorded"], planned(res)))
     return out
+
+
+def planned(res: dict) -> int:
+    """The runs a study report plans: its own count, in whichever field the study keeps it."""
+    return (res.get("runs_planned") or res.get("config", {}).get("n_runs") or res.get("n_runs")
+            or res["runs_recorded"])
 
 
 # ---------------------------------------------------------------- the docs' numbers
@@ -370,10 +376,10 @@ def block_studies(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     rows = ["| study | runs recorded | of | report |", "|---|---|---|---|"]
     for p in _study_jsons(results):
         res = json.loads(p.read_text())
-        planned = res.get("config", {}).get("n_runs") or res["runs_recorded"]
-        state = "complete" if res["runs_recorded"] >= planned else "**PARTIAL**"
+        n = planned(res)
+        state = "complete" if res["runs_recorded"] >= n else "**PARTIAL**"
         link = os.path.relpath(p.with_suffix(".md"), doc_dir)
-        rows.append(f"| {p.stem} | {res['runs_recorded']} | {planned} | [{state}]({link}) |")
+        rows.append(f"| {p.stem} | {res['runs_recorded']} | {n} | [{state}]({link}) |")
     return "\n".join(rows)
 
 
