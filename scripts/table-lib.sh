@@ -3,6 +3,7 @@
 # after they set TABLE_TITLE, TABLE_FILE and EXPERIMENTS.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+supervise "$@"  # SIGTERM/SIGINT stop every step's processes at once
 . "$(dirname "${BASH_SOURCE[0]}")/pipeline-lib.sh"
 
 usage() {

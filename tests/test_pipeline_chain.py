@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import REPO, TINY_RUN
+from harness import proc as proc_lib
 from tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
@@ -86,14 +87,14 @@ def test_rerun_resumes_from_checkpoint_last(trained):
 
 def test_chain_average_generate_score_report(trained, data):
     out, _, _ = trained
-    # output to files, not pipes: a sleep left behind by evaluate.sh's progress loop held its
-    # pipes open, and callers reading them waited up to PROGRESS_SECONDS after the end
+    # output to files, not pipes, and its own process group, which must be empty when it ends (a
+    # progress loop beside the translation once ran on, and kept callers' pipes open)
     with open(out.parent / "eval.out", "w") as stdout, open(out.parent / "eval.err", "w") as stderr:
         proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
-                              stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"))
+                              stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
     assert proc.returncode == 0, (out.parent / "eval.err").read_text()[-3000:]
-    left = subprocess.run(["pgrep", "-fx", "sleep 987"], capture_output=True, text=True).stdout.split()
-    assert not left, f"evaluate.sh left its progress sleep running: {left}"
+    assert not proc_lib.group_members(proc.pid), "evaluate.sh left processes running"
+    assert re.search(r"translated 60 / 60 sentences", (out.parent / "eval.err").read_text())  # the last count
     ev = out / "eval"
     for name in ("averaged.pt", "averaging.json", "generate-test.txt", "results.json"):
         assert (ev / name).is_file(), name

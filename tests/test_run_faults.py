@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -410,3 +411,59 @@ def test_a_failed_averaging_leaves_no_candidate_and_a_corrupt_checkpoint_is_name
     (ckpts / "checkpoint_last.pt").write_bytes(real.read_bytes()[:3000])
     with pytest.raises(checkpoints.CorruptCheckpoint, match=f"^{ckpts}/checkpoint_last.pt is corrupt \\(cannot be read: "):
         average.choose_and_average(str(ckpts), [1], str(data), str(out / "averaged.pt"), [])
+
+
+# ---- the third pass: stopping the main job, configs that run code or move outputs
+
+
+def wait_for(condition, timeout_s: float, step_s: float = 0.2) -> bool:
+    """CONDITION() became true within TIMEOUT_S (generous: these wait on a loaded machine, never time it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step_s)
+    return condition()
+
+
+@pytest.mark.parametrize("how", ["TERM", "Ctrl-C"])
+def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_main_job, shared_data, tmp_path):
+    """SIGTERM to quickstart.sh's PID left training running (only train.sh's own PID stopped it); Ctrl-C
+    (SIGINT to the process group) took 10 s and ended in "lib.sh: line 92: ... Killed"; the run said
+    "interrupted: nothing published" with checkpoint_last.pt saved. Here: the script's whole process
+    group ends, the run is booked interrupted, and the last lines name what was kept and the command."""
+    from conftest import TINY_MAIN_ARGS, TINY_MAIN_ENV
+    from harness import proc as proc_lib
+
+    work, _, _ = cpu_main_job
+    mine = tmp_path / "qs"
+    shutil.copytree(work / "data-bin", mine / "data-bin", symlinks=True)  # the prepare step is skipped
+    run_dir = mine / "runs" / "multi30k_de_en_cpu_tfixup"
+    err = open(tmp_path / "stderr", "w")
+    cmd = ["bash", str(SCRIPTS / "quickstart.sh"), "--cpu", "--work", str(mine), *TINY_MAIN_ARGS]
+    job = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                           env={**os.environ, **TINY_MAIN_ENV, "MAX_EPOCH": "100", "OMP_NUM_THREADS": "1",
+                                "TFIXUP_SHARED_DATA": str(shared_data)})
+    try:
+        saved = wait_for(lambda: job.poll() is not None or (run_dir / "checkpoints" / "checkpoint_last.pt").exists(), 600)
+        assert saved and job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        if how == "TERM":
+            job.send_signal(signal.SIGTERM)  # the script's own PID only
+        else:
+            os.killpg(job.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        rc = job.wait(timeout=60)
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    stderr = (tmp_path / "stderr").read_text()
+    assert rc == {"TERM": 143, "Ctrl-C": 130}[how], stderr[-3000:]
+    assert "Killed" not in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    kept = re.search(rf"interrupted: kept {run_dir}/checkpoints/checkpoint_last.pt \(update (\d+)\); rerun the same "
+                     r"command to resume: bash \S+train.sh", stderr)
+    assert kept, stderr[-3000:]
+    assert lines[-1].endswith("interrupted: finished steps and saved checkpoints are kept; rerun the same command to "
+                              f"resume: bash {SCRIPTS}/quickstart.sh --cpu --work {mine} {' '.join(TINY_MAIN_ARGS)}")
+    assert (run_dir / "train_runs.tsv").read_text().splitlines()[-1].endswith("\tinterrupted")
+    assert not (run_dir / "train_run.open").exists()
