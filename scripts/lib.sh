@@ -132,7 +132,8 @@ remove_stale_tmp() {  # DEST.tmp.PID
   for f in "$base".tmp.*; do
     pid=${f##*.tmp.}
     [[ $pid =~ ^[0-9]+$ ]] && [ -d "$f" ] || continue
-    ! ps -p "$pid" >/dev/null 2>&1 || continue
+    # a killed run's process may linger as a zombie until PID 1 reaps it: ended all the same
+    [[ $(ps -o stat= -p "$pid" 2>/dev/null || true) != [!Z]* ]] || continue
     log "removing $f (left by a run that was killed; its PID $pid has ended)"
     rm -rf "$f"
   done

@@ -95,8 +95,9 @@ def test_chain_average_generate_score_report(trained, data):
     # output to files, not pipes, and its own process group, which must be empty when it ends (a
     # progress loop beside the translation once ran on, and kept callers' pipes open)
     with open(out.parent / "eval.out", "w") as stdout, open(out.parent / "eval.err", "w") as stderr:
-        proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
-                              stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
+        proc = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
+                                stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
+        proc.wait()
     assert proc.returncode == 0, (out.parent / "eval.err").read_text()[-3000:]
     assert not proc_lib.group_members(proc.pid), "evaluate.sh left processes running"
     assert re.search(r"translated 60 / 60 sentences", (out.parent / "eval.err").read_text())  # the last count

@@ -467,3 +467,32 @@ def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_ma
                               f"resume: bash {SCRIPTS}/quickstart.sh --cpu --work {mine} {' '.join(TINY_MAIN_ARGS)}")
     assert (run_dir / "train_runs.tsv").read_text().splitlines()[-1].endswith("\tinterrupted")
     assert not (run_dir / "train_run.open").exists()
+
+
+def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_temp(shared_data, tmp_path):
+    """kill -9 of prepare-corpus.sh left fairseq-preprocess running (its worker died with it, the
+    worker's children did not) and an OUT.tmp.PID folder; the rerun removes the folder and publishes."""
+    from harness import proc as proc_lib
+
+    src = corpus(tmp_path / "corpus", shared_data)
+    out = tmp_path / "bin"
+    prepare = ["bash", str(SCRIPTS / "prepare-corpus.sh"), "--src", "de", "--tgt", "en", "--train", str(src / "train"),
+               "--valid", str(src / "valid"), "--test", str(src / "test"), "--tokenizer", "none", "--bpe-merges", "0",
+               "--out", str(out)]
+    job = subprocess.Popen(prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        busy = wait_for(lambda: job.poll() is not None
+                        or any(m.split(" ", 1)[1].startswith("fairseq-prep") for m in proc_lib.group_members(job.pid)),
+                        300, step_s=0.05)
+        assert busy and job.poll() is None, "prepare ended before fairseq-preprocess was seen"
+        os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
+        job.wait()
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    (stale,) = tmp_path.glob("bin.tmp.*")
+    rerun = run(*prepare)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"removing {stale} (left by a run that was killed" in rerun.stderr, rerun.stderr
+    assert (out / "manifest.json").is_file() and not list(tmp_path.glob("bin.tmp.*"))
