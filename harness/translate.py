@@ -103,9 +103,40 @@ def text_steps(data, run=None) -> Dict:
         field = f"preprocess.{missing[0]}" if missing else "params.src/tgt"
         raise TranslateError(f"{data}/{manifest.NAME} lacks the field '{field}': make the data-bin again: "
                              f"{rebuild_command(run, data, params) if run else 'its prepare script'}")
-    if steps["bpe_codes"] and not (data / steps["bpe_codes"]).is_file():
-        raise TranslateError(f"{data} lacks its BPE codes {steps['bpe_codes']} that {manifest.NAME} names")
+    check_steps(steps, data, rebuild_command(run, data, params) if run else "its prepare script")
     return {**steps, "src": params["src"], "tgt": params["tgt"]}
+
+
+# BPE codes the prepare scripts write are well under 1 MB (40k merges); a file larger than this is
+# no codes file of theirs, and subword-nmt would read it whole into memory
+MAX_CODES_BYTES = 64 << 20
+
+
+def check_steps(steps: Dict, data: pathlib.Path, rebuild: str) -> None:
+    """Each recorded step has a value of its kind (manifest.PREPROCESS_KEYS): a manifest is read from a
+    data-bin that may come from elsewhere, and a value this code does not know (a tokenizer '-a') was
+    silently no step at all. The BPE codes are a file of the data-bin itself, of a sane size."""
+    for key, kind in manifest.PREPROCESS_KEYS.items():
+        value = steps[key]
+        ok = (isinstance(value, bool) if kind is bool else value in kind if isinstance(kind, tuple)
+              else isinstance(value, str))
+        if not ok:
+            allowed = "true or false" if kind is bool else " or ".join(kind) if isinstance(kind, tuple) else "a string"
+            raise TranslateError(f"{data}/{manifest.NAME}: preprocess.{key} is {value!r}, not {allowed}: "
+                                 f"make the data-bin again: {rebuild}")
+    codes = steps["bpe_codes"]
+    if steps["bpe"] == "none":
+        return
+    path = data / codes
+    if not codes or pathlib.PurePath(codes).name != codes or codes in (".", "..") \
+            or os.path.realpath(path) != os.path.join(os.path.realpath(data), codes):
+        raise TranslateError(f"{data}/{manifest.NAME}: preprocess.bpe_codes {codes!r} is not a file of the data-bin "
+                             f"(a plain name such as 'code', no folder, no link out): make the data-bin again: {rebuild}")
+    if not path.is_file():
+        raise TranslateError(f"{data} lacks its BPE codes {codes} that {manifest.NAME} names")
+    if path.stat().st_size > MAX_CODES_BYTES:
+        raise TranslateError(f"{path} is {path.stat().st_size >> 20} MB, not BPE codes the prepare scripts write (at "
+                             f"most {MAX_CODES_BYTES >> 20} MB): make the data-bin again: {rebuild}")
 
 
 class TextPipeline:
