@@ -152,6 +152,48 @@ def test_divergence_advice_is_a_command_that_is_accepted(tmp_path):
     assert f"{out} --set" not in line and f"{out}-lr0.00025 --set LR=0.00025 -- --x" in line and "new OUT_DIR" in line
 
 
+START = "fairseq_cli.train | {'_name': None}\n"
+
+
+@pytest.mark.parametrize("log, rc, words", [
+    # fairseq's own words for a MAX_TOKENS below every sentence (measured: train.sh --set MAX_TOKENS=1)
+    (START + "Exception: The dataset is empty. This could indicate that all elements in the dataset have been skipped. "
+             "Try increasing the max number of allowed tokens or using a larger dataset.\n", 1,
+     ["no sentence pair fits in a batch of MAX_TOKENS tokens", "--set MAX_TOKENS=4096", "nothing was trained"]),
+    ("scripts/train.sh: line 250: /usr/bin/setpriv: Argument list too long\n", 126,
+     ["could not be started (Argument list too long)", "shorten EXTRA_TRAIN_ARGS"]),
+    (START + "  File \"fairseq/logging/meters.py\", line 47, in smoothed_value\n"
+             "TypeError: unsupported operand type(s) for /: 'str' and 'int'\n", 1,
+     ["fairseq-train failed: TypeError: unsupported operand", "will fail the same way until its cause is fixed"]),
+])
+def test_rerun_advice_only_where_rerunning_is_the_fix(log, rc, words, tmp_path):
+    """MAX_TOKENS=1, an argument list too long (exit 126) and a TypeError in fairseq's meters all ended
+    with "rerun the same command to resume", which fails the same way."""
+    from harness import config, recover
+
+    out = tmp_path / "run"
+    config.record(config.resolve(EXPERIMENT, {}, environ={}), [], out / config.RECORD)
+    argv = ["bash", "scripts/train.sh", "--cpu", EXPERIMENT, "data", str(out)]
+    line = recover.train_failure(log, rc, str(out), argv)
+    assert all(w in line for w in words) and "rerun the same command" not in line, line
+    killed = recover.train_failure(START, 137, str(out), argv)  # the OOM killer: resuming is the fix
+    assert "killed (SIGKILL: out of memory?)" in killed and "rerun the same command to resume" in killed
+
+
+def test_divergence_at_an_absurd_lr_goes_back_to_the_configs_own(tmp_path):
+    """LR=1e9 diverged and was advised to try 5e8: the config's own LR is the fix there; halving stays
+    the advice for an LR near it."""
+    from harness import config, recover
+
+    own = config.resolve(EXPERIMENT, environ={}).values["LR"]
+    log = START + "FloatingPointError: gradients are Nan/Inf\n"
+    for lr, retry in (("1e9", f"{float(own):g}"), (own, f"{float(own) / 2:g}")):
+        out = tmp_path / f"run-{lr}"
+        config.record(config.resolve(EXPERIMENT, {"LR": lr}, environ={}), [], out / config.RECORD)
+        line = recover.train_failure(log, 1, str(out), ["bash", "scripts/train.sh", EXPERIMENT, "data", str(out)])
+        assert line.split("e.g.: ", 1)[1].split(";")[0].endswith(f"--set LR={retry}"), line
+
+
 # ---- cases 6, 7 and 10: data
 
 
