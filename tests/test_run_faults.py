@@ -538,3 +538,37 @@ def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_t
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"removing {stale} (left by a run that was killed" in rerun.stderr, rerun.stderr
     assert (out / "manifest.json").is_file() and not list(tmp_path.glob("bin.tmp.*"))
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t\n"])
+def test_an_empty_or_blank_train_file_is_named_up_front(text, shared_data, tmp_path):
+    """An empty or whitespace-only train file ended in "max() arg is an empty sequence ... learn BPE failed"."""
+    src = corpus(tmp_path / "corpus", shared_data, lines=40)
+    (src / "train.de").write_text(text)
+    (src / "train.en").write_text(text)
+    proc = run("bash", SCRIPTS / "prepare-corpus.sh", "--src", "de", "--tgt", "en", "--train", src / "train",
+               "--valid", src / "valid", "--test", src / "test", "--bpe-merges", "100", "--out", tmp_path / "bin")
+    last_error(proc, f"{src / 'train.de'} has no text (no lines, or only blank ones): check --train")
+    assert "max()" not in proc.stderr and not list(tmp_path.glob("bin*"))
+
+
+def read_only(folder: pathlib.Path, *cmd):
+    """CMD with FOLDER mounted read-only (a private mount namespace: nothing outside sees it)."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespaces here (unshare -m)")
+    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && exec "$@"'
+    return run("unshare", "-m", "sh", "-c", script, "sh", folder, *cmd)
+
+
+def test_a_read_only_run_folder_is_one_line_naming_it(run_with, tmp_path):
+    """train.sh ended with "line 170: .lock: Read-only file system", evaluate.sh with an EROFS traceback."""
+    from harness import config
+
+    out, data = run_with
+    config.record(config.resolve(EXPERIMENT, {}, environ=TINY), [], out / config.RECORD)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    proc = read_only(out, "bash", SCRIPTS / "train.sh", "--cpu", EXPERIMENT, data, out)
+    last_error(proc, f"OUT_DIR {out} is not writable (read-only file system or no permission)")
+    proc = read_only(out, "bash", SCRIPTS / "evaluate.sh", "--cpu", EXPERIMENT, data, out)
+    last_error(proc, f"the evaluation folder {out}/eval is not writable (read-only file system")
+    assert "Traceback" not in proc.stderr and "line " not in proc.stderr
