@@ -290,6 +290,8 @@ def main(argv=None) -> int:
     except (TranslateError, config.ConfigError, OSError, UnicodeDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: stop, without a traceback (the lines so far are printed)
+        return 130
     return 0
 
 

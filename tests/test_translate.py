@@ -221,3 +221,13 @@ def test_help_says_what_the_output_is():
     assert said.startswith("detokenized, and sentence-cased when the training text was lowercased"), said
     assert translate.recase("two men play football in the park , i think .") == \
         "Two men play football in the park , I think ."
+
+
+def test_ctrl_c_ends_a_translation_without_a_traceback(monkeypatch, capsys):
+    """Ctrl-C at the typed-sentence prompt (SIGINT: KeyboardInterrupt) printed Python's traceback."""
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate, "Translator", interrupted)
+    assert translate.main(["some-run"]) == 130
+    assert capsys.readouterr().err == ""
