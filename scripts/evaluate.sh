@@ -150,6 +150,7 @@ main() {
   use_venv
   need_writable "$EVAL" "the evaluation folder"  # before any step writes there
   check_inputs
+  mkdir -p "$EVAL"
   average_and_translate
   "${RESULTS_CMD[@]}"  # score -> results.json (atomic)
 }

@@ -109,11 +109,13 @@ trap 'on_signal 143' TERM
 trap 'on_signal 130' INT
 step() { STEP=$*; log "$*"; }
 
-# DIR (made if missing) takes new files: else one line naming it, before anything else is written
-# there (a read-only file system failed later, at a lock or inside a Python step's traceback).
+# DIR (or, while it does not exist, the folder it would be made in) takes new files: else one line
+# naming it, before anything is written (a read-only file system failed later, at a lock or inside
+# a Python step's traceback). Makes nothing.
 need_writable() {  # DIR WHAT
-  local t
-  mkdir -p "$1" 2>/dev/null && t=$(mktemp -p "$1" .write-test.XXXXXX 2>/dev/null) \
+  local d=$1 t
+  while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+  t=$(mktemp -p "$d" .write-test.XXXXXX 2>/dev/null) \
     || die "$2 $1 is not writable (read-only file system or no permission): make it writable or choose another folder, then rerun"
   rm -f "$t"
 }

@@ -164,6 +164,7 @@ record_config() {
 # process it started (they inherit it) have ended.
 lock_run_dir() {
   need_writable "$OUT" OUT_DIR
+  mkdir -p "$OUT"
   if ! command -v flock >/dev/null 2>&1; then log "warning: no flock on this machine: $OUT is not locked"; return 0; fi
   exec {LOCK_FD}>>"$OUT/.lock"
   if ! flock -n "$LOCK_FD"; then

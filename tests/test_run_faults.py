@@ -572,3 +572,28 @@ def test_a_read_only_run_folder_is_one_line_naming_it(run_with, tmp_path):
     proc = read_only(out, "bash", SCRIPTS / "evaluate.sh", "--cpu", EXPERIMENT, data, out)
     last_error(proc, f"the evaluation folder {out}/eval is not writable (read-only file system")
     assert "Traceback" not in proc.stderr and "line " not in proc.stderr
+
+
+def test_sigterm_to_a_table_script_stops_its_step_and_names_the_command_that_resumes(shared_data, tmp_path):
+    """Every script stops its whole tree on SIGTERM to its own PID (here table1.sh while it prepares the
+    data), and one that keeps its finished steps says the command that resumes."""
+    from harness import proc as proc_lib
+
+    err = open(tmp_path / "stderr", "w")
+    cmd = ["bash", str(SCRIPTS / "table1.sh"), "--only", EXPERIMENT, "--runs", str(tmp_path / "runs"),
+           "--data-root", str(tmp_path / "data")]
+    job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                           env={**os.environ, **TINY, "TFIXUP_SHARED_DATA": str(shared_data)})
+    try:
+        busy = wait_for(lambda: job.poll() is not None or list((tmp_path / "data").glob("**/*.tmp.*")), 300, 0.05)
+        assert busy and job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == 143
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    lines = (tmp_path / "stderr").read_text().strip().splitlines()
+    assert lines[-1].endswith("interrupted: finished experiments and saved checkpoints are kept; rerun the same "
+                              f"command to resume: {' '.join(cmd)}"), lines[-5:]
+    assert not list((tmp_path / "data").glob("**/*.tmp.*"))  # the prepare step's temp folder went with it
