@@ -62,8 +62,8 @@ use_venv() {
 
 # "${PARENT_DEATH[@]}" CMD...: CMD is killed when the process that started it dies, even by
 # kill -9, which no trap sees (Linux's parent-death signal, set by util-linux setpriv, or else
-# by prctl from Python). A script's worker (supervise) and train.sh's fairseq-train use it:
-# without it, kill -9 of a script left its training running on, unsupervised.
+# by prctl from Python). train.sh's fairseq-train and evaluate.sh's harness step use it (a script's
+# worker is stopped by its supervisor's guard instead: supervise, below).
 if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
   PARENT_DEATH=(setpriv --pdeathsig KILL)
 elif [ "$(uname -s)" = Linux ]; then
