@@ -6,6 +6,7 @@ score -> report row. Plus the 2-process training path."""
 import json
 import math
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -202,8 +203,16 @@ def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_pat
     err = open(tmp_path / "stderr", "w")
     job = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
                            stdout=subprocess.DEVNULL, stderr=err, env=env(PROGRESS_SECONDS="1"), start_new_session=True)
-    started = {"averaging": lambda: "averaging, K chosen" in (tmp_path / "stderr").read_text(),
-               "translating": lambda: (out / "eval" / "generate-test.txt.tmp").exists()}[phase]
+    def averaging():  # the average step's process runs (its arguments: --ckpt-dir)
+        for member in proc_lib.group_members(job.pid):
+            try:
+                if b"--ckpt-dir" in pathlib.Path(f"/proc/{member.split()[0]}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+        return False
+
+    started = {"averaging": averaging, "translating": lambda: (out / "eval" / "generate-test.txt.tmp").exists()}[phase]
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and job.poll() is None and not started():

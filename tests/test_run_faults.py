@@ -521,12 +521,16 @@ def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_t
     prepare = ["bash", str(SCRIPTS / "prepare-corpus.sh"), "--src", "de", "--tgt", "en", "--train", str(src / "train"),
                "--valid", str(src / "valid"), "--test", str(src / "test"), "--tokenizer", "none", "--bpe-merges", "0",
                "--out", str(out)]
-    job = subprocess.Popen(prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # a fairseq-preprocess that takes long (a large corpus): one that ended on its own would hide the orphan
+    slow = fake_fairseq_train(tmp_path / "slow", "exit 0\n")
+    (tmp_path / "slow" / "fairseq-preprocess").write_text("#!/bin/sh\nexec sleep 300\n")
+    (tmp_path / "slow" / "fairseq-preprocess").chmod(0o755)
+    job = subprocess.Popen(prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           env={**os.environ, **slow})
     try:
         busy = wait_for(lambda: job.poll() is not None
-                        or any(m.split(" ", 1)[1].startswith("fairseq-prep") for m in proc_lib.group_members(job.pid)),
-                        300, step_s=0.05)
-        assert busy and job.poll() is None, "prepare ended before fairseq-preprocess was seen"
+                        or any(m.endswith(" sleep") for m in proc_lib.group_members(job.pid)), 300, step_s=0.05)
+        assert busy and job.poll() is None, "prepare ended before its fairseq-preprocess was seen"
         os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
         job.wait()
         assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
