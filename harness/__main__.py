@@ -28,7 +28,7 @@ def cmd_average(args, validate_args):
 def cmd_generate(args, generate_args):
     from harness import generate
 
-    generate.generate(generate_args, args.out, args.log)
+    generate.generate(generate_args, args.out, args.log, args.message)
 
 
 def cmd_results(args, _):
@@ -150,6 +150,7 @@ def main(argv=None):
     p = sub.add_parser("generate", help="fairseq-generate ARGS (after '--') in this process")
     p.add_argument("--out", required=True, help="the hypotheses (fairseq-generate's stdout)")
     p.add_argument("--log", required=True, help="its log (fairseq-generate's stderr)")
+    p.add_argument("--message", default="", help="a line before the first progress line (when translating has begun)")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("results", help="score a fairseq-generate output and write the results JSON")

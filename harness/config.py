@@ -199,6 +199,56 @@ def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, 
     except ValueError as e:
         raise ConfigError(f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS: {e}") from None
     evaluated_flags(extra, f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS")
+    owned_flags(extra, f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS")
+
+
+# fairseq-train flags the scripts set themselves, which a config (a file people share) may not:
+# one loads code, the others move the run's outputs (or its starting weights) out of OUT_DIR and
+# its lock, or contradict train.sh's devices and processes. fairseq takes the last of a flag given
+# twice, so EXTRA_TRAIN_ARGS, which comes last, would win.
+OWNED_FLAGS = {
+    "--user-dir": "imports the Python code of that folder (the scripts load the plugin, fairseq_tfixup)",
+    **dict.fromkeys(("--save-dir", "--restore-file", "--finetune-from-model", "--checkpoint-suffix",
+                     "--log-file", "--tensorboard-logdir", "--wandb-project", "--azureml-logging", "--aim-repo",
+                     "--aim-run-hash"),
+                    "names files outside the run folder OUT_DIR (train.sh writes the checkpoints and logs there)"),
+    **dict.fromkeys(("--cpu", "--tpu", "--fp16", "--bf16", "--memory-efficient-fp16", "--memory-efficient-bf16",
+                     "--distributed-world-size", "--distributed-rank", "--distributed-init-method",
+                     "--distributed-port", "--distributed-backend", "--distributed-no-spawn", "--device-id",
+                     "--local-rank", "--nprocs-per-node"),
+                    "is set by train.sh from its --cpu/--nproc/--nnodes options and the FP16 key"),
+}
+
+
+# The config key behind a flag of the command train_args builds: EXTRA_TRAIN_ARGS naming the flag again
+# would override the key while config.resolved.json still recorded the key's value.
+KEY_FLAGS = {
+    "ARCH or METHOD": ("--arch",), "EMBED_DIM": ("--encoder-embed-dim", "--decoder-embed-dim"),
+    "FFN_DIM": ("--encoder-ffn-embed-dim", "--decoder-ffn-embed-dim"),
+    "HEADS": ("--encoder-attention-heads", "--decoder-attention-heads"), "ENCODER_LAYERS": ("--encoder-layers",),
+    "DECODER_LAYERS": ("--decoder-layers",), "SCHEDULE": ("--lr-scheduler",), "DECAY_PERIOD": ("--decay-period",),
+    "WARMUP_UPDATES": ("--warmup-updates",), "WARMUP_INIT_LR": ("--warmup-init-lr",), "OPTIMIZER": ("--optimizer",),
+    "ADAM_BETAS": ("--adam-betas",), "CLIP_NORM": ("--clip-norm",), "LR": ("--lr",), "DROPOUT": ("--dropout",),
+    "ATTENTION_DROPOUT": ("--attention-dropout",), "ACTIVATION_DROPOUT": ("--activation-dropout",),
+    "WEIGHT_DECAY": ("--weight-decay",), "LABEL_SMOOTHING": ("--label-smoothing",), "MAX_TOKENS": ("--max-tokens",),
+    "BATCH_SHARDS": ("--update-freq",), "MAX_EPOCH": ("--max-epoch",), "MAX_UPDATE": ("--max-update",),
+    "SAVE_INTERVAL_UPDATES": ("--save-interval-updates",), "KEEP_LAST": ("--keep-last-epochs", "--keep-interval-updates"),
+    "SEED": ("--seed",), "LOG_INTERVAL": ("--log-interval",), "SRC": ("--source-lang", "-s"), "TGT": ("--target-lang", "-t"),
+}
+
+
+def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -> None:
+    """WORDS (EXTRA_TRAIN_ARGS) name no flag of OWNED_FLAGS, nor one COMMAND (the arguments the config
+    makes) has already, as --flag or --flag=value."""
+    given = {w for w in command if w.startswith("-")}
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag in OWNED_FLAGS:
+            raise ConfigError(f"{where}: {flag} {OWNED_FLAGS[flag]}: remove it from EXTRA_TRAIN_ARGS")
+        if flag.startswith("-") and flag in given:
+            key = next((k for k, flags in KEY_FLAGS.items() if flag in flags), None)
+            how = f"set {key} instead (--set {key.split()[0]}=...)" if key else "it cannot be changed here"
+            raise ConfigError(f"{where}: {flag} is already in the command the config makes: {how}")
 
 
 def _literals():
@@ -349,7 +399,9 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
     if v["SAVE_INTERVAL_UPDATES"] != "0":
         args += ["--save-interval-updates", v["SAVE_INTERVAL_UPDATES"], "--keep-interval-updates", v["KEEP_LAST"]]
     args += {"cpu": ["--cpu"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
-    return args + shlex.split(v["EXTRA_TRAIN_ARGS"])
+    extra = shlex.split(v["EXTRA_TRAIN_ARGS"])
+    owned_flags(extra, f"{cfg.path}: EXTRA_TRAIN_ARGS", args)
+    return args + extra
 
 
 def has_checkpoints(run_dir) -> bool:

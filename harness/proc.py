@@ -2,12 +2,15 @@
 still runs after a grace period is killed.
 
 Used by the studies' runner (harness/bench/runs.py, on SIGTERM/SIGINT to a study) and by the shell
-drivers (scripts/lib.sh's supervise: ``python3 -m harness.proc PID TERM``), so that stopping a
-study or a script stops its fairseq-train, fairseq-generate and tokenizer processes too.
+drivers: ``python3 -m harness.proc supervise -- bash SCRIPT ARGS`` (scripts/lib.sh's supervise, which
+execs it in the script's own process) runs the script's work as its child and stops that child's
+whole tree on SIGTERM/SIGINT, so that stopping a script stops its fairseq-train, fairseq-generate and
+tokenizer processes too; a guard kills the tree when the supervisor itself is killed outright.
 """
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from typing import Dict, List, Tuple
@@ -73,10 +76,63 @@ def stop_tree(root: int, sig: int = signal.SIGTERM, grace_s: float = GRACE_S) ->
             pass
 
 
+def _guard(worker: int) -> int:
+    """Fork a guard of WORKER's tree; return the write end of its pipe. Closing it with a byte
+    written says the worker has ended; closed without one (this process died, even by SIGKILL,
+    which no handler sees: the kernel closes the pipe), the guard kills the worker's whole tree.
+    Nothing polls: the guard sleeps in read() until then."""
+    r, w = os.pipe()
+    if os.fork():
+        os.close(r)
+        return w
+    os.close(w)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the supervisor stops the tree on these, not the guard
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # a caller reading the script's output must not wait for the guard
+        os.dup2(null, fd)
+    if not os.read(r, 1):  # EOF: the supervisor is gone and the worker may run on
+        for pid in tree_pids(worker):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    os._exit(0)
+
+
+def supervise(argv) -> int:
+    """Run ARGV (a script's worker) as this process's child, with TFIXUP_SUPERVISOR=this PID, and
+    return its exit status. SIGTERM, SIGINT or SIGHUP here: the worker's whole tree gets SIGTERM at
+    once (a shell's background children ignore SIGINT, so SIGINT alone would not stop them), and
+    this process exits 128 + the signal once the tree has ended (TFIXUP_STOP_SECONDS, then killed)."""
+    stopping, child = [], []
+
+    def stop(signum, _frame):
+        if not stopping:
+            stopping.append(signum)
+            if child:
+                stop_tree(child[0].pid, signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+    child.append(subprocess.Popen(argv, env={**os.environ, "TFIXUP_SUPERVISOR": str(os.getpid())}))
+    guard = _guard(child[0].pid)
+    if stopping:  # a signal came while the worker was being started
+        stop_tree(child[0].pid, signal.SIGTERM)
+    rc = child[0].wait()
+    os.write(guard, b"x")
+    os.close(guard)
+    if stopping:
+        return 128 + stopping[0]
+    return rc if rc >= 0 else 128 - rc
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:2] == ["supervise", "--"] and len(argv) > 2:
+        return supervise(argv[2:])
     if len(argv) != 2 or not argv[0].isdigit():
-        print("usage: python3 -m harness.proc PID SIGNAL (e.g. TERM)", file=sys.stderr)
+        print("usage: python3 -m harness.proc PID SIGNAL (e.g. TERM) | supervise -- CMD...", file=sys.stderr)
         return 2
     stop_tree(int(argv[0]), getattr(signal, "SIG" + argv[1].upper().removeprefix("SIG")))
     return 0

@@ -151,6 +151,11 @@ _LOAD_MODEL = re.compile(r"Cannot load model parameters from checkpoint")
 _SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
                    r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
 _DISK = re.compile(r"No space left on device|Errno 28|ENOSPC|file write failed|Disk quota exceeded")
+# fairseq's batch_by_size: a sentence longer than --max-tokens
+_TOKENS = re.compile(r"sentence at index \d+ of size \d+ exceeds max_tokens limit of \d+|"
+                     r"The dataset is empty\. This could indicate that all elements in the dataset have been skipped")
+# the shell could not start the command: too long an argument list (E2BIG), no such program
+_NOT_RUN = re.compile(r"Argument list too long|fairseq-train: (?:command )?not found")
 _ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$", re.M)
 
 
@@ -178,6 +183,25 @@ def _record_lr(run_dir: str) -> Optional[float]:
             return float(json.load(f)["values"]["LR"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _config_value(run_dir: str, key: str) -> Optional[float]:
+    """KEY in the run's config file itself (no environment, no --set): where a run whose value was
+    overridden far off goes back to (half of LR=1e9 diverges as surely)."""
+    from harness import config
+
+    try:
+        with open(os.path.join(run_dir, "config.resolved.json"), encoding="utf-8") as f:
+            path = json.load(f)["config_file"]
+        return float(config.resolve(path, environ={}).values[key])
+    except (OSError, ValueError, KeyError, TypeError, config.ConfigError):
+        return None
+
+
+def _retry_lr(lr: float, run_dir: str) -> str:
+    """The LR to try after a divergence at LR: the config's own when LR was set 10x above it, else half."""
+    own = _config_value(run_dir, "LR")
+    return f"{own:g}" if own is not None and lr >= 10 * own else f"{lr / 2:g}"
 
 
 def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> str:
@@ -224,7 +248,7 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
         if lr is None:
             lower = "lower LR (--set LR=...)"
         else:
-            half = f"{lr / 2:g}"
+            half = _retry_lr(lr, run_dir)
             if saved:  # the run is bound to its LR: another LR is another run
                 retry = _retry(argv, "LR", half, (run_dir, f"{run_dir.rstrip('/')}-lr{half}"))
                 lower = f"lower LR (was {lr:g}) in a new OUT_DIR (this one holds checkpoints of LR={lr:g}), e.g.: {retry}"
@@ -260,9 +284,23 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
     if m:
         return (f"fairseq-train could not use the data ({m.group(0)}): rebuild the data-bin with "
                 "scripts/prepare-*.sh (rerunning the same command will fail the same way)")
+    m = _TOKENS.search(run)
+    if m:
+        own = _config_value(run_dir, "MAX_TOKENS") or 0
+        return (f"no sentence pair fits in a batch of MAX_TOKENS tokens (fairseq: {m.group(0)}): set MAX_TOKENS above "
+                f"the longest pair, e.g. {_retry(argv, 'MAX_TOKENS', str(int(max(own, 4096))))}; nothing was trained")
+    if rc in (126, 127) or _NOT_RUN.search(run):
+        why = _NOT_RUN.search(run)
+        return (f"fairseq-train could not be started ({why.group(0) if why else f'exit {rc}'}): "
+                + ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
+                   if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")
+                + "; nothing was trained")
     errors = [line.strip() for line in run.splitlines() if re.match(r"\s*\w*(Error|Exception)\b.*:", line)]
-    cause = errors[-1] if errors else f"exit {rc}"
-    if rc in (137, -9):
-        cause = "killed (SIGKILL: out of memory?)"
-    return (f"fairseq-train failed: {cause[:300]}; see the log. If it was killed or preempted, "
-            f"rerun the same command to resume from checkpoint_last.pt: {command}")
+    if rc in (137, -9, 143, -15) or not errors:
+        # killed (the OOM killer, a preemption) or ended without an error of its own: resuming is the fix
+        cause = "killed (SIGKILL: out of memory?)" if rc in (137, -9) else f"exit {rc}"
+        return (f"fairseq-train failed: {cause}; see the log. If it was killed or preempted, "
+                f"rerun the same command to resume from checkpoint_last.pt: {command}")
+    # an error of fairseq's or the plugin's own: the same command fails the same way
+    return (f"fairseq-train failed: {errors[-1][:300]}; see {os.path.join(run_dir, 'train.log')} (rerunning the same "
+            "command will fail the same way until its cause is fixed)")

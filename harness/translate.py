@@ -104,36 +104,40 @@ def text_steps(data, run=None) -> Dict:
         field = f"preprocess.{missing[0]}" if missing else "params.src/tgt"
         raise TranslateError(f"{data}/{manifest.NAME} lacks the field '{field}': make the data-bin again: "
                              f"{rebuild_command(run, data, params) if run else 'its prepare script'}")
-    for key, kind in manifest.PREPROCESS_KEYS.items():
-        value = steps[key]
-        if not (isinstance(value, bool) if kind is bool else value in kind if isinstance(kind, tuple)
-                else isinstance(value, str)):
-            what = "true or false" if kind is bool else " or ".join(kind) if isinstance(kind, tuple) else "a file name"
-            raise TranslateError(f"{data}/{manifest.NAME}: preprocess.{key}={value!r} must be {what}: make the "
-                                 f"data-bin again: {rebuild_command(run, data, params) if run else 'its prepare script'}")
-    if steps["bpe_codes"]:
-        bpe_codes_file(data, steps["bpe_codes"])
+    check_steps(steps, data, rebuild_command(run, data, params) if run else "its prepare script")
     return {**steps, "src": params["src"], "tgt": params["tgt"]}
 
 
-MAX_CODES_BYTES = 100 * 2 ** 20  # subword-nmt reads its codes whole: 8000 merges are ~80 KB
+# BPE codes the prepare scripts write are well under 1 MB (40k merges); a file larger than this is
+# no codes file of theirs, and subword-nmt would read it whole into memory
+MAX_CODES_BYTES = 64 << 20
 
 
-def bpe_codes_file(data, name: str) -> pathlib.Path:
-    """The BPE codes NAME of the data-bin DATA: a regular file inside DATA (a manifest naming another
-    file, ``..`` or a device such as /dev/zero is refused), of at most MAX_CODES_BYTES."""
-    data = pathlib.Path(data)
-    path = data / name
-    if pathlib.PurePath(name).is_absolute() or data.resolve() not in path.resolve().parents:
-        raise TranslateError(f"{data}/{manifest.NAME} names BPE codes outside the data-bin ({name!r}): only a file "
-                             f"of the data-bin is read; make the data-bin again with its scripts/prepare-*.sh")
+def check_steps(steps: Dict, data: pathlib.Path, rebuild: str) -> None:
+    """Each recorded step has a value of its kind (manifest.PREPROCESS_KEYS): a manifest is read from a
+    data-bin that may come from elsewhere, and a value this code does not know (a tokenizer '-a') was
+    silently no step at all. The BPE codes are a file of the data-bin itself, of a sane size."""
+    for key, kind in manifest.PREPROCESS_KEYS.items():
+        value = steps[key]
+        ok = (isinstance(value, bool) if kind is bool else value in kind if isinstance(kind, tuple)
+              else isinstance(value, str))
+        if not ok:
+            allowed = "true or false" if kind is bool else " or ".join(kind) if isinstance(kind, tuple) else "a string"
+            raise TranslateError(f"{data}/{manifest.NAME}: preprocess.{key} is {value!r}, not {allowed}: "
+                                 f"make the data-bin again: {rebuild}")
+    codes = steps["bpe_codes"]
+    if steps["bpe"] == "none":
+        return
+    path = data / codes
+    if not codes or pathlib.PurePath(codes).name != codes or codes in (".", "..") \
+            or os.path.realpath(path) != os.path.join(os.path.realpath(data), codes):
+        raise TranslateError(f"{data}/{manifest.NAME}: preprocess.bpe_codes {codes!r} is not a file of the data-bin "
+                             f"(a plain name such as 'code', no folder, no link out): make the data-bin again: {rebuild}")
     if not path.is_file():
-        raise TranslateError(f"{data} lacks its BPE codes {name} that {manifest.NAME} names (or it is not a "
-                             "regular file)")
+        raise TranslateError(f"{data} lacks its BPE codes {codes} that {manifest.NAME} names")
     if path.stat().st_size > MAX_CODES_BYTES:
-        raise TranslateError(f"{path} is {path.stat().st_size} bytes, more than BPE codes take "
-                             f"({MAX_CODES_BYTES} at most): make the data-bin again with its scripts/prepare-*.sh")
-    return path
+        raise TranslateError(f"{path} is {path.stat().st_size >> 20} MB, not BPE codes the prepare scripts write (at "
+                             f"most {MAX_CODES_BYTES >> 20} MB): make the data-bin again: {rebuild}")
 
 
 class TextPipeline:
@@ -152,7 +156,7 @@ class TextPipeline:
         if steps["bpe"] == "subword_nmt":
             from subword_nmt.apply_bpe import BPE
 
-            with open(bpe_codes_file(data, steps["bpe_codes"]), encoding="utf-8") as f:
+            with open(pathlib.Path(data) / steps["bpe_codes"], encoding="utf-8") as f:
                 self.bpe = BPE(f)
 
     def encode(self, line: str) -> str:
@@ -287,6 +291,8 @@ def main(argv=None) -> int:
     except (TranslateError, config.ConfigError, OSError, UnicodeDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: stop, without a traceback (the lines so far are printed)
+        return 130
     return 0
 
 

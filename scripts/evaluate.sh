@@ -103,59 +103,18 @@ average_and_translate() {
   if [ "$translate" = 1 ]; then
     rm -f "$EVAL/generate-$SUBSET.cmd"
     TMP_PATHS+=("$out.tmp")
-    steps+=(generate --out "$out.tmp" --log "$EVAL/generate-$SUBSET.log" -- "${GENERATE_CMD[@]:1}")
+    steps+=(generate --out "$out.tmp" --log "$EVAL/generate-$SUBSET.log"
+            --message "fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN" -- "${GENERATE_CMD[@]:1}")
   fi
   [ ${#steps[@]} -gt 0 ] || return 0
-  local progress_pid= total
-  if [ "$translate" = 1 ]; then
-    # the subset's sentences, read once, for the count lines only: a count it cannot read shows as "?"
-    total=$(python3 -m harness.manifest count "$DATA" "$SUBSET" 2>/dev/null) || total="?"
-    # the log line when translating starts (after the averaging's valid runs)
-    MESSAGE="fairseq-generate $SUBSET: beam $BEAM, lenpen $LENPEN" progress "$out.tmp" "$total" &
-    progress_pid=$!
-  fi
-  local rc=0
-  "${PARENT_DEATH[@]}" python3 -m harness "${steps[@]}" 2>&1 | quiet >&2 || rc=$?
-  if [ -n "$progress_pid" ]; then
-    kill "$progress_pid" 2>/dev/null || true
-    wait "$progress_pid" 2>/dev/null || true  # its last line, if any, before this script's own
-  fi
-  [ "$rc" = 0 ] || exit "$rc"  # the step said why, in one line
+  # the harness step writes the progress lines itself (harness/generate.py): no loop here that a
+  # killed evaluate.sh could leave running
+  "${PARENT_DEATH[@]}" python3 -m harness "${steps[@]}" 2>&1 | quiet >&2
   [ "$average" = 0 ] || stamp "$EVAL/averaged.cmd" "${AVERAGE_CMD[@]}"
   if [ "$translate" = 1 ]; then
-    translated "$out.tmp" "$total"  # the final count, also when translating took less than PROGRESS_SECONDS
     mv "$out.tmp" "$out"
     stamp "$EVAL/generate-$SUBSET.cmd" "${GENERATE_CMD[@]}"
   fi
-}
-
-# Every PROGRESS_SECONDS: hypotheses written so far (fairseq-generate's H- lines) / sentences,
-# once translating has started (the output file exists); MESSAGE with the first count. Not when
-# the file is made: a fairseq-generate that fails at once (a missing subset) has made it, and a
-# MESSAGE then could come after the failure's line, which must be the last.
-# Killed, it takes its sleep with it: an orphaned sleep kept this script's stdout and stderr
-# open, and a caller reading them (a pipe, a test) waited up to PROGRESS_SECONDS after the end.
-progress() {  # OUTPUT_FILE TOTAL
-  local sleeper=
-  trap 'kill $sleeper 2>/dev/null; exit 0' TERM
-  while [ ! -e "$1" ]; do
-    sleep 0.5 & sleeper=$!
-    wait "$sleeper"
-  done
-  while :; do
-    sleep "${PROGRESS_SECONDS:-30}" & sleeper=$!
-    wait "$sleeper"
-    [ -z "$MESSAGE" ] || log "$MESSAGE"
-    MESSAGE=
-    translated "$1" "$2"
-  done
-}
-
-# "translated N / TOTAL sentences": fairseq-generate's H- lines in OUTPUT_FILE / the subset's sentences
-translated() {  # OUTPUT_FILE TOTAL
-  local n
-  n=$(grep -c '^H-' "$1" 2>/dev/null || true)
-  log "translated ${n:-0} / $2 sentences"
 }
 
 # Before fairseq is imported: the data has the dictionaries the run trained with and is whole
@@ -189,6 +148,7 @@ main() {
     exit 0
   fi
   use_venv
+  need_writable "$EVAL" "the evaluation folder"  # before any step writes there
   check_inputs
   mkdir -p "$EVAL"
   average_and_translate

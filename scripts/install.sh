@@ -4,6 +4,7 @@
 # CPU torch by default; set TORCH_SPEC (e.g. "torch==2.13.0") to choose another.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"  # SIGTERM/SIGINT stop every step's processes at once
 
 usage() {
   cat <<USAGE

@@ -13,6 +13,7 @@ shopt -s inherit_errexit
 
 die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+quote() { printf '%q ' "$@" | sed 's/ $//'; }  # a command line as one shell-quoted string
 
 # awk over a live stream (a training's output): line by line. mawk (Debian's default awk)
 # reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
@@ -61,8 +62,8 @@ use_venv() {
 
 # "${PARENT_DEATH[@]}" CMD...: CMD is killed when the process that started it dies, even by
 # kill -9, which no trap sees (Linux's parent-death signal, set by util-linux setpriv, or else
-# by prctl from Python). A script's worker (supervise) and train.sh's fairseq-train use it:
-# without it, kill -9 of a script left its training running on, unsupervised.
+# by prctl from Python). train.sh's fairseq-train and evaluate.sh's harness step use it (a script's
+# worker is stopped by its supervisor's guard instead: supervise, below).
 if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
   PARENT_DEATH=(setpriv --pdeathsig KILL)
 elif [ "$(uname -s)" = Linux ]; then
@@ -75,30 +76,16 @@ fi
 
 # Signals. bash runs a trap only after the foreground command ends, so a script
 # busy in `fairseq-train | tee` or `xzcat | subword-nmt` would ignore SIGTERM for
-# minutes. `supervise "$@"` (first line of a script) reruns the script as a child
-# and waits for it; a SIGTERM/SIGINT to the script goes at once to the child's whole
+# minutes. `supervise "$@"` (first line of a script) turns the script's process into
+# harness/proc.py's supervisor, which reruns the script as its child and waits for it:
+# a SIGTERM/SIGINT to the script's PID goes at once, as SIGTERM, to the child's whole
 # process tree (same process group: a kill of the group by a caller still reaches
-# everything). The child's own traps clean up; whatever is left after
-# TFIXUP_STOP_SECONDS (default 10) is killed.
+# everything). The child's own traps book and clean up; whatever is left after
+# TFIXUP_STOP_SECONDS (default 10) is killed. The supervisor killed outright
+# (kill -9) takes the tree with it (its guard).
 supervise() {
   [ "${TFIXUP_SUPERVISOR:-}" = "$PPID" ] && return 0  # we are the child: do the work
-  TFIXUP_SUPERVISOR=$$ "${PARENT_DEATH[@]}" bash "$0" "$@" <&0 &
-  local child=$! rc
-  # shellcheck disable=SC2064
-  trap "stop_tree $child TERM" TERM
-  # shellcheck disable=SC2064
-  trap "stop_tree $child INT" INT
-  while :; do
-    rc=0; wait "$child" || rc=$?
-    kill -0 "$child" 2>/dev/null || break  # wait returned for a trapped signal: wait again
-  done
-  exit "$rc"
-}
-
-# PID and every process below it get SIGNAL; what is left after TFIXUP_STOP_SECONDS
-# (default 10) is killed (harness/proc.py, the one stopper, which the studies use too).
-stop_tree() {  # PID SIGNAL
-  python3 -m harness.proc "$1" "$2" || kill -"$2" "$1" 2>/dev/null || true
+  exec python3 -m harness.proc supervise -- bash "$0" "$@"
 }
 
 # Temp paths removed on any exit; STEP names what is running, so that a step that
@@ -112,9 +99,26 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
-trap 'STEP=""; log "interrupted: nothing published"; exit 143' TERM
-trap 'STEP=""; log "interrupted: nothing published"; exit 130' INT
+# SIGTERM/SIGINT: one line saying what was kept (KEPT: a script that keeps finished steps says so)
+KEPT="nothing published"
+on_signal() {  # EXIT_CODE
+  trap '' TERM INT  # Ctrl-C sends SIGINT to the script and its supervisor's SIGTERM follows: one line
+  STEP=""; log "interrupted: $KEPT"; exit "$1"
+}
+trap 'on_signal 143' TERM
+trap 'on_signal 130' INT
 step() { STEP=$*; log "$*"; }
+
+# DIR (or, while it does not exist, the folder it would be made in) takes new files: else one line
+# naming it, before anything is written (a read-only file system failed later, at a lock or inside
+# a Python step's traceback). Makes nothing.
+need_writable() {  # DIR WHAT
+  local d=$1 t
+  while [ ! -e "$d" ]; do d=$(dirname "$d"); done
+  t=$(mktemp -p "$d" .write-test.XXXXXX 2>/dev/null) \
+    || die "$2 $1 is not writable (read-only file system or no permission): make it writable or choose another folder, then rerun"
+  rm -f "$t"
+}
 
 # DIR becomes an empty temp folder, removed on exit unless published.
 tmp_dir() {  # DIR
@@ -130,7 +134,8 @@ remove_stale_tmp() {  # DEST.tmp.PID
   for f in "$base".tmp.*; do
     pid=${f##*.tmp.}
     [[ $pid =~ ^[0-9]+$ ]] && [ -d "$f" ] || continue
-    ! ps -p "$pid" >/dev/null 2>&1 || continue
+    # a killed run's process may linger as a zombie until PID 1 reaps it: ended all the same
+    [[ $(ps -o stat= -p "$pid" 2>/dev/null || true) != [!Z]* ]] || continue
     log "removing $f (left by a run that was killed; its PID $pid has ended)"
     rm -rf "$f"
   done

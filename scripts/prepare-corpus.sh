@@ -118,6 +118,9 @@ for split in train valid test; do
   for l in "$SRC" "$TGT"; do
     step "tokenize $split.$l (${FILES[$split.$l]})"
     read_text "${FILES[$split.$l]}" | head_n "${!n}" > "$TMP/text/$split.raw.$l"
+    # an empty or blank file failed later, inside subword-nmt ("max() arg is an empty sequence")
+    grep -q '[^[:space:]]' "$TMP/text/$split.raw.$l" \
+      || die "${FILES[$split.$l]} has no text (no lines, or only blank ones): check --$split and --src/--tgt; nothing published"
     no_lone_cr "$TMP/text/$split.raw.$l" "${FILES[$split.$l]}"
     tokenize "$l" "$TMP/text/$split.raw.$l" | maybe_lower > "$TMP/text/$split.tok.$l"
   done

@@ -4,6 +4,7 @@
 # test BLEU, three example translations, the learning curve (PNG), where everything is.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"  # SIGTERM/SIGINT stop every step's processes at once
 . "$(dirname "$0")/pipeline-lib.sh"
 
 GPU_EXPERIMENT=iwslt14_de_en_tfixup
@@ -48,6 +49,7 @@ USAGE
 }
 
 QUICKSTART_ARGS=("$@")  # for the summary's command that trains longer
+KEPT="finished steps and saved checkpoints are kept; rerun the same command to resume: $(quote bash "$0" "$@")"
 NAME=""; WORK_DIR=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; INSTALL=1; DRY_RUN=0; TRAIN_ARGS=()
 while [ $# -gt 0 ]; do
   case $1 in

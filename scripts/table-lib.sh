@@ -3,6 +3,8 @@
 # after they set TABLE_TITLE, TABLE_FILE and EXPERIMENTS.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+supervise "$@"  # SIGTERM/SIGINT stop every step's processes at once
+KEPT="finished experiments and saved checkpoints are kept; rerun the same command to resume: $(quote bash "$0" "$@")"
 . "$(dirname "${BASH_SOURCE[0]}")/pipeline-lib.sh"
 
 usage() {

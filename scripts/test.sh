@@ -3,6 +3,7 @@
 # (TEST_WORKERS=0: in one process).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
+supervise "$@"  # SIGTERM/SIGINT stop every step's processes at once
 bash "$TFIXUP_ROOT/scripts/install.sh"
 # shellcheck disable=SC1091
 . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"

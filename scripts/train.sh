@@ -95,8 +95,6 @@ choose_devices() {
   [ "$WORLD" -ge 1 ] || die "need at least one process"
 }
 
-quote() { printf '%q ' "$@" | sed 's/ $//'; }
-
 # The config's --log-format and its value are dropped when an extra argument after "--" sets it again
 # (quickstart.sh's --log-format json): fairseq takes the last, but the command showed both.
 drop_overridden() {  # ARRAY (the config's fairseq-train arguments)
@@ -165,6 +163,7 @@ record_config() {
 # lock (flock on OUT_DIR/.lock, which names the holder's PID) is held until this script and every
 # process it started (they inherit it) have ended.
 lock_run_dir() {
+  need_writable "$OUT" OUT_DIR
   mkdir -p "$OUT"
   if ! command -v flock >/dev/null 2>&1; then log "warning: no flock on this machine: $OUT is not locked"; return 0; fi
   exec {LOCK_FD}>>"$OUT/.lock"
@@ -190,7 +189,7 @@ check_resume() {
     log "already trained: $done_updates >= MAX_UPDATE $MAX_UPDATE updates in $last"
     exit 0
   fi
-  log "resuming from $last ($done_updates updates)"
+  log "resuming from $last (update $done_updates)"
 }
 
 # A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start
@@ -211,6 +210,16 @@ book_killed_run() {
   end=$(stat -c %Y "$OUT/train.log" 2>/dev/null || echo "$start")
   printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" killed >> "$OUT/train_runs.tsv"
   rm -f "$open"
+  log "the run started $(date -d "@$start" '+%F %T') was killed outright (kill -9, out of memory, power cut) at its last log" \
+    "line, $(date -d "@$end" '+%F %T'): booked as killed in $OUT/train_runs.tsv; $(saved_note)"
+}
+
+# What the run has kept: checkpoint_last.pt and its update (train.log's last "... @ N updates" save line)
+saved_note() {
+  local n
+  [ -f "$OUT/checkpoints/checkpoint_last.pt" ] || { echo "no checkpoint saved yet"; return 0; }
+  n=$(grep -o '@ [0-9]* updates' "$OUT/train.log" 2>/dev/null | tail -n1 | tr -cd 0-9 || true)
+  echo "kept $OUT/checkpoints/checkpoint_last.pt${n:+ (update $n)}"
 }
 
 run_training() {
@@ -220,7 +229,6 @@ run_training() {
   # fairseq logs to stdout: unbuffered, so train.log is current while it runs
   export PYTHONUNBUFFERED=1
   start=$(date +%s)
-  book_killed_run
   echo "$start $WORLD $device_name" > "$OUT/train_run.open"
   # each run's wall time and device count, for the report's device-hours; a run stopped
   # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
@@ -232,10 +240,16 @@ run_training() {
       mv -f "$OUT/train_run.open" "$OUT/train_run.open.$end.$1" 2>/dev/null || true
     fi
   }
-  # SIGTERM/SIGINT (scripts/lib.sh's supervise sends them to fairseq-train too): book the
-  # run as interrupted, whatever fairseq-train's exit code was
-  trap 'record_run interrupted; exit 143' TERM
-  trap 'record_run interrupted; exit 130' INT
+  # SIGTERM/SIGINT (scripts/lib.sh's supervise sends SIGTERM to fairseq-train too): book the
+  # run as interrupted, whatever fairseq-train's exit code was, and say what was kept
+  stopped() {  # EXIT_CODE
+    trap '' TERM INT
+    record_run interrupted
+    STEP=""; log "interrupted: $(saved_note); rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
+    exit "$1"
+  }
+  trap 'stopped 143' TERM
+  trap 'stopped 130' INT
   if [ ${#CMDS[@]} -gt 1 ]; then
     local pids=() r pid
     trap 'kill "${pids[@]}" 2>/dev/null || true; on_exit' EXIT
@@ -300,6 +314,7 @@ main() {
   set_threads "$NPROC"  # torch threads per process, for the NPROC processes started here
   lock_run_dir
   record_config
+  book_killed_run  # and says so
   check_resume
   run_training
 }

@@ -11,8 +11,9 @@ Translates FILE (or stdin: a pipe, or sentences typed one per line) with the fin
 RUN_DIR, a run of scripts/train.sh: RUN_DIR/eval/averaged.pt (scripts/evaluate.sh), else
 checkpoints/checkpoint_best.pt, else checkpoint_last.pt. The text gets exactly the
 preprocessing of the data-bin the run trained on, as its manifest.json records it (Moses
-tokenizer, lowercasing, BPE codes); the output is detokenized (and lowercased when the
-training text was). Beam and length penalty: the run's config (BEAM, LENPEN).
+tokenizer, lowercasing, BPE codes); the output is detokenized, and sentence-cased when the
+training text was lowercased (first letter and the pronoun "I" upper-case; names stay lowercase).
+Beam and length penalty: the run's config (BEAM, LENPEN).
   --show      print the model, data-bin, dictionaries, BPE codes and preprocessing (JSON)
   --verbose   also print each sentence's tokens in (S:) and out (T:) on stderr
 Example:

@@ -208,7 +208,7 @@ def test_corrupt_checkpoint_last_names_intact_one_and_its_command_works(data, tm
     resumed = subprocess.run(command, shell=True, capture_output=True, text=True,
                              env={**os.environ, **TINY, **more})
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from" in resumed.stderr and "(10 updates)" in resumed.stderr
+    assert "resuming from" in resumed.stderr and "(update 10)" in resumed.stderr
     from tfixup import checkpoints
 
     assert recover.num_updates(last) == 15

@@ -6,6 +6,7 @@ score -> report row. Plus the 2-process training path."""
 import json
 import math
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, TINY_RUN
+from harness import proc as proc_lib
 from tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
@@ -66,7 +68,7 @@ def trained(data, tmp_path_factory):
     assert "checkpoint_1_10.pt" in first_run
     assert "done training" not in first_run, "the first run finished before it was killed"
     second = run(*cmd)
-    return out, first_run, second.stdout
+    return out, first_run, second.stdout, second.stderr
 
 
 def group_left(pgid: int, within_s: float) -> list:
@@ -81,7 +83,7 @@ def group_left(pgid: int, within_s: float) -> list:
 
 
 def test_rerun_resumes_from_checkpoint_last(trained):
-    out, first_run, second_stdout = trained
+    out, first_run, second_stdout, second_stderr = trained
     # the rerun loaded checkpoint_last.pt at update 10 or later and finished at the configured 30
     m = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", second_stdout)
     assert m, second_stdout[-3000:]
@@ -95,20 +97,25 @@ def test_rerun_resumes_from_checkpoint_last(trained):
     assert [r[4] for r in runs] == ["killed", "0"]
     assert int(runs[0][0]) <= int(runs[0][1]) <= int(runs[1][0]) and not (out / "train_run.open").exists()
     assert json.loads((out / "config.resolved.json").read_text())["values"]["MAX_UPDATE"] == "30"
+    # and the rerun says so (it was only in train_runs.tsv): the killed run, what it kept, where it resumes
+    killed = re.search(r"was killed outright .*booked as killed in \S+train_runs.tsv; kept \S+checkpoint_last.pt "
+                       r"\(update (\d+)\)", second_stderr)
+    assert killed and f"resuming from {out}/checkpoints/checkpoint_last.pt (update {killed.group(1)})" in second_stderr, \
+        second_stderr[-3000:]
 
 
 def test_chain_average_generate_score_report(trained, data):
-    out, _, _ = trained
-    # output to files, not pipes: a sleep left behind by evaluate.sh's progress loop held its
-    # pipes open, and callers reading them waited up to PROGRESS_SECONDS after the end
-    # in a session of its own: what it leaves running is in its process group, not another job's process
+    out, _, _, _ = trained
+    # output to files, not pipes, and its own process group, which must be empty when it ends (a
+    # progress loop beside the translation once ran on, and kept callers' pipes open)
     with open(out.parent / "eval.out", "w") as stdout, open(out.parent / "eval.err", "w") as stderr:
         proc = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
                                 stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
         proc.wait()
     assert proc.returncode == 0, (out.parent / "eval.err").read_text()[-3000:]
     left = group_left(proc.pid, within_s=60)
-    assert not left, f"evaluate.sh left its progress sleep running: {left}"
+    assert not left, f"evaluate.sh left processes running: {left}"
+    assert re.search(r"translated 60 / 60 sentences", (out.parent / "eval.err").read_text())  # the last count
     ev = out / "eval"
     for name in ("averaged.pt", "averaging.json", "generate-test.txt", "results.json"):
         assert (ev / name).is_file(), name
@@ -158,7 +165,7 @@ def test_chain_average_generate_score_report(trained, data):
 def test_generate_failure_is_one_line_naming_its_log(trained, data):
     """fairseq-generate runs in the averaging's process (one fairseq import): its failure, here a
     subset the data-bin lacks, is still one line naming the log, and nothing half-made is left."""
-    out, _, _ = trained
+    out, _, _, _ = trained
     ev = out / "eval"
     proc = run("bash", SCRIPTS / "evaluate.sh", "--cpu", "--subset", "nope", EXPERIMENT, data, out, check=False)
     assert proc.returncode != 0
@@ -194,3 +201,43 @@ def test_two_cpu_processes_both_train_and_double_the_batch(trained, data, tmp_pa
     # ... and an update sums both ranks' batches: the words per batch double
     ratio = _epoch_wpb(rank0) / _epoch_wpb(single)
     assert 1.7 < ratio < 2.3, ratio
+
+
+@pytest.mark.parametrize("phase", ["averaging", "translating"])
+def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_path):
+    """kill -9 of evaluate.sh left its progress loop, reparented to PID 1, logging "translated 0 / 50
+    sentences" every 30 s forever (while averaging: polling every 0.5 s forever). Now every process of
+    its group ends with it, in either phase."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(trained[0] / "checkpoints", out / "checkpoints")
+    for name in ("config.resolved.json", "train_command.sh"):
+        shutil.copy(trained[0] / name, out / name)
+    err = open(tmp_path / "stderr", "w")
+    job = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
+                           stdout=subprocess.DEVNULL, stderr=err, env=env(PROGRESS_SECONDS="1"), start_new_session=True)
+    def averaging():  # the average step's process runs (its arguments: --ckpt-dir)
+        for member in proc_lib.group_members(job.pid):
+            try:
+                if b"--ckpt-dir" in pathlib.Path(f"/proc/{member.split()[0]}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                pass
+        return False
+
+    started = {"averaging": averaging, "translating": lambda: (out / "eval" / "generate-test.txt.tmp").exists()}[phase]
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and job.poll() is None and not started():
+            time.sleep(0.05)
+        assert job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
+        job.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc_lib.group_members(job.pid):
+            time.sleep(0.2)
+        assert not proc_lib.group_members(job.pid), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)

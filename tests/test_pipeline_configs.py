@@ -81,11 +81,11 @@ def test_cpu_processes_share_the_batch_or_keep_their_own():
 
 def test_overrides_env_and_set_and_quoted_extra_args():
     (cmd,) = dry_run("iwslt14_de_en_tfixup", "--cpu", "--set", "DROPOUT=0.2", "--set",
-                     "EXTRA_TRAIN_ARGS=--tensorboard-logdir 'a dir/with space' --patience 3",
+                     "EXTRA_TRAIN_ARGS=--best-checkpoint-metric 'a metric/with space' --patience 3",
                      env={"MAX_UPDATE": "17", "EMBED_DIM": "64", "ENCODER_LAYERS": "3"})
     args = parse_train_command(cmd)
     assert (args.max_update, args.encoder_embed_dim, args.encoder_layers, args.dropout) == (17, 64, 3, 0.2)
-    assert args.tensorboard_logdir == "a dir/with space" and args.patience == 3
+    assert args.best_checkpoint_metric == "a metric/with space" and args.patience == 3
 
 
 def test_multinode_command_goes_through_torchrun():
@@ -107,6 +107,20 @@ def test_multinode_command_goes_through_torchrun():
     # a key set twice took the last value; a byte that is not UTF-8 named no file
     ("BASE=iwslt14\nLR=1e-3\n\nLR=2e-3\n", "bad.conf:4: LR is set twice (lines 2 and 4): keep one"),
     (b"BASE=iwslt14\nROW=caf\xe9\n", "bad.conf:2: not UTF-8 text (byte 0xe9): save the file as UTF-8"),
+    # a config is a file people share: it may not load code, move the outputs out of OUT_DIR (and its
+    # lock), set train.sh's devices, or override its own keys behind config.resolved.json's back
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--user-dir /tmp/p\n", "EXTRA_TRAIN_ARGS: --user-dir imports the Python code"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--patience 3 --user-dir=/tmp/p\n", "EXTRA_TRAIN_ARGS: --user-dir imports"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--save-dir /tmp/x\n", "EXTRA_TRAIN_ARGS: --save-dir names files outside the run folder"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--log-file /tmp/x.log\n", "EXTRA_TRAIN_ARGS: --log-file names files outside"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--tensorboard-logdir /tmp/tb\n", "EXTRA_TRAIN_ARGS: --tensorboard-logdir names"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--wandb-project p\n", "EXTRA_TRAIN_ARGS: --wandb-project names"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--restore-file /tmp/x.pt\n", "EXTRA_TRAIN_ARGS: --restore-file names"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--distributed-world-size 8\n", "--distributed-world-size is set by train.sh"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--lr 1\n", "EXTRA_TRAIN_ARGS: --lr is already in the command the config makes: "
+                                                 "set LR instead (--set LR=...)"),
+    ("BASE=iwslt14\nEXTRA_TRAIN_ARGS=--encoder-layers=3\n", "--encoder-layers is already in the command the config "
+                                                             "makes: set ENCODER_LAYERS instead"),
 ])
 def test_bad_config_is_one_line_naming_the_file(text, message, tmp_path):
     bad = tmp_path / "bad.conf"
@@ -151,3 +165,21 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_config_user_dir_never_runs_and_a_real_run_is_refused_too(tmp_path):
+    """EXTRA_TRAIN_ARGS=--user-dir DIR in a .conf made fairseq import DIR/__init__.py (and, the last
+    --user-dir winning, not the plugin): refused before anything runs, by a real run as by --dry-run."""
+    plugin, marker = tmp_path / "p", tmp_path / "RAN"
+    plugin.mkdir()
+    (plugin / "__init__.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    conf = tmp_path / "e.conf"
+    conf.write_text(f"BASE=multi30k\nMAX_UPDATE=5\nEXTRA_TRAIN_ARGS=--user-dir {plugin}\n")
+    for dry in (["--dry-run"], []):
+        proc = subprocess.run(["bash", TRAIN, "--cpu", *dry, str(conf), str(tmp_path), str(tmp_path / "run")],
+                              capture_output=True, text=True)
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"error: {conf}: EXTRA_TRAIN_ARGS: --user-dir imports the Python code of that folder (the scripts "
+            "load the plugin, fairseq_tfixup): remove it from EXTRA_TRAIN_ARGS")
+    assert not marker.exists() and not (tmp_path / "run").exists()

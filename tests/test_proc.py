@@ -25,3 +25,69 @@ def test_stop_tree_signals_every_descendant_and_kills_what_ignores_it():
     while [p for p in tree if p in proc._parents()] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not [p for p in tree if p in proc._parents()]
+
+
+def _supervised(tmp_path):
+    """`python -m harness.proc supervise -- bash ...` (what scripts/lib.sh's supervise execs) over a
+    shell with a background child and a foreground one that ignores SIGINT, in a group of its own,
+    once both children run. Its grace period (300 s) is longer than the tests wait: they see the signal
+    itself stop the tree, not the kill after the grace period."""
+    import os
+    import sys
+
+    ready = tmp_path / "ready"
+    script = f"sleep 300 & bash -c 'trap \"\" INT; touch {ready}; sleep 300'; wait"
+    top = subprocess.Popen([sys.executable, "-m", "harness.proc", "supervise", "--", "bash", "-c", script],
+                           start_new_session=True, env={**os.environ, "TFIXUP_STOP_SECONDS": "300"})
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.exists() and top.poll() is None
+    return top
+
+
+def _group_ends(pgid) -> bool:
+    deadline = time.monotonic() + 60
+    while proc.group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not proc.group_members(pgid)
+
+
+def test_supervisor_stops_the_whole_tree_on_sigterm_or_sigint(tmp_path):
+    """A signal to the supervisor's PID reaches every process below it as SIGTERM (a background child
+    of a shell ignores SIGINT), without waiting out the grace period; it exits 128 + the signal."""
+    import os
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        top = _supervised(tmp_path)
+        try:
+            os.kill(top.pid, sig)
+            assert top.wait(timeout=60) == 128 + sig
+            assert _group_ends(top.pid), proc.group_members(top.pid)
+        finally:
+            if proc.group_members(top.pid):
+                os.killpg(top.pid, signal.SIGKILL)
+        (tmp_path / "ready").unlink()
+
+
+def test_supervisor_killed_outright_takes_its_tree_down(tmp_path):
+    """kill -9 of the supervisor: no handler runs, its guard sees the pipe close and kills the tree."""
+    import os
+
+    top = _supervised(tmp_path)
+    try:
+        os.kill(top.pid, signal.SIGKILL)
+        top.wait()
+        assert _group_ends(top.pid), proc.group_members(top.pid)
+    finally:
+        if proc.group_members(top.pid):
+            os.killpg(top.pid, signal.SIGKILL)
+
+
+def test_supervisor_passes_its_workers_exit_status():
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "harness.proc", "supervise", "--", "bash", "-c",
+                           'echo "$TFIXUP_SUPERVISOR $PPID"; exit 7'], capture_output=True, text=True)
+    supervisor, parent = done.stdout.split()
+    assert done.returncode == 7 and supervisor == parent

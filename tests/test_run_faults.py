@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -149,6 +150,48 @@ def test_divergence_advice_is_a_command_that_is_accepted(tmp_path):
     (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
     line = recover.train_failure(log, 1, str(out), argv)
     assert f"{out} --set" not in line and f"{out}-lr0.00025 --set LR=0.00025 -- --x" in line and "new OUT_DIR" in line
+
+
+START = "fairseq_cli.train | {'_name': None}\n"
+
+
+@pytest.mark.parametrize("log, rc, words", [
+    # fairseq's own words for a MAX_TOKENS below every sentence (measured: train.sh --set MAX_TOKENS=1)
+    (START + "Exception: The dataset is empty. This could indicate that all elements in the dataset have been skipped. "
+             "Try increasing the max number of allowed tokens or using a larger dataset.\n", 1,
+     ["no sentence pair fits in a batch of MAX_TOKENS tokens", "--set MAX_TOKENS=4096", "nothing was trained"]),
+    ("scripts/train.sh: line 250: /usr/bin/setpriv: Argument list too long\n", 126,
+     ["could not be started (Argument list too long)", "shorten EXTRA_TRAIN_ARGS"]),
+    (START + "  File \"fairseq/logging/meters.py\", line 47, in smoothed_value\n"
+             "TypeError: unsupported operand type(s) for /: 'str' and 'int'\n", 1,
+     ["fairseq-train failed: TypeError: unsupported operand", "will fail the same way until its cause is fixed"]),
+])
+def test_rerun_advice_only_where_rerunning_is_the_fix(log, rc, words, tmp_path):
+    """MAX_TOKENS=1, an argument list too long (exit 126) and a TypeError in fairseq's meters all ended
+    with "rerun the same command to resume", which fails the same way."""
+    from harness import config, recover
+
+    out = tmp_path / "run"
+    config.record(config.resolve(EXPERIMENT, {}, environ={}), [], out / config.RECORD)
+    argv = ["bash", "scripts/train.sh", "--cpu", EXPERIMENT, "data", str(out)]
+    line = recover.train_failure(log, rc, str(out), argv)
+    assert all(w in line for w in words) and "rerun the same command" not in line, line
+    killed = recover.train_failure(START, 137, str(out), argv)  # the OOM killer: resuming is the fix
+    assert "killed (SIGKILL: out of memory?)" in killed and "rerun the same command to resume" in killed
+
+
+def test_divergence_at_an_absurd_lr_goes_back_to_the_configs_own(tmp_path):
+    """LR=1e9 diverged and was advised to try 5e8: the config's own LR is the fix there; halving stays
+    the advice for an LR near it."""
+    from harness import config, recover
+
+    own = config.resolve(EXPERIMENT, environ={}).values["LR"]
+    log = START + "FloatingPointError: gradients are Nan/Inf\n"
+    for lr, retry in (("1e9", f"{float(own):g}"), (own, f"{float(own) / 2:g}")):
+        out = tmp_path / f"run-{lr}"
+        config.record(config.resolve(EXPERIMENT, {"LR": lr}, environ={}), [], out / config.RECORD)
+        line = recover.train_failure(log, 1, str(out), ["bash", "scripts/train.sh", EXPERIMENT, "data", str(out)])
+        assert line.split("e.g.: ", 1)[1].split(";")[0].endswith(f"--set LR={retry}"), line
 
 
 # ---- cases 6, 7 and 10: data
@@ -410,3 +453,151 @@ def test_a_failed_averaging_leaves_no_candidate_and_a_corrupt_checkpoint_is_name
     (ckpts / "checkpoint_last.pt").write_bytes(real.read_bytes()[:3000])
     with pytest.raises(checkpoints.CorruptCheckpoint, match=f"^{ckpts}/checkpoint_last.pt is corrupt \\(cannot be read: "):
         average.choose_and_average(str(ckpts), [1], str(data), str(out / "averaged.pt"), [])
+
+
+# ---- the third pass: stopping the main job, configs that run code or move outputs
+
+
+def wait_for(condition, timeout_s: float, step_s: float = 0.2) -> bool:
+    """CONDITION() became true within TIMEOUT_S (generous: these wait on a loaded machine, never time it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step_s)
+    return condition()
+
+
+@pytest.mark.parametrize("how", ["TERM", "Ctrl-C"])
+def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_main_job, shared_data, tmp_path):
+    """SIGTERM to quickstart.sh's PID left training running (only train.sh's own PID stopped it); Ctrl-C
+    (SIGINT to the process group) took 10 s and ended in "lib.sh: line 92: ... Killed"; the run said
+    "interrupted: nothing published" with checkpoint_last.pt saved. Here: the script's whole process
+    group ends, the run is booked interrupted, and the last lines name what was kept and the command."""
+    from conftest import TINY_MAIN_ARGS, TINY_MAIN_ENV
+    from harness import proc as proc_lib
+
+    work, _, _ = cpu_main_job
+    mine = tmp_path / "qs"
+    shutil.copytree(work / "data-bin", mine / "data-bin", symlinks=True)  # the prepare step is skipped
+    run_dir = mine / "runs" / "multi30k_de_en_cpu_tfixup"
+    err = open(tmp_path / "stderr", "w")
+    cmd = ["bash", str(SCRIPTS / "quickstart.sh"), "--cpu", "--work", str(mine), *TINY_MAIN_ARGS]
+    job = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                           env={**os.environ, **TINY_MAIN_ENV, "MAX_EPOCH": "100", "OMP_NUM_THREADS": "1",
+                                "TFIXUP_SHARED_DATA": str(shared_data)})
+    try:
+        saved = wait_for(lambda: job.poll() is not None or (run_dir / "checkpoints" / "checkpoint_last.pt").exists(), 600)
+        assert saved and job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        if how == "TERM":
+            job.send_signal(signal.SIGTERM)  # the script's own PID only
+        else:
+            os.killpg(job.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
+        rc = job.wait(timeout=60)
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    stderr = (tmp_path / "stderr").read_text()
+    assert rc == {"TERM": 143, "Ctrl-C": 130}[how], stderr[-3000:]
+    assert "Killed" not in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    kept = re.search(rf"interrupted: kept {run_dir}/checkpoints/checkpoint_last.pt \(update (\d+)\); rerun the same "
+                     r"command to resume: bash \S+train.sh", stderr)
+    assert kept, stderr[-3000:]
+    assert lines[-1].endswith("interrupted: finished steps and saved checkpoints are kept; rerun the same command to "
+                              f"resume: bash {SCRIPTS}/quickstart.sh --cpu --work {mine} {' '.join(TINY_MAIN_ARGS)}")
+    assert (run_dir / "train_runs.tsv").read_text().splitlines()[-1].endswith("\tinterrupted")
+    assert not (run_dir / "train_run.open").exists()
+
+
+def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_temp(shared_data, tmp_path):
+    """kill -9 of prepare-corpus.sh left fairseq-preprocess running (its worker died with it, the
+    worker's children did not) and an OUT.tmp.PID folder; the rerun removes the folder and publishes."""
+    from harness import proc as proc_lib
+
+    src = corpus(tmp_path / "corpus", shared_data)
+    out = tmp_path / "bin"
+    prepare = ["bash", str(SCRIPTS / "prepare-corpus.sh"), "--src", "de", "--tgt", "en", "--train", str(src / "train"),
+               "--valid", str(src / "valid"), "--test", str(src / "test"), "--tokenizer", "none", "--bpe-merges", "0",
+               "--out", str(out)]
+    # a fairseq-preprocess that takes long (a large corpus): one that ended on its own would hide the orphan
+    slow = fake_fairseq_train(tmp_path / "slow", "exit 0\n")
+    (tmp_path / "slow" / "fairseq-preprocess").write_text("#!/bin/sh\nexec sleep 300\n")
+    (tmp_path / "slow" / "fairseq-preprocess").chmod(0o755)
+    job = subprocess.Popen(prepare, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                           env={**os.environ, **slow})
+    try:
+        busy = wait_for(lambda: job.poll() is not None
+                        or any(m.endswith(" sleep") for m in proc_lib.group_members(job.pid)), 300, step_s=0.05)
+        assert busy and job.poll() is None, "prepare ended before its fairseq-preprocess was seen"
+        os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
+        job.wait()
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    (stale,) = tmp_path.glob("bin.tmp.*")
+    rerun = run(*prepare)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"removing {stale} (left by a run that was killed" in rerun.stderr, rerun.stderr
+    assert (out / "manifest.json").is_file() and not list(tmp_path.glob("bin.tmp.*"))
+
+
+@pytest.mark.parametrize("text", ["", "  \n\t\n"])
+def test_an_empty_or_blank_train_file_is_named_up_front(text, shared_data, tmp_path):
+    """An empty or whitespace-only train file ended in "max() arg is an empty sequence ... learn BPE failed"."""
+    src = corpus(tmp_path / "corpus", shared_data, lines=40)
+    (src / "train.de").write_text(text)
+    (src / "train.en").write_text(text)
+    proc = run("bash", SCRIPTS / "prepare-corpus.sh", "--src", "de", "--tgt", "en", "--train", src / "train",
+               "--valid", src / "valid", "--test", src / "test", "--bpe-merges", "100", "--out", tmp_path / "bin")
+    last_error(proc, f"{src / 'train.de'} has no text (no lines, or only blank ones): check --train")
+    assert "max()" not in proc.stderr and not list(tmp_path.glob("bin*"))
+
+
+def read_only(folder: pathlib.Path, *cmd):
+    """CMD with FOLDER mounted read-only (a private mount namespace: nothing outside sees it)."""
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespaces here (unshare -m)")
+    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" "$1" && shift && exec "$@"'
+    return run("unshare", "-m", "sh", "-c", script, "sh", folder, *cmd)
+
+
+def test_a_read_only_run_folder_is_one_line_naming_it(run_with, tmp_path):
+    """train.sh ended with "line 170: .lock: Read-only file system", evaluate.sh with an EROFS traceback."""
+    from harness import config
+
+    out, data = run_with
+    config.record(config.resolve(EXPERIMENT, {}, environ=TINY), [], out / config.RECORD)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(b"")
+    proc = read_only(out, "bash", SCRIPTS / "train.sh", "--cpu", EXPERIMENT, data, out)
+    last_error(proc, f"OUT_DIR {out} is not writable (read-only file system or no permission)")
+    proc = read_only(out, "bash", SCRIPTS / "evaluate.sh", "--cpu", EXPERIMENT, data, out)
+    last_error(proc, f"the evaluation folder {out}/eval is not writable (read-only file system")
+    assert "Traceback" not in proc.stderr and "line " not in proc.stderr
+
+
+def test_sigterm_to_a_table_script_stops_its_step_and_names_the_command_that_resumes(shared_data, tmp_path):
+    """Every script stops its whole tree on SIGTERM to its own PID (here table1.sh while it prepares the
+    data), and one that keeps its finished steps says the command that resumes."""
+    from harness import proc as proc_lib
+
+    err = open(tmp_path / "stderr", "w")
+    cmd = ["bash", str(SCRIPTS / "table1.sh"), "--only", EXPERIMENT, "--runs", str(tmp_path / "runs"),
+           "--data-root", str(tmp_path / "data")]
+    job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                           env={**os.environ, **TINY, "TFIXUP_SHARED_DATA": str(shared_data)})
+    try:
+        busy = wait_for(lambda: job.poll() is not None or list((tmp_path / "data").glob("**/*.tmp.*")), 300, 0.05)
+        assert busy and job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == 143
+        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+    finally:
+        if proc_lib.group_members(job.pid):
+            os.killpg(job.pid, signal.SIGKILL)
+    lines = (tmp_path / "stderr").read_text().strip().splitlines()
+    assert lines[-1].endswith("interrupted: finished experiments and saved checkpoints are kept; rerun the same "
+                              f"command to resume: {' '.join(cmd)}"), lines[-5:]
+    assert not list((tmp_path / "data").glob("**/*.tmp.*"))  # the prepare step's temp folder went with it

@@ -180,38 +180,54 @@ def test_the_summary_of_a_run_on_such_a_data_bin_says_so_and_ends_well(cpu_main_
     assert f"Your model: {run / 'eval' / 'averaged.pt'}" in proc.stdout
 
 
-def small_data_bin(root, preprocess, codes="#version: 0.2\na b\n"):
-    """A data-bin's manifest recording PREPROCESS (over a Moses/BPE default), with BPE codes `code`."""
-    data = root / "data"
-    data.mkdir(parents=True)
-    (data / "code").write_text(codes, encoding="utf-8")
-    steps = {"normalize_punctuation": False, "remove_nonprinting": False, "tokenizer": "moses",
-             "aggressive_dash_splits": False, "lowercase": True, "bpe": "subword_nmt", "bpe_codes": "code", **preprocess}
-    (data / manifest.NAME).write_text(json.dumps({"complete": True, "params": {"src": "de", "tgt": "en"},
-                                                  "preprocess": steps}), encoding="utf-8")
-    return data
+def made_up_data_bin(folder, **steps):
+    """A data-bin's manifest as a prepare script writes it (a complete one), with STEPS replaced."""
+    folder.mkdir()
+    (folder / "code").write_text("#version: 0.2\na b\n")
+    record = {"normalize_punctuation": False, "remove_nonprinting": False, "tokenizer": "moses",
+              "aggressive_dash_splits": False, "lowercase": True, "bpe": "subword_nmt", "bpe_codes": "code", **steps}
+    (folder / "manifest.json").write_text(json.dumps({"complete": True, "params": {"src": "de", "tgt": "en"},
+                                                      "made_by": "scripts/prepare-corpus.sh", "preprocess": record}))
+    return folder
 
 
-@pytest.mark.parametrize("preprocess, words", [
-    ({"tokenizer": "-a"}, "preprocess.tokenizer='-a' must be moses or none"),  # skipped tokenizing silently
-    ({"lowercase": "yes"}, "preprocess.lowercase='yes' must be true or false"),
-    ({"bpe_codes": "/etc/passwd"}, "names BPE codes outside the data-bin ('/etc/passwd')"),
-    ({"bpe_codes": "../secret"}, "names BPE codes outside the data-bin ('../secret')"),
-    ({"bpe_codes": "zero"}, "names BPE codes outside the data-bin ('zero')"),  # a link to /dev/zero
+@pytest.mark.parametrize("steps, message", [
+    # a value this code does not know was no step at all: the text went to the model untokenized
+    ({"tokenizer": "-a"}, "preprocess.tokenizer is '-a', not moses or none"),
+    ({"lowercase": "yes"}, "preprocess.lowercase is 'yes', not true or false"),
+    ({"bpe": "sentencepiece"}, "preprocess.bpe is 'sentencepiece', not subword_nmt or none"),
+    # the codes are a file of the data-bin: never a path elsewhere (its first line was printed in the error)
+    ({"bpe_codes": "/etc/passwd"}, "preprocess.bpe_codes '/etc/passwd' is not a file of the data-bin"),
+    ({"bpe_codes": "../code"}, "preprocess.bpe_codes '../code' is not a file of the data-bin"),
+    ({"bpe_codes": "link"}, "preprocess.bpe_codes 'link' is not a file of the data-bin"),
+    ({"bpe_codes": "huge"}, "MB, not BPE codes the prepare scripts write (at most 64 MB)"),
 ])
-def test_the_manifest_s_steps_and_codes_are_checked(tmp_path, preprocess, words):
-    """BPE codes are read only from a regular file inside the data-bin; every step has a known value."""
-    data = small_data_bin(tmp_path, preprocess)
-    (tmp_path / "secret").write_text("root:x:0:0\n", encoding="utf-8")
-    os.symlink("/dev/zero", data / "zero")
+def test_a_manifest_from_elsewhere_is_checked_before_its_steps_are_used(steps, message, tmp_path):
+    data = made_up_data_bin(tmp_path / "data", **steps)
+    (data / "link").symlink_to("/etc/passwd")
+    with open(data / "huge", "wb") as f:  # sparse: no disk used
+        f.truncate(translate.MAX_CODES_BYTES + 1)
     with pytest.raises(translate.TranslateError) as e:
         translate.text_steps(data)
-    assert words in str(e.value) and "\n" not in str(e.value)
-    assert translate.text_steps(small_data_bin(tmp_path / "good", {}))["bpe_codes"] == "code"
+    assert message in str(e.value) and "\n" not in str(e.value) and "root:" not in str(e.value)
+    assert str(e.value).endswith("make the data-bin again: its prepare script") or "lacks" in str(e.value)
+    assert translate.text_steps(made_up_data_bin(tmp_path / "good"))["tokenizer"] == "moses"
 
 
-def test_a_huge_codes_file_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    data = small_data_bin(tmp_path, {})
-    monkeypatch.setattr(translate, "MAX_CODES_BYTES", 10)
-    with pytest.raises(translate.TranslateError, match=r"code is 18 bytes, more than BPE codes take \(10 at most\)"):
-        translate.text_steps(data)
+def test_help_says_what_the_output_is():
+    """--help said the output is lowercased when the training text was: it is sentence-cased (recase)."""
+    text = sh(["bash", "scripts/translate.sh", "--help"]).stdout
+    said = " ".join(text.split()).split("the output is ", 1)[1]
+    assert said.startswith("detokenized, and sentence-cased when the training text was lowercased"), said
+    assert translate.recase("two men play football in the park , i think .") == \
+        "Two men play football in the park , I think ."
+
+
+def test_ctrl_c_ends_a_translation_without_a_traceback(monkeypatch, capsys):
+    """Ctrl-C at the typed-sentence prompt (SIGINT: KeyboardInterrupt) printed Python's traceback."""
+    def interrupted(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate, "Translator", interrupted)
+    assert translate.main(["some-run"]) == 130
+    assert capsys.readouterr().err == ""
