@@ -57,6 +57,11 @@ METHODS = {
     "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True),
     "admin": Method("transformer_admin", "Admin", "k", warmup=True),
     "lri": Method("transformer_lri", "LRI", "m", warmup=True, paper_label="LRI"),
+    # T-Fixup with its attention's q/k/v biases zero at init and its positions scaled like its token
+    # embedding (flags of transformer_tfixup; results/diagnostics/update_decomposition.md)
+    "tfixup_zb": Method("transformer_tfixup", "T-Fixup, zero q/k/v bias + scaled positions", "darkred", warmup=False,
+                        flags=("--tfixup-zero-attn-bias", "--tfixup-scale-positions"),
+                        studies=("convergence", "depth")),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
     "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",)),

@@ -23,15 +23,8 @@ from omegaconf import II
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import register_lr_scheduler
 
-from fairseq_tfixup.lr_scheduler.inverse_sqrt_nowarmup import UpdateSchedule, nowarmup_lr, single_lr
-
-
-def matched_lr(peak_lr: float, decay_period: int, warmup_updates: int, warmup_init_lr: float,
-               num_updates: int) -> float:
-    if num_updates < warmup_updates:
-        target = nowarmup_lr(peak_lr, decay_period, warmup_updates)
-        return warmup_init_lr + (target - warmup_init_lr) * num_updates / warmup_updates
-    return nowarmup_lr(peak_lr, decay_period, num_updates)
+from fairseq_tfixup.lr_scheduler.inverse_sqrt_nowarmup import UpdateSchedule, single_lr
+from tfixup.schedules import matched_lr  # noqa: F401  (the formula, plain Python; imported from here too)
 
 
 @dataclass

@@ -19,9 +19,7 @@ from omegaconf import II
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
 
-
-def nowarmup_lr(peak_lr: float, decay_period: int, num_updates: int) -> float:
-    return peak_lr * (decay_period / (decay_period + num_updates)) ** 0.5
+from tfixup.schedules import nowarmup_lr  # noqa: F401  (the formula, plain Python; imported from here too)
 
 
 def single_lr(lr, scheduler: str) -> float:
