@@ -73,3 +73,16 @@ def test_wide_and_smoke_together_are_refused_with_one_line(capsys):
     with pytest.raises(SystemExit):
         plateau.main(["--wide", "--smoke", "--out", "-", "--iwslt", "x"])
     assert "--wide and --smoke" in capsys.readouterr().err
+
+
+def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_flags():
+    """tfixup_zb (transformer_tfixup with --tfixup-zero-attn-bias --tfixup-scale-positions) runs without
+    warmup in the convergence and depth studies, and in no other."""
+    conv = [r for r in convergence.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
+    deep = [r for r in depth.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
+    assert conv and deep
+    for run in conv + deep:
+        i = run.args.index("--arch")
+        assert run.args[i + 1] == "transformer_tfixup"
+        assert {"--tfixup-zero-attn-bias", "--tfixup-scale-positions", "inverse_sqrt_nowarmup"} <= set(run.args)
+    assert not any(r.meta["method"].startswith("tfixup_zb") for r in quality.plan({"multi30k": MULTI30K}))
