@@ -6,7 +6,9 @@ alone, from the same gradient of the mean token loss, and measures ||Delta f|| /
 in eta the change is the sum of the groups' changes (as vectors), so a group whose change grows with
 depth is one that makes the whole update grow. Each model variant is a set of fairseq flags (e.g.
 T-Fixup as fairseq builds it; with its q/k/v biases zero at init; without positional embeddings),
-measured at each depth N (layers per side) and each eta, averaged over ``inits`` initialisations.
+measured at each depth N (layers per side), averaged over ``inits`` initialisations: every group at the
+first eta, and the unions (every weight, every bias, everything) at every eta, which checks that the
+first eta is small enough for the first-order picture (||Delta f|| / eta the same at each eta).
 """
 
 import dataclasses
@@ -45,7 +47,6 @@ VARIANTS = {
     "zero_attn_bias": ["--tfixup-zero-attn-bias"],
     "no_positions": ["--no-token-positional-embeddings"],
     "zero_attn_bias_no_positions": ["--tfixup-zero-attn-bias", "--no-token-positional-embeddings"],
-    "scaled_positions": ["--tfixup-scale-positions"],
     "zero_attn_bias_scaled_positions": ["--tfixup-zero-attn-bias", "--tfixup-scale-positions"],
 }
 
@@ -102,13 +103,16 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
                 for sel, params in selections(m).items():
                     arr = sizes.setdefault(sel, np.full((len(etas), len(depths), inits), np.nan))
                     for e, eta in enumerate(etas):
-                        arr[e, i, k] = step_change(m, batches, params, sgd(eta), before) / eta
+                        if e == 0 or sel in UNIONS:  # the groups at the first eta; the unions at every eta
+                            arr[e, i, k] = step_change(m, batches, params, sgd(eta), before) / eta
             log(f"[update-decomposition] {vname} N={n}: " + ", ".join(
                 f"{s} {np.nanmean(a[0, i]):.3g}" for s, a in sizes.items()))
         rec = {"settings": settings, "flags": list(flags), "etas": {}}
         for e, eta in enumerate(etas):
             per = {}
             for sel, arr in sizes.items():
+                if np.isnan(arr[e]).all():
+                    continue
                 mean = np.nanmean(arr[e], axis=1)
                 per[sel] = {"df_over_eta": dict(zip(map(str, depths), mean.tolist())),
                             "loglog_slope": loglog_slope(depths, mean), "per_init": arr[e].tolist()}
