@@ -50,6 +50,38 @@ def test_a_new_method_row_appears_in_every_study_it_names(monkeypatch):
     assert "throwaway_matched" in arms["lm"]  # a row with a language model (lm_arch), trained with warmup
 
 
+def test_a_layernorm_free_row_is_run_both_ways_and_at_the_deepest_depth(monkeypatch):
+    """A LayerNorm-free row (``layernorm_free``) is asked whether it needs warmup (convergence: all three
+    schedules, whichever its paper trains with) and runs at 200 layers per side (depth); a row with
+    LayerNorm stops at 100, as do the methods beyond the paper's three."""
+    monkeypatch.setitem(presets.METHODS, "free_w", dataclasses.replace(presets.METHODS["postln"], label="Free W",
+                                                                    layernorm_free=True))
+    monkeypatch.setitem(presets.METHODS, "free_n", dataclasses.replace(presets.METHODS["radam"], label="Free N",
+                                                                    layernorm_free=True))
+    monkeypatch.setitem(presets.METHODS, "normed", dataclasses.replace(presets.METHODS["postln"], label="Normed"))
+    for module in (convergence, depth):
+        monkeypatch.setattr(module, "METHODS", module.study_arms())
+    arms = {r.meta["method"] for r in convergence.plan(IWSLT)}
+    for name in ("free_w", "free_n"):
+        assert {name + "_warmup", name + "_matched", name} <= arms
+    assert {"normed_warmup", "normed_matched"} <= arms and "normed" not in arms
+    ids = {r.id for r in depth.plan(IWSLT)}
+    assert {"free_w-200", "free_n-200", "normed-100", "postln-200", "preln-200", "tfixup-200"} <= ids
+    assert "normed-200" not in ids and "dlcl-200" not in ids
+
+
+def test_the_studies_plan_dyt_and_rezero():
+    convergence_ids = {r.id for r in convergence.plan(IWSLT)}
+    for lr in ("0.001", "0.0005"):
+        for arm in ("dyt_warmup", "dyt_matched", "dyt", "rezero", "rezero_warmup", "rezero_matched"):
+            assert f"main-{arm}-lr{lr}-s1" in convergence_ids
+    assert {f"{m}-{d}" for m in ("dyt", "rezero") for d in (6, 20, 50, 100, 200)} <= {r.id for r in depth.plan(IWSLT)}
+    assert {"multi30k-dyt", "multi30k-dyt_matched", "multi30k-rezero"} <= {
+        r.id for r in quality.plan({"multi30k": MULTI30K})}
+    assert {f"L{n}-{a}-lr0.001-s1" for n in (6, 24) for a in ("dyt_matched", "rezero")} <= {
+        r.id for r in lm.plan(LM_DATA)}
+
+
 def test_every_method_has_a_color_of_its_own():
     colors = [m.color for m in presets.METHODS.values()] + [common.POSTLN_NO_WARMUP_COLOR]
     assert len(set(colors)) == len(colors)
@@ -77,12 +109,15 @@ def test_wide_and_smoke_together_are_refused_with_one_line(capsys):
 
 def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_flags():
     """tfixup_zb (transformer_tfixup with --tfixup-zero-attn-bias --tfixup-scale-positions) runs without
-    warmup in the convergence and depth studies, and in no other."""
-    conv = [r for r in convergence.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
+    warmup in the convergence and depth studies (as a LayerNorm-free method, to the depth study's deepest
+    depth), and in no other."""
+    conv = [r for r in convergence.plan(IWSLT) if r.meta["method"].startswith("tfixup_zb")]
     deep = [r for r in depth.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
-    assert conv and deep
+    assert "tfixup_zb" in {r.meta["method"] for r in conv} and deep
+    assert max(r.meta["depth"] for r in deep) == max(r.meta["depth"] for r in depth.plan(IWSLT))
     for run in conv + deep:
         i = run.args.index("--arch")
         assert run.args[i + 1] == "transformer_tfixup"
-        assert {"--tfixup-zero-attn-bias", "--tfixup-scale-positions", "inverse_sqrt_nowarmup"} <= set(run.args)
+        assert {"--tfixup-zero-attn-bias", "--tfixup-scale-positions"} <= set(run.args)
+    assert all("inverse_sqrt_nowarmup" in r.args for r in deep)
     assert not any(r.meta["method"].startswith("tfixup_zb") for r in quality.plan({"multi30k": MULTI30K}))

@@ -101,6 +101,29 @@ def test_convergence_states_tfixup_against_every_warmup_method_on_its_better_sch
     assert "| main lr 0.001 | Admin | 8.000 (1 seed) | 0.25x (1/1 reached) | 7.600 (1 seed) | 1.00x" in text
 
 
+def test_convergence_states_tfixup_against_dyt_and_rezero_with_and_without_warmup(tmp_path, monkeypatch):
+    """DyT (trained with warmup) and ReZero (without) run on all three schedules; the better schedule is the
+    better warmup, and the no-warmup arm is a column of its own, even where it is lower."""
+    res = lr1e3_summary(tmp_path, monkeypatch, {
+        "dyt_warmup": [(100, 9.0), (400, 8.0)], "dyt_matched": [(100, 8.9), (200, 7.8), (400, 7.6)],
+        "dyt": [(100, 9.5), (400, 9.4)],
+        "rezero_warmup": [(100, 9.0), (400, 8.4)], "rezero_matched": [(200, 8.2), (400, 8.1)],
+        "rezero": [(100, 8.5), (200, 7.5)],
+        "tfixup": [(100, 8.0), (200, 7.7), (400, 7.0)]})
+    per = res["per_method"]["main lr 0.001"]
+    assert per["dyt"]["better"] == "dyt_matched" and set(per["dyt"]["arms"]) == {"dyt_warmup", "dyt_matched", "dyt"}
+    assert per["dyt"]["arms"]["dyt"]["ratio_mean"] == pytest.approx(100 / 400)  # 9.4, at 400
+    assert per["rezero"]["better"] == "rezero_matched"
+    assert per["rezero"]["arms"]["rezero"]["ratio_mean"] == pytest.approx(400 / 200)  # T-Fixup below 7.5 at 400
+    text = convergence.report(res)
+    assert ("| main lr 0.001 | DyT | 8.000 (1 seed) | 0.25x (1/1 reached) | 7.600 (1 seed) | 1.00x (1/1 reached) "
+            "| matched warmup | 1.00x (1/1 reached) | 9.400 (1 seed) | 0.25x (1/1 reached) |") in text
+    assert "| ReZero |" in text and "| 7.500 (1 seed) | 2.00x (1/1 reached) |" in text
+    # in the figure, a method run both ways has its no-warmup curve dash-dotted, beside its solid matched one
+    assert [convergence.linestyle(a) for a in ("dyt", "dyt_matched", "rezero", "rezero_warmup", "tfixup")] == [
+        "-.", "-", "-.", "--", "-"]
+
+
 def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_path, monkeypatch):
     from harness.bench import plateau
 

@@ -2,7 +2,8 @@
 project's fairseq-train arguments.
 
 ``METHODS`` maps a method name to its row: fairseq ``--arch`` and flags, optimizer, warmup, label, the
-T-Fixup paper's row label, color and the studies that run it. Everything that names a method (configs'
+T-Fixup paper's row label, color, the studies that run it, its language model and whether it is
+LayerNorm-free. Everything that names a method (configs'
 ``METHOD``, the benchmarks, ``tfixup-diagnose --model``, the tests) reads this table, so adding a method
 is its module plus one row. Plain Python, no fairseq import: the harness reads it on every dry run.
 """
@@ -16,6 +17,10 @@ USER_DIR = pathlib.Path(__file__).resolve().parent.parent / "fairseq_tfixup"
 
 
 STUDIES = ("convergence", "quality", "depth")  # the studies of harness/bench/ that run every method of a table
+# the learning-rate study (harness/bench/lr.py) runs the rows that name it: "lr" its translation part, "lr_lm" its
+# 24-layer language model
+LR = STUDIES + ("lr",)
+LR_LM = LR + ("lr_lm",)
 
 
 @dataclass(frozen=True)
@@ -32,39 +37,51 @@ class Method:
     studies: Tuple[str, ...] = STUDIES  # the studies that run it
     lm_arch: str = ""  # fairseq --arch of its decoder-only language model (task language_modeling); "": none
     lm_flags: Tuple[str, ...] = ()  # further fairseq flags that make its language model
+    # no LayerNorm anywhere (removed, or replaced by another function): the depth study runs it at its
+    # deepest depth, and the convergence study asks of it whether it needs warmup (harness/bench/)
+    layernorm_free: bool = False
 
 
 PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
 
-# The methods of the T-Fixup paper's Tables 1-3 (and two later ones, DeepNorm and Admin), each with
-# the warmup its own paper trains with (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
+# The methods of the T-Fixup paper's Tables 1-3 (and four later ones: DeepNorm, Admin, and the
+# LayerNorm-free DyT and ReZero), each with the warmup its own paper trains with
+# (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
 # of its Fig. 3c that are no method of its tables (plain SGD; T-Fixup's two steps each alone,
 # fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
 METHODS = {
     "tfixup": Method("transformer_tfixup", "T-Fixup", "C3", warmup=False, paper_label="T-Fixup",
-                     lm_arch="transformer_lm_tfixup"),
+                     lm_arch="transformer_lm_tfixup", layernorm_free=True, studies=LR_LM),
     # fairseq's --arch transformer_lm is Post-LN (its config's default); --decoder-normalize-before makes it Pre-LN
-    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm"),
+    "postln": Method("transformer", "Post-LN", "C0", warmup=True, paper_label="Baseline", lm_arch="transformer_lm",
+                     studies=LR),
     "preln": Method("transformer", "Pre-LN", "C1", warmup=True, flags=PRE_LN, paper_label="Pre-LN",
-                    lm_arch="transformer_lm", lm_flags=("--decoder-normalize-before",)),
+                    lm_arch="transformer_lm", lm_flags=("--decoder-normalize-before",), studies=LR_LM),
     "radam": Method("transformer", "RAdam (Post-LN)", "C4", warmup=False, optimizer="radam",
                     paper_label="RAdam, no warmup"),
     "dsinit": Method("transformer_dsinit", "DS-Init", "C5", warmup=True, paper_label="DS-Init"),
     "rfixup": Method("transformer_rfixup", "R-Fixup", "C6", warmup=True, paper_label="R-Fixup"),
-    "dlcl": Method("transformer_dlcl", "DLCL", "C7", warmup=True, paper_label="DLCL"),
+    "dlcl": Method("transformer_dlcl", "DLCL", "C7", warmup=True, paper_label="DLCL", studies=LR),
     "dlcl_preln": Method("transformer_dlcl", "DLCL-Pre-LN", "C8", warmup=True, flags=PRE_LN,
                          paper_label="DLCL-Pre-LN"),
-    "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True),
-    "admin": Method("transformer_admin", "Admin", "k", warmup=True),
+    "deepnorm": Method("transformer_deepnorm", "DeepNorm", "C9", warmup=True, studies=LR),
+    "admin": Method("transformer_admin", "Admin", "k", warmup=True, studies=LR),
     "lri": Method("transformer_lri", "LRI", "m", warmup=True, paper_label="LRI"),
+    # Pre-LN with every LayerNorm replaced by DyT(x) = gamma * tanh(alpha * x) + beta (its arch sets Pre-LN)
+    "dyt": Method("transformer_dyt", "DyT", "darkgoldenrod", warmup=True, lm_arch="transformer_lm_dyt",
+                  layernorm_free=True, studies=LR_LM),
+    # no LayerNorm, x + alpha * F(x) per sublayer with alpha = 0 at init; its paper trains without warmup
+    "rezero": Method("transformer_rezero", "ReZero", "teal", warmup=False, lm_arch="transformer_lm_rezero",
+                     layernorm_free=True, studies=LR),
     # T-Fixup with its attention's q/k/v biases zero at init and its positions scaled like its token
     # embedding (flags of transformer_tfixup; results/diagnostics/update_decomposition.md)
     "tfixup_zb": Method("transformer_tfixup", "T-Fixup, zero q/k/v bias + scaled positions", "darkred", warmup=False,
                         flags=("--tfixup-zero-attn-bias", "--tfixup-scale-positions"),
-                        studies=("convergence", "depth")),
+                        layernorm_free=True, studies=("convergence", "depth")),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
-    "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",)),
+    "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",),
+                   layernorm_free=True),
     "tfixup_ln": Method("transformer_tfixup_ln", "T-Fixup init + Post-LN", "tab:brown", warmup=False,
                         studies=("convergence",)),
 }

@@ -8,3 +8,5 @@ from fairseq_tfixup.baselines import dlcl  # noqa: F401  (--arch transformer_dlc
 from fairseq_tfixup.baselines import admin  # noqa: F401  (--arch transformer_admin*)
 from fairseq_tfixup.baselines import lri  # noqa: F401  (--arch transformer_lri*)
 from fairseq_tfixup.baselines import ablations  # noqa: F401  (--arch transformer_noln*, transformer_tfixup_ln*)
+from fairseq_tfixup.baselines import dyt  # noqa: F401  (--arch transformer_dyt*, transformer_lm_dyt)
+from fairseq_tfixup.baselines import rezero  # noqa: F401  (--arch transformer_rezero*, transformer_lm_rezero)

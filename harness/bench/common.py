@@ -94,10 +94,16 @@ def recipe(cfg: dict, method: str, **kw) -> "presets.Recipe":
                           **{"warmup": cfg.get("warmup", 4000), "max_tokens": cfg["max_tokens"], **kw})
 
 
-def train_args(r) -> list:
+DEVICES = ("cpu", "cuda")  # where a study's runs train: fairseq's --cpu, or its default, the first GPU
+
+
+def train_args(r, device: str = "cpu") -> list:
     """A study run's fairseq-train arguments: the project's one builder (tfixup/methods.py
-    ``train_args``), on CPU, JSON log lines (read back by parse_train_log), no data-loader process."""
-    return presets.train_args(r, USER_DIR, cpu=True, log_format="json", num_workers=0)
+    ``train_args``), on ``device`` (DEVICES), JSON log lines (read back by parse_train_log), no
+    data-loader process."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; choose {' or '.join(DEVICES)}")
+    return presets.train_args(r, USER_DIR, cpu=device == "cpu", log_format="json", num_workers=0)
 
 
 def color(method: str) -> str:

@@ -49,7 +49,10 @@ def study_arms() -> dict:
     """arm name -> (method, schedule, label, group), derived from tfixup/methods.py: every method
     of the study, one trained with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with
     the matched warmup and without (group fig3c), one trained without warmup without it; then the
-    study's own arms: Post-LN and Pre-LN without warmup (the paper's question), T-Fixup with P = W."""
+    study's own arms: the paper's question, does it train without warmup, asked of Post-LN and Pre-LN
+    and of every LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup, the method under test:
+    each on all three schedules (DyT, trained with warmup, also without; ReZero, trained without, also
+    with both warmups); and T-Fixup with P = W."""
     out = {}
 
     def add(name, kind, group):
@@ -62,8 +65,13 @@ def study_arms() -> dict:
         for kind in (("warmup", "matched") if group == "main" else ("matched", "nowarmup")):
             if presets.method(name).warmup:
                 add(name, kind, group)
-    for name, kind in (("postln", "nowarmup"), ("preln", "nowarmup"), ("tfixup", "nowarmup_w")):
-        add(name, kind, "main")
+    main = [n for n in presets.studied("convergence") if n not in presets.ABLATIONS]
+    question = ["postln", "preln"] + [n for n in main if presets.method(n).layernorm_free and n != "tfixup"]
+    for name in question:
+        for kind in ("warmup", "matched", "nowarmup"):
+            if name + SUFFIX[kind] not in out:
+                add(name, kind, "main")
+    add("tfixup", "nowarmup_w", "main")
     return out
 
 
@@ -87,6 +95,21 @@ MODES = {
 }
 
 
+def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
+             device: str = "cpu") -> "runlib.Run":
+    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) at LR: the study's
+    recipe, valid loss every ``valid_every`` updates, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
+    name, kind = (arms or METHODS)[arm][:2]
+    recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
+                           schedule="nowarmup" if kind == "nowarmup_w" else kind,
+                           decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
+    args = common.train_args(recipe, device) + [
+        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    return runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(method=arm, lr=lr, seed=seed, updates=updates, group=tag),
+                      args, str(data))
+
+
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """The study's runs, the most informative first: per lr (1e-3 before 5e-4), the headline's
     arms with every seed, then the other main arms with the first seed; then the Fig. 3c arms (Adam
@@ -94,15 +117,7 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     out = []
 
     def add(arm, lr, seed, updates, tag):
-        name, kind, _, _ = METHODS[arm]
-        recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
-                               schedule="nowarmup" if kind == "nowarmup_w" else kind,
-                               decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
-        args = common.train_args(recipe) + [
-            "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-            "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
-        out.append(runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(
-            method=arm, lr=lr, seed=seed, updates=updates, group=tag), args, str(data)))
+        out.append(make_run(cfg, data, arm, lr, seed, updates, tag))
 
     others = [a for a in METHODS if a not in cfg["headline"]] if cfg["others"] else []
     for lr in cfg["lrs"]:
@@ -142,6 +157,7 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
 
 
 WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
+SCHEDULES = (*WARMUPS, "nowarmup")  # a method's schedules in the T-Fixup-against-each-method table
 
 
 def reach(records: dict, row: dict, arm: str) -> tuple:
@@ -186,10 +202,10 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
-    warmup_arms = {}  # method -> its arms on the warmup schedules
+    schedule_arms = {}  # a method with an arm on a warmup schedule -> its arms on every schedule (not P = W)
     for arm, (name, kind, _, _) in METHODS.items():
         if kind in WARMUPS:
-            warmup_arms.setdefault(name, []).append(arm)
+            schedule_arms[name] = [a for a, v in METHODS.items() if v[0] == name and v[1] in SCHEDULES]
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
             here = [r for r in rows if r["group"] == group and r["lr"] == lr]
@@ -201,9 +217,11 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             per_baseline, better = versus(records, here, tfixup, BASELINE_SCHEDULES)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
                                               **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
-            for name, candidates in warmup_arms.items():
-                arms, better = versus(records, here, tfixup, candidates)
-                if arms:
+            for name, candidates in schedule_arms.items():
+                arms, _ = versus(records, here, tfixup, candidates)
+                warm = [a for a in arms if METHODS[a][1] in WARMUPS]
+                if warm:  # its better schedule: the better of the warmups (without warmup it is a column of its own)
+                    better = min(warm, key=lambda a: arms[a]["baseline_best_valid_mean"])
                     per_method.setdefault(f"{group} lr {lr:g}", {})[name] = {"arms": arms, "better": better}
     sgd_choice = {}
     for m in (m for m in METHODS if METHODS[m][0] == "sgd"):
@@ -267,7 +285,9 @@ def report(res: dict) -> str:
     if res.get("per_method"):
         text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
                  "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds "
-                 "both have (the better schedule: the lower mean best valid loss).\n\n")
+                 "both have (the better schedule: the better warmup, the lower mean best valid loss). Without "
+                 "warmup: the methods the study also runs without it (Post-LN, Pre-LN, the LayerNorm-free "
+                 "ones).\n\n")
         rows = []
         for k, methods in res["per_method"].items():
             for name, v in methods.items():
@@ -276,10 +296,13 @@ def report(res: dict) -> str:
                     arm = v["arms"].get(name + SUFFIX[kind])
                     cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
                 better = v["arms"][v["better"]]
-                rows.append(cells + [SCHEDULE_LABEL[METHODS[v["better"]][1]].lstrip(" +"), _ratio_text(better)])
+                cells += [SCHEDULE_LABEL[METHODS[v["better"]][1]].lstrip(" +"), _ratio_text(better)]
+                arm = v["arms"].get(name + SUFFIX["nowarmup"])
+                rows.append(cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]))
         text += common.md_table(["runs", "method", "best valid, warmup", "T-Fixup's ratio to it",
                                  "best valid, matched warmup", "T-Fixup's ratio to it", "better schedule",
-                                 "T-Fixup's ratio to the better"], rows) + "\n\n"
+                                 "T-Fixup's ratio to the better", "best valid, no warmup",
+                                 "T-Fixup's ratio to it"], rows) + "\n\n"
     fig3c = [r for r in res["rows"] if r["group"] == "fig3c"]
     if fig3c:
         text += ("## Fig. 3c arms\n\nEach against the same model's Adam runs above (seed 1). SGD: the learning "
@@ -316,8 +339,14 @@ def color(name: str) -> str:
     return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.color(METHODS[name][0])
 
 
-# fairseq's inverse_sqrt dashed, T-Fixup's curve (no warmup or matched warmup) solid, P = W dotted
+# fairseq's inverse_sqrt dashed, T-Fixup's curve (no warmup or matched warmup) solid, P = W dotted; a
+# method trained both ways: its no-warmup curve dash-dotted (``linestyle``)
 LINESTYLE = {"warmup": "--", "matched": "-", "nowarmup": "-", "nowarmup_w": ":"}
+
+
+def linestyle(arm: str) -> str:
+    name, kind, _, _ = METHODS[arm]
+    return "-." if kind == "nowarmup" and name + SUFFIX["matched"] in METHODS else LINESTYLE[kind]
 HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln", "tfixup_pw", "radam"]
 FIG3C_REFERENCE = ["tfixup", "postln_matched", "postln"]
 
@@ -332,7 +361,7 @@ def panels(res: dict) -> list:
         main = [r for r in recs if r["group"] == "main" and r["lr"] == lr]
         out.append((f"lr {lr:g}: T-Fixup and the Post-LN/Pre-LN baselines",
                     [r for r in main if r["method"] in HEADLINE_PANEL]))
-        out.append((f"lr {lr:g}: the other methods (dashed: inverse_sqrt, solid: matched)",
+        out.append((f"lr {lr:g}: the other methods (dashed: inverse_sqrt, solid: matched, dash-dot: no warmup)",
                     [r for r in main if r["method"] not in HEADLINE_PANEL or r["method"] == "tfixup"]))
         arms = [r for r in recs if r["group"] == "fig3c" and (
             r["lr"] == lr if METHODS[r["method"]][0] != "sgd"
@@ -363,7 +392,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         for rec in recs:
             m = rec["method"]
             label = METHODS[m][2] + (f" (lr {rec['lr']:g})" if METHODS[m][0] == "sgd" else "")
-            ax.plot(*zip(*rec["valid_curve"]), color=color(m), ls=LINESTYLE[METHODS[m][1]], lw=1.2, alpha=0.8,
+            ax.plot(*zip(*rec["valid_curve"]), color=color(m), ls=linestyle(m), lw=1.2, alpha=0.8,
                     label=None if m in labelled else label)
             labelled.add(m)
         ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")

@@ -1,5 +1,9 @@
 """Depth (paper Fig. 4b): 64-128-2 models with 6 to 200 layers per side, no warmup.
 
+6, 20, 50 and 100 layers per side for every method of the study; 200 (``ln_free_from``) for the
+paper's three methods and the LayerNorm-free ones (their rows' ``layernorm_free``: T-Fixup, DyT,
+ReZero), the depth that asks whether a method without LayerNorm still trains.
+
   tfixup   transformer_tfixup 64-128-2 (no LayerNorm, T-Fixup init)
   postln   stock fairseq ``transformer`` 64-128-2, Post-LN
   preln    stock fairseq ``transformer`` 64-128-2, Pre-LN
@@ -36,10 +40,16 @@ CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at ev
 
 MODES = {
     "smoke": dict(depths=[2], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
-                  valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
+                  ln_free_from=1000, valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
     "default": dict(depths=[6, 20, 50, 100, 200], methods=None, updates=600, deep_updates=300,
-                    deep_from=200, valid_every=50, max_tokens=1024, valid_lines=1000, test_lines=0),
+                    deep_from=200, ln_free_from=200, valid_every=50, max_tokens=1024, valid_lines=1000,
+                    test_lines=0),
 }
+
+
+def planned(cfg: dict, m: str, depth: int) -> bool:
+    """From ``ln_free_from`` layers per side on, only the paper's three methods and the LayerNorm-free ones."""
+    return depth < cfg["ln_free_from"] or m in CORE or common.presets.method(METHODS[m][0]).layernorm_free
 
 
 def budget(cfg: dict, depth: int) -> int:
@@ -57,12 +67,13 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """The paper's three methods at every depth first, then the other methods at every depth."""
+    """The paper's three methods at every depth first, then the other methods at every depth they are
+    planned at (``planned``)."""
     methods = cfg["methods"] or list(METHODS)  # None: every method of the study
     core = [m for m in methods if m in CORE]
     rest = [m for m in methods if m not in CORE]
     return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in core]
-            + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest])
+            + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest if planned(cfg, m, d)])
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:

@@ -12,15 +12,17 @@ a method trained without warmup in its paper runs without it (T-Fixup: ``transfo
 inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)), P = 4000); one trained with warmup runs with the matched
 warmup (inverse_sqrt_matched: linear over W updates onto the same curve, then that curve, so after W
 every arm has T-Fixup's rate); and, the question the paper asks, Post-LN without warmup. Post-LN is
-fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before. Same width (default
+fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before; DyT is ``transformer_lm_dyt``
+(matched warmup), ReZero ``transformer_lm_rezero`` (no warmup, its paper's). Same width (default
 128-512-4), lr, batch, update budget, dropout, seed and evaluation for every arm.
 
 Valid loss is fairseq's cross-entropy in bits per token (perplexity = 2^loss) every ``valid_every``
 updates. The unigram level (harness/bench/unigram.py, ``lm_unigram_level``) is computed from the data: a
 run whose best valid loss is not ``--margin`` bits below it is **stuck** at the unigram stage. Headline,
 per depth: the updates each arm needs to reach the warmup baseline's (Post-LN + matched warmup) best valid
-perplexity, and that over the updates the baseline needs; the same against the better warmup arm (Post-LN or
-Pre-LN on the matched warmup, the lower best valid loss), the reference where Post-LN does not train.
+perplexity, and that over the updates the baseline needs; the same against the better warmup arm (of the arms
+on the matched warmup, Post-LN, Pre-LN, DyT, the one with the lower best valid loss), the reference where
+Post-LN does not train.
 
 Resumable: each finished run is recorded under OUT/lm/runs/; rerunning skips those and runs the rest,
 in order (6 layers first), ``--jobs`` at a time.
@@ -166,23 +168,27 @@ def arms(cfg: dict) -> list:
     return cfg["arms"] or list(METHODS)
 
 
+def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
+             device: str = "cpu") -> "runlib.Run":
+    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) with DEPTH layers at LR:
+    the study's recipe, valid loss every ``valid_every`` updates, nothing saved; its id is
+    LDEPTH-ARM-lrLR-sSEED."""
+    name, kind = (arms or METHODS)[arm][:2]
+    recipe = presets.Recipe(
+        name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=lr, schedule=kind,
+        warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
+        max_update=cfg["updates"], dropout=cfg["dropout"], seed=seed, task="language_modeling",
+        tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
+    args = common.train_args(recipe, device) + [
+        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
+        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    return runlib.Run(f"L{depth}-{arm}-lr{lr:g}-s{seed}", dict(
+        method=arm, depth=depth, lr=lr, seed=seed, updates=cfg["updates"]), args, str(data))
+
+
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
-    out = []
-    for depth in cfg["depths"]:
-        for arm in arms(cfg):
-            name, kind, _ = METHODS[arm]
-            recipe = presets.Recipe(
-                name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=cfg["lr"], schedule=kind,
-                warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
-                max_update=cfg["updates"], dropout=cfg["dropout"], seed=cfg["seed"], task="language_modeling",
-                tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
-            args = common.train_args(recipe) + [
-                "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-                "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
-            out.append(runlib.Run(f"L{depth}-{arm}-lr{cfg['lr']:g}-s{cfg['seed']}", dict(
-                method=arm, depth=depth, lr=cfg["lr"], seed=cfg["seed"], updates=cfg["updates"]), args, str(data)))
-    return out
+    return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"]) for depth in cfg["depths"] for arm in arms(cfg)]
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:

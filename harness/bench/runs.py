@@ -114,6 +114,8 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
         "valid_curve": [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]],
         "train_curve": [(int(r["num_updates"]), r["loss"]) for r in parsed["train"]],
         "s_per_update": round(statistics.median(spu), 3) if spu else None,
+        # where it trained: fairseq's --cpu, else the first GPU (its name)
+        "device": "cpu" if "--cpu" in cmd else (common.cuda_device() or "cuda"),
     }
     if status != "ok":
         record["error_tail"] = text.strip().splitlines()[-5:]
@@ -290,11 +292,11 @@ def study_parser(description: str, outputs: str):
 
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
               threads: int = 1, execute=None, todo: list = None, report_only: bool = False,
-              only: list = None, run_dir=None) -> dict:
+              only: list = None, run_dir=None, quiet: bool = False) -> dict:
     """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
     when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
     ``summarise(records)`` after each finished run; print the report at the end and return the
-    result. ``execute(run, work)`` runs one (default: ``train``)."""
+    result (``quiet``: not printed). ``execute(run, work)`` runs one (default: ``train``)."""
     if only:
         unknown = sorted(set(only) - {r.id for r in runs})
         if unknown:
@@ -317,5 +319,6 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
             on_record=lambda _: write(load_records(store)), run_dir=run_dir)
     res = write(load_records(store))
-    print(report(res))
+    if not quiet:
+        print(report(res))
     return res

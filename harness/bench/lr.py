@@ -1,0 +1,352 @@
+"""Best against best: every method at its own best learning rate.
+
+Two parts, each a grid of peak learning rates per method, every arm on its better schedule:
+
+  translation  the convergence study's setting (6+6 layers, 128-256-4, 2048 tokens per update, 800 updates,
+               IWSLT'14 De-En sample, harness/bench/convergence.py); the methods are the rows of
+               tfixup/methods.py whose ``studies`` name "lr"
+  lm           the 24-layer decoder-only LM of the LM study (harness/bench/lm.py) for the rows whose
+               ``studies`` name "lr_lm"
+
+A method trained with warmup in its paper runs on the matched warmup (linear over W updates onto T-Fixup's
+curve, then that curve: the better schedule of every such method in the convergence study at both of its lrs);
+T-Fixup runs without warmup. Same data, batch, budget and evaluation for every arm; valid loss every
+``valid_every`` updates.
+
+The grid starts at ``lrs``; while a method still trains at its largest lr the grid doubles it (up to
+``max_lr``), so every method's range ends where it diverges or stops leaving the unigram stage. A run
+**trains** when its best valid loss is at least ``--margin`` bits below the unigram level (computed from the
+data, harness/bench/unigram.py) and it did not diverge; a method's **lr range** is the contiguous span of
+grid lrs around its best lr where it trains. Each method's **best lr** is the one of the lowest best valid
+loss (first seed); a second seed runs there. Headline: T-Fixup at its best lr against each method at its best
+lr: the updates T-Fixup needs to reach the method's best valid loss / the updates the method needs, per seed
+(the ratio's step, ``valid_every`` / the method's updates, is given beside it).
+
+The grid grows from the records, so the study runs in rounds until nothing is left to add (``--rounds``).
+Resumable: each finished run is recorded under OUT/lr/runs/; rerunning skips those and runs the rest.
+``--device cuda`` runs on the first GPU (fairseq's default device) instead of ``--cpu``: a different
+command, recorded apart from CPU runs; the report says which device its runs used.
+
+    python -m harness.bench.lr --smoke --out /tmp/lr --data DATA                  # < 1 min, for the tests
+    python -m harness.bench.lr --out results/bench --data work/data-bin/iwslt14-v1000 --jobs 2
+"""
+
+import math
+import pathlib
+import statistics
+import sys
+
+from harness.bench import common, convergence, lm, runs as runlib
+from harness.bench.convergence import best, curve_row, updates_to_reach
+from harness.bench.unigram import lm_unigram_level, unigram_level
+
+presets = common.presets
+SUFFIX = {"nowarmup": "", "matched": "_matched"}
+PARTS = {"translation": "lr", "lm": "lr_lm"}  # part -> the studies tag of the method rows it runs
+
+
+def arms(part: str) -> dict:
+    """arm name -> (method, schedule, label) of a part: each method of the table that names the part's tag,
+    T-Fixup (a method without warmup) without warmup, a method trained with warmup on the matched warmup."""
+    out = {}
+    for name in presets.studied(PARTS[part]):
+        kind = "matched" if presets.method(name).warmup else "nowarmup"
+        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + ("" if kind == "nowarmup"
+                                                                               else " + matched warmup"))
+    return out
+
+
+MODES = {
+    "smoke": dict(translation=dict(convergence.MODES["smoke"], valid_every=2, dropout=0.1, decay_period=4000),
+                  lm=None, lrs=[1e-3], max_lr=2e-3, seeds=[1, 2], arms=["tfixup", "postln_matched"]),
+    # the convergence study's setting, validated every 20 updates: a ratio's step is 20 / the method's updates
+    # to its best valid loss (0.025 at 800; below 0.03 from 667 updates on)
+    "default": dict(translation=dict(convergence.MODES["default"], valid_every=20, dropout=0.1, decay_period=4000),
+                    # the LM study's 24-layer model, validated every 10 of its 400 updates
+                    lm=dict(lm.MODES["default"], depths=[24], valid_every=10, dropout=0.1, decay_period=4000, seed=1),
+                    lrs=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], lm_lrs=[5e-4, 1e-3, 2e-3], max_lr=6.4e-2, seeds=[1, 2],
+                    arms=None),
+}
+
+
+def _part_arms(cfg: dict, part: str) -> dict:
+    got = arms(part)
+    return {a: v for a, v in got.items() if not cfg["arms"] or a in cfg["arms"]}
+
+
+def _run(cfg: dict, part: str, data: dict, arm: str, lr: float, seed: int) -> runlib.Run:
+    table = _part_arms(cfg, part)
+    if part == "translation":
+        return convergence.make_run(cfg["translation"], data[part], arm, lr, seed, cfg["translation"]["updates"],
+                                    "mt", table, cfg["device"][part])
+    return lm.make_run(cfg["lm"], data[part], arm, cfg["lm"]["depths"][0], lr, seed, table, cfg["device"][part])
+
+
+def trains(rec: dict, threshold: float) -> bool:
+    return not curve_row(rec, (), threshold)["stuck"]
+
+
+def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
+    """Every run the records call for: the starting grid of each part's arms (first seed); a doubled lr
+    while an arm still trains at its largest (up to max_lr); once an arm's grid is closed, the other
+    seeds at its best lr."""
+    out = []
+    for part in (p for p in PARTS if cfg.get(p)):
+        start = cfg["lrs"] if part == "translation" else cfg["lm_lrs"]
+        if not start:
+            continue
+        for arm in _part_arms(cfg, part):
+            grid = list(start)
+            while True:
+                got = [records.get(_run(cfg, part, data, arm, lr, cfg["seeds"][0]).id) for lr in grid]
+                top = got[-1]
+                if top is not None and trains(top, thresholds[part]) and grid[-1] * 2 <= cfg["max_lr"] * (1 + 1e-9):
+                    grid.append(grid[-1] * 2)
+                    continue
+                break
+            out += [_run(cfg, part, data, arm, lr, cfg["seeds"][0]) for lr in grid]
+            if all(g is not None for g in got):
+                b = best_lr(dict(zip(grid, got)))
+                if b is not None:
+                    out += [_run(cfg, part, data, arm, b, s) for s in cfg["seeds"][1:]]
+    # the order they run in: every arm at the studies' two lrs first, then outwards, so that a study cut short
+    # has whole columns of the grid; second seeds last
+    first = {x: i for i, x in enumerate(sorted({r.meta["lr"] for r in out}, key=lambda x: abs(math.log(x / 7e-4))))}
+    return sorted(out, key=lambda r: (r.meta["seed"] != cfg["seeds"][0], first[r.meta["lr"]]))
+
+
+def best_lr(by_lr: dict):
+    """The lr of the lowest best valid loss among runs that finished without diverging."""
+    ok = {lr: best(r["valid_curve"])[1] for lr, r in by_lr.items() if r and r["status"] == "ok" and r["valid_curve"]}
+    return min(ok, key=ok.get) if ok else None
+
+
+def lr_range(by_lr: dict, threshold: float, at: float):
+    """The contiguous span of lrs around AT where the runs train: (low, high), or None."""
+    lrs = sorted(by_lr)
+    if at not in lrs or not (by_lr[at] and trains(by_lr[at], threshold)):
+        return None
+    i = j = lrs.index(at)
+    while i > 0 and by_lr[lrs[i - 1]] and trains(by_lr[lrs[i - 1]], threshold):
+        i -= 1
+    while j < len(lrs) - 1 and by_lr[lrs[j + 1]] and trains(by_lr[lrs[j + 1]], threshold):
+        j += 1
+    return lrs[i], lrs[j]
+
+
+def _lr_of(rec: dict) -> float:
+    return float(rec["lr"])
+
+
+def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float, planned: int) -> dict:
+    parts = {}
+    for part in (p for p in PARTS if cfg.get(p)):
+        threshold = levels[part]["train_fit"] - margin
+        table = _part_arms(cfg, part)
+        recs = {k: v for k, v in records.items() if k.startswith("mt-" if part == "translation" else "L")}
+        every = cfg[part]["valid_every"]
+        methods = {}
+        for arm in table:
+            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == cfg["seeds"][0]}
+            b = best_lr(first)
+            rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
+                     "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
+            rng = lr_range(first, threshold, b) if b is not None else None
+            seeds = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
+            bests = [best(r["valid_curve"])[1] for r in seeds if r["valid_curve"]]
+            methods[arm] = {"label": table[arm][2], "schedule": table[arm][1], "grid": rows, "best_lr": b,
+                            "lr_range": rng, "largest_lr_run": max(first, default=None),
+                            "best_lr_seeds": sorted(r["seed"] for r in seeds),
+                            "best_valid_at_best_lr": [round(x, 4) for x in bests],
+                            "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
+        # T-Fixup at its best lr against each method at its best lr, seed by seed
+        ref = next((a for a in table if table[a][0] == "tfixup"), None)
+        versus = {}
+        if ref and methods[ref]["best_lr"] is not None:
+            for arm, m in methods.items():
+                if arm == ref or m["best_lr"] is None:
+                    continue
+                pairs = []
+                for seed in cfg["seeds"]:
+                    t = recs.get(_run(cfg, part, data, ref, methods[ref]["best_lr"], seed).id)
+                    o = recs.get(_run(cfg, part, data, arm, m["best_lr"], seed).id)
+                    if not (t and o and o["valid_curve"] and t["status"] == "ok"):
+                        continue
+                    o_upd, o_loss = best(o["valid_curve"])
+                    u = updates_to_reach(t["valid_curve"], o_loss)
+                    pairs.append({"seed": seed, "method_best_valid": round(o_loss, 4), "method_updates": o_upd,
+                                  "tfixup_updates": u, "ratio": round(u / o_upd, 3) if u is not None and o_upd else None,
+                                  "step": round(every / o_upd, 4) if o_upd else None})
+                got = [p["ratio"] for p in pairs if p["ratio"] is not None]
+                versus[arm] = {"pairs": pairs, "reached": len(got), "seeds": len(pairs),
+                               "ratio_mean": round(statistics.mean(got), 3) if got else None,
+                               "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
+                               "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
+        used = sorted({r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda") for r in recs.values()})
+        parts[part] = {"device": ", ".join(used) or cfg["device"][part], "unigram_level": levels[part],
+                       "stuck_threshold": round(threshold, 4), "methods": methods,
+                       "tfixup_arm": ref, "versus": versus, "data": data_text(part, data[part]),
+                       "config": cfg[part]}
+    return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+            "threads": 1, "device": cfg["device"], "data": "; ".join(p["data"] for p in parts.values()),
+            "config": {k: v for k, v in cfg.items() if k not in PARTS}, "margin_bits": margin,
+            "complete": len(records) >= planned and planned > 0, "runs_recorded": len(records), "runs_planned": planned,
+            "parts": parts, "records": records}
+
+
+def data_text(part: str, path) -> str:
+    return common.data_description(path) if part == "translation" else lm.data_description(path)
+
+
+def _lr(x) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def report(res: dict) -> str:
+    text = runlib.report_head("Every method at its own best learning rate", res, res["runs_planned"])
+    text += (f"Each arm on its better schedule (a method trained with warmup: the "
+             f"matched warmup; T-Fixup: none); the grid doubles an arm's lr while it still trains, up to "
+             f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
+             f"{res['margin_bits']} bit below the unigram level and it did not diverge. Ratio: updates for "
+             f"T-Fixup (at its best lr) to reach the method's best valid loss (at the method's best lr) / the "
+             f"method's updates, per seed; its step is valid_every / the method's updates.\n\n")
+    for part, p in res["parts"].items():
+        c = p["config"]
+        size = (f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers" if part == "translation"
+                else f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['depths'][0]} layers")
+        text += (f"## {'Translation (the convergence setting)' if part == 'translation' else 'Language model'}: "
+                 f"{size}, {c['updates']} updates, W = {c['warmup']}, valid every {c['valid_every']} updates\n\n"
+                 f"Data: {p['data']}. Unigram level {p['unigram_level']['train_fit']} bits; a run trains below "
+                 f"{p['stuck_threshold']}.\n\n")
+        rows = []
+        for arm, m in p["methods"].items():
+            rng = m["lr_range"]
+            rows.append([m["label"], _lr(m["best_lr"]), f"{_lr(rng[0])} - {_lr(rng[1])}" if rng else "none",
+                         _lr(m["largest_lr_run"]), ", ".join(f"{x:.3f}" for x in m["best_valid_at_best_lr"]) or "-"]
+                        + [p["versus"].get(arm, {}).get("ratio_mean") if arm != p["tfixup_arm"] else "-",
+                           _pairs(p["versus"].get(arm))])
+        text += common.md_table(["method", "best lr", "trains at", "largest lr run", "best valid at best lr "
+                                 "(per seed)", "T-Fixup's ratio (mean)", "per seed (ratio, step)"], rows) + "\n\n"
+        grid_lrs = sorted({g["lr"] for m in p["methods"].values() for g in m["grid"]})
+        text += "Best valid loss (bits) per lr, first seed (STUCK: not below the level; NaN: diverged):\n\n"
+        text += common.md_table(["method"] + [_lr(x) for x in grid_lrs], [
+            [m["label"]] + [_cell(next((g for g in m["grid"] if g["lr"] == x), None)) for x in grid_lrs]
+            for m in p["methods"].values()]) + "\n\n"
+    return text
+
+
+def _cell(g):
+    if g is None:
+        return "-"
+    if g["status"] == "nan":
+        return "NaN"
+    return f"{g['best_valid']:.3f}" + ("" if g["trains"] else " STUCK")
+
+
+def _pairs(v):
+    if not v or not v["pairs"]:
+        return "-"
+    return "; ".join(f"s{p['seed']}: " + (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None
+                                          else "not reached") for p in v["pairs"])
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = res["parts"] or {"none": None}
+    fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.4), squeeze=False)
+    for ax, (part, p) in zip(axes[0], parts.items()):
+        if p is None:
+            continue
+        for arm, m in p["methods"].items():
+            pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["best_valid"] is not None
+                   and math.isfinite(g["best_valid"])]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", ms=3.5, lw=1.3, color=common.color(m_name(arm, res, part)),
+                        label=m["label"])
+            nan = [g["lr"] for g in m["grid"] if g["status"] == "nan"]
+            if nan:
+                ax.scatter(nan, [p["unigram_level"]["train_fit"] + 0.3] * len(nan), marker="x", s=30,
+                           color=common.color(m_name(arm, res, part)))
+        ax.axhline(p["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
+        ax.axhline(p["stuck_threshold"], color="gray", ls=":", lw=1, label="trains below this")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("peak learning rate")
+        ax.set_ylabel("best valid loss (bits)")
+        ax.set_title(("translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
+                     + f" on {p['device']} (x: diverged)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6.5)
+    common.save_titled_figure(path, fig, "Best valid loss against the learning rate")
+
+
+def m_name(arm: str, res: dict, part: str) -> str:
+    return arms(part)[arm][0]
+
+
+def parser():
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "lr.{json,md,png}, lr/runs/")
+    runlib.add_training_options(p, 2, ())
+    p.add_argument("--lm-data", help="an existing language-model data-bin (default: prepared once, harness.bench.lm)")
+    p.add_argument("--device", nargs="+", default=["cpu"], metavar="[PART=]DEVICE",
+                   help=f"where the runs train: {' or '.join(common.DEVICES)} (cuda: the first GPU) for every part, "
+                        f"or per part, e.g. translation=cuda lm=cpu (default cpu)")
+    p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    p.add_argument("--rounds", type=int, default=8, help="rounds of growing the grid at most (default 8)")
+    return p
+
+
+def devices(given: list) -> dict:
+    """part -> device from --device's words: DEVICE for every part, or PART=DEVICE."""
+    out = {}
+    for word in given:
+        part, _, dev = word.rpartition("=")
+        if dev not in common.DEVICES or (part and part not in PARTS):
+            sys.exit(f"error: --device {word}: give {' or '.join(common.DEVICES)}, or PART=DEVICE with PART one of "
+                     f"{', '.join(PARTS)} (e.g. --device translation=cuda lm=cpu)")
+        out.update({part: dev} if part else {p: dev for p in PARTS})
+    return {p: out.get(p, "cpu") for p in PARTS}
+
+
+def make_config(args) -> dict:
+    cfg = dict(MODES[args.mode], mode=args.mode, device=devices(args.device))
+    for part in PARTS:
+        if part not in args.parts:
+            cfg[part] = None
+        elif cfg.get(part):
+            cfg[part] = dict(cfg[part], dropout=args.dropout, decay_period=args.decay_period)
+    return cfg
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    cfg = make_config(args)
+    data, levels = {}, {}
+    if cfg.get("translation"):
+        t = cfg["translation"]
+        data["translation"] = common.prepare_data(t["valid_lines"], t["test_lines"], args.data, args.data_root)
+        levels["translation"] = unigram_level(data["translation"], "de", "en")
+    if cfg.get("lm"):
+        c = cfg["lm"]
+        data["lm"] = lm.prepare_data(c["train_lines"], c["valid_lines"], args.lm_data, args.data_root)
+        levels["lm"] = lm_unigram_level(data["lm"])
+    thresholds = {k: v["train_fit"] - args.margin for k, v in levels.items()}
+    store = pathlib.Path(args.out) / ("lr" + args.tag) / "runs"
+    for round_ in range(args.rounds):
+        runs = plan(cfg, data, runlib.load_records(store), thresholds)
+        res = runlib.run_study("lr" + args.tag, args.out, runs,
+                               lambda recs: summarise(cfg, recs, levels, data, args.margin, len(runs)),
+                               plot, report, "best valid loss against lr", args.jobs, args.threads,
+                               report_only=args.report_only, only=args.only, quiet=True)
+        if args.report_only or args.only or len(plan(cfg, data, runlib.load_records(store), thresholds)) == len(runs):
+            break
+        common.log(f"round {round_ + 1}: the grid grows ({len(runs)} runs planned so far)")
+    print(report(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
