@@ -160,7 +160,7 @@ def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_
     records["multi30k-postln_matched-s2"] = run("postln_matched", 2, 30.0, bad[:30] + good[30:])
     res = plateau.summarise(cfg, records, {"multi30k": str(tmp_path)}, 4)
     g1, g2 = (g["gap"] for g in res["gaps"])
-    row = next(line for line in plateau.report(res).splitlines() if line.startswith("| Post-LN + matched warmup | 2 |"))
+    row = next(line for line in plateau.report(res).splitlines() if line.startswith("| Post-LN + matched warmup | 2 | +"))
     assert f"[{min(g1, g2):+.2f}, {max(g1, g2):+.2f}]" in row and f"{abs(g1 - g2) / 2 ** 0.5:.2f}" in row
 
 

@@ -166,6 +166,24 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
+def provenance(argv) -> dict:
+    """The command, date and machine a summary was written by (kept in its JSON and table)."""
+    import datetime
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"command": "tfixup-diagnose " + " ".join(shlex.quote(a) for a in argv),
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{cpu} ({os.cpu_count()} CPUs), {platform.platform()}; Python {platform.python_version()}, "
+                       f"torch {torch.__version__}, {torch.get_num_threads()} threads"}
+
+
 def run(a) -> None:
     import torch
 
@@ -212,7 +230,7 @@ def run(a) -> None:
         from fairseq_tfixup.diagnostics.fp16_headroom import run_fp16_headroom
 
         run_fp16_headroom(a.data, depths=a.depths, steps=a.steps, lr=a.lr, warmup_updates=a.warmup_updates,
-                          decay_period=a.decay_period, split=a.split, **common)
+                          decay_period=a.decay_period, split=a.split, written_by=provenance(a.argv), **common)
     elif a.command == "update-decomposition":
         from fairseq_tfixup.diagnostics.update_decomposition import run_update_decomposition
 
@@ -221,11 +239,13 @@ def run(a) -> None:
         common.pop("models")
         run_update_decomposition(a.data, model=a.model[0], variants={v: VARIANTS[v] for v in a.variants},
                                  depths=a.depths, etas=a.etas, split=a.split, n_sentences=a.sentences,
-                                 inits=a.inits, **common)
+                                 inits=a.inits, written_by=provenance(a.argv), **common)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
+    a.argv = argv
     # hydra's and fairseq's deprecation notes would bury the progress lines; other warnings stay
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(hydra|omegaconf|fairseq)(\.|$)")
     for name in ("fairseq", "fairseq_tfixup", "hydra", "matplotlib", "PIL"):  # the progress lines are ours

@@ -135,7 +135,7 @@ def summarise(steps: dict, losses: list) -> dict:
 def run_fp16_headroom(data_bin, out, models: Sequence[str] = ("tfixup", "postln", "preln"), spec=None,
                       depths: Sequence[int] = (6, 24, 100), steps: Sequence[int] = (200,), lr: float = 1e-3,
                       warmup_updates: int = 200, decay_period: int = 4000, split: str = "train", seed: int = 1,
-                      device: str = "cpu", log: Callable[[str], None] = print) -> dict:
+                      device: str = "cpu", written_by: dict = None, log: Callable[[str], None] = print) -> dict:
     """Train each method at each depth (``steps``: updates per depth, or one number for all) on its own
     schedule (a method trained with warmup: the matched warmup over ``warmup_updates`` onto T-Fixup's
     curve; the others: no warmup; decay period ``decay_period``), recording the maxima. One JSON record
@@ -180,7 +180,7 @@ def run_fp16_headroom(data_bin, out, models: Sequence[str] = ("tfixup", "postln"
             rec = json.loads(path.read_text()) if path.is_file() else {}
             if rec.get("settings") == {**settings, "steps": budget}:
                 runs[f"{m}/{n}"], curves[f"{m}/{n}"] = rec["run"], rec["curves"]
-    meta = {**settings, "depths": list(depths), "steps": steps, "models": list(models), "fp16_max": FP16_MAX,
+    meta = {**(written_by or {}), **settings, "depths": list(depths), "steps": steps, "models": list(models), "fp16_max": FP16_MAX,
             "bf16_max": BF16_MAX, "runs": runs, "first_over_fp16": first_over(runs)}
     atomic.write_json(out / "fp16_headroom.json", {**meta, "curves": curves})
     atomic.write_text(out / "fp16_headroom.md", markdown(meta))
@@ -208,6 +208,8 @@ def first_over(runs: dict) -> list:
 def markdown(meta: dict) -> str:
     s = meta["spec"]
     lines = ["# fp16 headroom: the largest |value| in the first updates", "",
+             *(f"- {k}: `{meta[k]}`" if k == "command" else f"- {k}: {meta[k]}"
+               for k in ("command", "machine", "date_utc") if k in meta), "",
              f"{s['dim']}-{s['ffn_dim']}-{s['heads']}, N layers per side, dropout {s['dropout']}, lr {meta['lr']:g} "
              f"(warmup methods: matched warmup over {meta['warmup_updates']} updates onto lr sqrt(P / (P + t)), "
              f"P = {meta['decay_period']}; the others: no warmup, the same curve), "

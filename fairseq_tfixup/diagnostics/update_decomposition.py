@@ -73,7 +73,7 @@ def selections(model) -> Dict[str, list]:
 def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dict[str, Sequence[str]] = None,
                              spec=None, depths=(1, 4, 16, 64), etas=(1e-4, 1e-5), split: str = "valid",
                              n_sentences: int = 64, inits: int = 2, seed: int = 1, device: str = "cpu",
-                             log: Callable[[str], None] = print) -> dict:
+                             written_by: dict = None, log: Callable[[str], None] = print) -> dict:
     """Measures each variant not yet recorded under OUT/update_decomposition/ with these settings (one
     JSON record per variant, so variants can be measured by separate processes), then writes
     update_decomposition.{json,md,png} to ``out`` from every record of these settings: per variant, eta,
@@ -126,7 +126,7 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
         rec = json.loads(path.read_text())
         if rec["settings"] == settings:
             result[path.stem] = {"flags": rec["flags"], "etas": rec["etas"]}
-    meta = {**settings, "groups": {g: p for g, p in GROUPS}, "variants": result}
+    meta = {**(written_by or {}), **settings, "groups": {g: p for g, p in GROUPS}, "variants": result}
     atomic.write_json(out / "update_decomposition.json", meta)
     atomic.write_text(out / "update_decomposition.md", markdown(meta))
     title = (f"one SGD step at initialisation, split by parameter group: {model}, d={spec.dim}, "
@@ -154,6 +154,8 @@ def markdown(meta: dict) -> str:
              f"of depth). Model: {meta['spec']['dim']}-{meta['spec']['ffn_dim']}-{meta['spec']['heads']}, N layers "
              "per side, dropout 0. Groups are stepped alone from the same gradient; `weights` = every parameter but "
              "the biases, `biases` = every bias, `all` = everything.", ""]
+    lines[1:1] = ["", *(f"- {k}: `{meta[k]}`" if k == "command" else f"- {k}: {meta[k]}"
+                        for k in ("command", "machine", "date_utc") if k in meta)]
     for vname, v in meta["variants"].items():
         for eta, per in v["etas"].items():
             lines += [f"## {vname} (`{' '.join(v['flags']) or 'as fairseq builds it'}`), η = {eta}", "",
