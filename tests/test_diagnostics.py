@@ -246,7 +246,9 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     assert sorted(id(p) for g in groups for p in sel[g]) == sorted(id(p) for p in sel["all"])
     assert len(sel["weights"]) + len(sel["biases"]) == len(sel["all"])
     # to first order the groups' changes add up to the whole step's (as vectors): check it on the logits
-    eta = 1e-7
+    # to 1%: fairseq computes the cross-attention softmax in float32 even in a float64 model, which leaves
+    # about 0.5% of rounding in a change this small; a group stepped twice or left out would be off by far more
+    eta = 1e-5
     before = [x.clone() for x in update_size.logits(model, batches)]
 
     def delta(params):
@@ -261,8 +263,9 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     whole = delta(sel["all"])
     parts = [delta(sel[g]) for g in groups]
     summed = [sum(d[i] for d in parts) for i in range(len(whole))]
-    for w, s in zip(whole, summed):
-        torch.testing.assert_close(s, w, rtol=1e-4, atol=1e-12)
+    err = sum(float((s - w).pow(2).sum()) for w, s in zip(whole, summed)) ** 0.5
+    size = sum(float(w.pow(2).sum()) for w in whole) ** 0.5
+    assert size > 0 and err < 1e-2 * size
 
     common = ["--data", str(iwslt_bin), "--depths", "1,2", "--etas", "1e-4,1e-5", "--inits", "1", "--sentences", "4",
               *TINY, "--out", str(tmp_path)]
@@ -271,9 +274,11 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     meta = json.loads((tmp_path / "update_decomposition.json").read_text())
     assert list(meta["variants"]) == ["as_built", "zero_attn_bias_no_positions"]  # the second run adds to the first
     for v in meta["variants"].values():
-        for per in v["etas"].values():
-            assert {"weights", "biases", "all", "v_weight"} <= set(per)
-            assert np.isfinite(per["weights"]["loglog_slope"])
+        first, second = v["etas"]["0.0001"], v["etas"]["1e-05"]
+        assert {"weights", "biases", "all", "v_weight"} <= set(first) and set(second) == set(ud.UNIONS)
+        assert np.isfinite(first["weights"]["loglog_slope"])
+        for n in ("1", "2"):  # first order: ||df|| / eta the same at both etas
+            assert second["all"]["df_over_eta"][n] == pytest.approx(first["all"]["df_over_eta"][n], rel=0.05)
     # the zero-bias variant has q/k/v biases, all zero, so a step of them changes the output through their gradient
     assert "v_bias" in meta["variants"]["zero_attn_bias_no_positions"]["etas"]["0.0001"]
     assert "| weights |" in (tmp_path / "update_decomposition.md").read_text()
@@ -315,4 +320,4 @@ def test_fp16_headroom_records_the_maxima_of_a_real_training_run(iwslt_bin, tmp_
     stamp = (tmp_path / "fp16_headroom" / "tfixup-1.json").stat().st_mtime_ns
     assert cli.main(args) == 0  # every run recorded: nothing trains again
     assert (tmp_path / "fp16_headroom" / "tfixup-1.json").stat().st_mtime_ns == stamp
-    assert cli.main([*args[:7], "1,2,3", *args[8:]]) == 1  # --steps: one per depth
+    assert cli.main([*args[:8], "1,2,3", *args[9:]]) == 1  # --steps: one number, or one per depth
