@@ -150,7 +150,8 @@ def write_record(a, curves: dict, out: pathlib.Path) -> None:
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    record = {"command": "python examples/tfixup_lm.py " + " ".join(sys.argv[1:]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    record = {"command": "python examples/tfixup_lm.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                          f"{torch.get_num_threads()} threads", "settings": vars(a), "runs": curves}
     tmp = out / "tfixup_lm_precision.json.tmp"

@@ -180,12 +180,12 @@ def run_fp16_headroom(data_bin, out, models: Sequence[str] = ("tfixup", "postln"
             rec = json.loads(path.read_text()) if path.is_file() else {}
             if rec.get("settings") == {**settings, "steps": budget}:
                 runs[f"{m}/{n}"], curves[f"{m}/{n}"] = rec["run"], rec["curves"]
-    meta = {**(written_by or {}), **settings, "depths": list(depths), "steps": steps, "models": list(models), "fp16_max": FP16_MAX,
-            "bf16_max": BF16_MAX, "runs": runs, "first_over_fp16": first_over(runs)}
+    meta = {**(written_by or {}), **settings, "depths": list(depths), "steps": steps, "models": list(models),
+            "fp16_max": FP16_MAX, "bf16_max": BF16_MAX, "runs": runs, "first_over_fp16": first_over(runs)}
     atomic.write_json(out / "fp16_headroom.json", {**meta, "curves": curves})
     atomic.write_text(out / "fp16_headroom.md", markdown(meta))
-    title = (f"largest |value| per update, {spec.dim}-{spec.ffn_dim}-{spec.heads}, lr {lr:g}, {spec.dropout:g} dropout, "
-             f"--max-tokens {max_tokens(spec)} (dashed: fp16's 65504)")
+    title = (f"largest |value| per update, {spec.dim}-{spec.ffn_dim}-{spec.heads}, lr {lr:g}, "
+             f"{spec.dropout:g} dropout, --max-tokens {max_tokens(spec)} (dashed: fp16's 65504)")
     atomic.save_figure(out / "fp16_headroom.png", plots.fp16_headroom(list(models), list(depths), curves,
                                                                      QUANTITIES, FP16_MAX, title))
     log(f"[fp16-headroom] wrote {out}/fp16_headroom.{{json,md,png}} ({len(runs)} runs)")

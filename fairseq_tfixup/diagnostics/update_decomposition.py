@@ -149,7 +149,8 @@ def markdown(meta: dict) -> str:
     """One table per variant and eta: ||Delta f|| / eta per selection and depth, and the log-log slope."""
     depths = [str(d) for d in meta["depths"]]
     lines = [f"# One SGD step's output change, by parameter group: {meta['model']}", "",
-             f"||Δf|| / η (RMS over the target tokens of {meta['sentences']} pairs of `{meta['split']}` of the change "
+             f"||Δf|| / η (RMS over the target tokens of {meta['sentences']} pairs of `{meta['split']}` of the "
+             "change "
              f"of the logits), mean over {meta['inits']} initialisations; slope: log-log against N (0: independent "
              f"of depth). Model: {meta['spec']['dim']}-{meta['spec']['ffn_dim']}-{meta['spec']['heads']}, N layers "
              "per side, dropout 0. Groups are stepped alone from the same gradient; `weights` = every parameter but "
