@@ -78,9 +78,24 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--precision", default="fp32",
+                   help="comma list of fp32 and bf16 (CPU autocast to bfloat16), each trained from the same seed")
+    p.add_argument("--evals", type=int, default=4, help="valid perplexity this many times over the run (default 4)")
+    p.add_argument("--out", help="write tfixup_lm_precision.{json,png} here: every run's curves, overlaid")
     a = p.parse_args(argv)
+    precisions = a.precision.split(",")
+    if not set(precisions) <= {"fp32", "bf16"} or not precisions:
+        p.error(f"--precision: a comma list of fp32 and bf16, got {a.precision!r}")
+    curves = {prec: train(a, prec) for prec in precisions}
+    if a.out:
+        write_record(a, curves, pathlib.Path(a.out))
+
+
+def train(a, precision: str) -> dict:
+    """One run; returns its curves: (step, train loss) and (step, valid perplexity)."""
     torch.manual_seed(a.seed)
     context, batch = 32, 16
+    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")  # noqa: E731
 
     train_words = read_words(pathlib.Path(a.text), a.train_lines)
     counts = collections.Counter(train_words)
@@ -98,19 +113,65 @@ def main(argv=None):
     apply_tfixup(model.stack, embeddings=[model.embed, model.pos])
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(0.9, 0.98))  # no warmup: full lr at step 1
 
-    print(f"{a.layers} layers, d={a.dim}, {len(train)} train / {len(valid)} valid words, vocab {len(vocab)}; "
-          f"unigram level: valid perplexity {unigram:.1f}")
-    print(f"step 0: valid perplexity {perplexity(model, valid, context):.1f}")
+    print(f"{precision}: {a.layers} layers, d={a.dim}, {len(train)} train / {len(valid)} valid words, vocab "
+          f"{len(vocab)}; unigram level: valid perplexity {unigram:.1f}")
+    with autocast():
+        ppl = perplexity(model, valid, context)
+    print(f"step 0: valid perplexity {ppl:.1f}")
+    curve = {"unigram_ppl": unigram, "train_loss": [], "valid_ppl": [(0, ppl)]}
     for step in range(1, a.steps + 1):
         x, y = batches(train, context, batch)
-        loss = nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        with autocast():  # the weights, gradients and Adam's state stay fp32; the matmuls run in bf16
+            loss = nn.functional.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
+        curve["train_loss"].append((step, loss.item()))
         if not math.isfinite(loss.item()):
             raise SystemExit(f"error: step {step}: loss {loss.item()}: training diverged")
-        if step % max(1, a.steps // 4) == 0 or step == a.steps:
-            print(f"step {step}: train loss {loss.item():.3f}, valid perplexity {perplexity(model, valid, context):.1f}")
+        if step % max(1, a.steps // a.evals) == 0 or step == a.steps:
+            with autocast():
+                ppl = perplexity(model, valid, context)
+            curve["valid_ppl"].append((step, ppl))
+            print(f"step {step}: train loss {loss.item():.3f}, valid perplexity {ppl:.1f}")
+    return curve
+
+
+def write_record(a, curves: dict, out: pathlib.Path) -> None:
+    """tfixup_lm_precision.json (settings and curves) and .png (the runs' curves overlaid)."""
+    import json
+    import platform
+    import sys
+    import time
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"command": "python examples/tfixup_lm.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+                         f"{torch.get_num_threads()} threads", "settings": vars(a), "runs": curves}
+    tmp = out / "tfixup_lm_precision.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, out / "tfixup_lm_precision.json")
+    fig, (ax_l, ax_p) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for prec, c in curves.items():
+        ax_l.plot(*zip(*c["train_loss"]), lw=0.8, label=prec)
+        ax_p.plot(*zip(*c["valid_ppl"]), "o-", label=prec)
+    ax_p.axhline(next(iter(curves.values()))["unigram_ppl"], color="gray", ls=":", label="unigram level")
+    ax_l.set(xlabel="step", ylabel="train loss (nats)")
+    ax_p.set(xlabel="step", ylabel="valid perplexity", yscale="log")
+    for ax in (ax_l, ax_p):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"T-Fixup LM (apply_tfixup), {a.layers} layers, d={a.dim}, lr {a.lr:g}, seed {a.seed}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "tfixup_lm_precision.png.tmp.png", dpi=100)
+    os.replace(out / "tfixup_lm_precision.png.tmp.png", out / "tfixup_lm_precision.png")
+    print(f"wrote {out}/tfixup_lm_precision.{{json,png}}")
 
 
 if __name__ == "__main__":

@@ -106,3 +106,19 @@ def test_wide_and_smoke_together_are_refused_with_one_line(capsys):
     with pytest.raises(SystemExit):
         plateau.main(["--wide", "--smoke", "--out", "-", "--iwslt", "x"])
     assert "--wide and --smoke" in capsys.readouterr().err
+
+
+def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_flags():
+    """tfixup_zb (transformer_tfixup with --tfixup-zero-attn-bias --tfixup-scale-positions) runs without
+    warmup in the convergence and depth studies (as a LayerNorm-free method, to the depth study's deepest
+    depth), and in no other."""
+    conv = [r for r in convergence.plan(IWSLT) if r.meta["method"].startswith("tfixup_zb")]
+    deep = [r for r in depth.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
+    assert "tfixup_zb" in {r.meta["method"] for r in conv} and deep
+    assert max(r.meta["depth"] for r in deep) == max(r.meta["depth"] for r in depth.plan(IWSLT))
+    for run in conv + deep:
+        i = run.args.index("--arch")
+        assert run.args[i + 1] == "transformer_tfixup"
+        assert {"--tfixup-zero-attn-bias", "--tfixup-scale-positions"} <= set(run.args)
+    assert all("inverse_sqrt_nowarmup" in r.args for r in deep)
+    assert not any(r.meta["method"].startswith("tfixup_zb") for r in quality.plan({"multi30k": MULTI30K}))

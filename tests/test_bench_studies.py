@@ -153,6 +153,15 @@ def test_plateau_final_bleu_per_method_and_the_paired_bootstrap_of_each_gap(tmp_
     assert "95% interval" in text
     assert ("**Not at a plateau:** multi30k-tfixup-s2 was stopped by the 40-epoch cap (best valid BLEU at epoch 2)"
             in text) and "multi30k-tfixup-s1 was" not in text
+    # one baseline seed: its gap's spread over seeds is not known; each run's mean lr over its own updates
+    assert "| Post-LN + matched warmup | 1 | +" in text and "- (one seed)" in text
+    assert "multi30k-tfixup-s1 0.985 (248 updates)" in text  # lr sqrt(4000 / (4000 + t)) over t < 248
+    # a second baseline seed: the gaps' mean, range and standard deviation over the seeds
+    records["multi30k-postln_matched-s2"] = run("postln_matched", 2, 30.0, bad[:30] + good[30:])
+    res = plateau.summarise(cfg, records, {"multi30k": str(tmp_path)}, 4)
+    g1, g2 = (g["gap"] for g in res["gaps"])
+    row = next(line for line in plateau.report(res).splitlines() if line.startswith("| Post-LN + matched warmup | 2 | +"))
+    assert f"[{min(g1, g2):+.2f}, {max(g1, g2):+.2f}]" in row and f"{abs(g1 - g2) / 2 ** 0.5:.2f}" in row
 
 
 def test_convergence_methods_option_runs_only_those():

@@ -226,3 +226,98 @@ def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iw
     meta = json.loads((tmp_path / "update_size.json").read_text())
     assert set(meta["models"]) == {"tfixup", "noln"} and (tmp_path / "update_size.png").stat().st_size > 0
     assert all(np.isfinite(m["sgd_loglog_slope"]) and np.isfinite(m["adam_loglog_slope"]) for m in meta["models"].values())
+
+
+def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_variant(iwslt_bin, tmp_path):
+    from fairseq_tfixup.diagnostics import update_decomposition as ud, update_size
+
+    assert ud.group_of("decoder.layers.0.encoder_attn.v_proj.bias") == "v_bias"
+    assert ud.group_of("encoder.layers.3.self_attn.k_proj.weight") == "qk_weight"
+    assert ud.group_of("decoder.output_projection.weight") == "output_proj"
+    assert ud.group_of("encoder.layers.1.final_layer_norm.weight") == "norm"
+    spec = models.ModelSpec(model="tfixup", dim=16, ffn_dim=32, heads=2, encoder_layers=2, decoder_layers=2)
+    args, task, model, criterion = models.build(str(iwslt_bin), spec, seed=3)
+    model.double().train()
+    batches = data.fixed_batches(task, args, "valid", 4)
+    update_size.mean_loss_gradient(model, criterion, batches)
+    sel = ud.selections(model)
+    groups = [g for g in sel if g not in ud.UNIONS]
+    # every trainable parameter is in exactly one group; the unions are the weights, the biases and all
+    assert sorted(id(p) for g in groups for p in sel[g]) == sorted(id(p) for p in sel["all"])
+    assert len(sel["weights"]) + len(sel["biases"]) == len(sel["all"])
+    # to first order the groups' changes add up to the whole step's (as vectors): check it on the logits
+    # to 1%: fairseq computes the cross-attention softmax in float32 even in a float64 model, which leaves
+    # about 0.5% of rounding in a change this small; a group stepped twice or left out would be off by far more
+    eta = 1e-5
+    before = [x.clone() for x in update_size.logits(model, batches)]
+
+    def delta(params):
+        saved = [p.detach().clone() for p in params]
+        with torch.no_grad():
+            update_size.sgd(eta)(params)
+            d = [a - b for a, b in zip(update_size.logits(model, batches), before)]
+            for p, s in zip(params, saved):
+                p.copy_(s)
+        return d
+
+    whole = delta(sel["all"])
+    parts = [delta(sel[g]) for g in groups]
+    summed = [sum(d[i] for d in parts) for i in range(len(whole))]
+    err = sum(float((s - w).pow(2).sum()) for w, s in zip(whole, summed)) ** 0.5
+    size = sum(float(w.pow(2).sum()) for w in whole) ** 0.5
+    assert size > 0 and err < 1e-2 * size
+
+    common = ["--data", str(iwslt_bin), "--depths", "1,2", "--etas", "1e-4,1e-5", "--inits", "1", "--sentences", "4",
+              *TINY, "--out", str(tmp_path)]
+    assert cli.main(["update-decomposition", "--variants", "as_built", *common]) == 0
+    assert cli.main(["update-decomposition", "--variants", "zero_attn_bias_no_positions", *common]) == 0
+    meta = json.loads((tmp_path / "update_decomposition.json").read_text())
+    assert list(meta["variants"]) == ["as_built", "zero_attn_bias_no_positions"]  # the second run adds to the first
+    for v in meta["variants"].values():
+        first, second = v["etas"]["0.0001"], v["etas"]["1e-05"]
+        assert {"weights", "biases", "all", "v_weight"} <= set(first) and set(second) == set(ud.UNIONS)
+        assert np.isfinite(first["weights"]["loglog_slope"])
+        for n in ("1", "2"):  # first order: ||df|| / eta the same at both etas
+            assert second["all"]["df_over_eta"][n] == pytest.approx(first["all"]["df_over_eta"][n], rel=0.05)
+    # the zero-bias variant has q/k/v biases, all zero, so a step of them changes the output through their gradient
+    assert "v_bias" in meta["variants"]["zero_attn_bias_no_positions"]["etas"]["0.0001"]
+    assert "| weights |" in (tmp_path / "update_decomposition.md").read_text()
+    assert_png(tmp_path / "update_decomposition.png")
+    assert cli.main(["update-decomposition", "--model", "tfixup,postln", *common]) == 1  # one model
+
+
+def test_fp16_headroom_records_the_maxima_of_a_real_training_run(iwslt_bin, tmp_path):
+    from fairseq_tfixup.diagnostics import fp16_headroom as fh
+
+    torch.manual_seed(0)
+    spec = models.ModelSpec(model="postln", dim=16, ffn_dim=32, heads=2, encoder_layers=1, decoder_layers=1)
+    _, _, model, _ = models.build(str(iwslt_bin), spec, seed=3)
+    attn = model.encoder.layers[0].self_attn
+    x = torch.randn(5, 2, 16)
+    q = attn.q_proj(x) * attn.scaling
+    k = attn.k_proj(x)
+    q, k = (t.reshape(5, 2, 2, 8).permute(1, 2, 0, 3) for t in (q, k))  # (B, H, T, dh)
+    assert fh.attention_logit_max(attn, x, None) == pytest.approx(float((q @ k.transpose(-1, -2)).abs().max()), rel=1e-5)
+
+    summary = fh.summarise({"residual": [1.0, 7e4, 2.0], "attn_logits": [1, 2, 3], "ffn_hidden": [1, 1, float("inf")],
+                            "grad": [1, 2, 3], "grad_mean": [0.1, 0.2, 0.3]}, [9.0, 8.0, 7.0])
+    assert summary["residual"]["first_update_over_fp16"] == 2 and summary["residual"]["at_update"] == 2
+    assert summary["ffn_hidden"]["first_update_over_fp16"] == 3  # a non-finite value is out of range too
+    assert summary["grad"]["first_update_over_fp16"] is None and summary["grad"]["fp16_headroom"] == fh.FP16_MAX / 3
+
+    args = ["fp16-headroom", "--data", str(iwslt_bin), "--model", "tfixup,postln", "--depths", "1,2", "--steps", "3,2",
+            "--split", "valid", "--warmup-updates", "2", *TINY, "--out", str(tmp_path)]
+    assert cli.main(args) == 0
+    meta = json.loads((tmp_path / "fp16_headroom.json").read_text())
+    assert set(meta["runs"]) == {"tfixup/1", "postln/1", "tfixup/2", "postln/2"}
+    for key, run in meta["runs"].items():
+        assert run["updates"] == (3 if key.endswith("/1") else 2)
+        for q in fh.QUANTITIES:
+            assert 0 < run[q]["max"] < fh.FP16_MAX and len(meta["curves"][key][q]) == run["updates"]
+        assert run["grad"]["max"] > run["grad_mean"]["max"]  # the summed loss's gradient, before / sample size
+    assert meta["runs"]["postln/1"]["schedule"] == "matched" and meta["runs"]["tfixup/1"]["schedule"] == "nowarmup"
+    assert_png(tmp_path / "fp16_headroom.png")
+    stamp = (tmp_path / "fp16_headroom" / "tfixup-1.json").stat().st_mtime_ns
+    assert cli.main(args) == 0  # every run recorded: nothing trains again
+    assert (tmp_path / "fp16_headroom" / "tfixup-1.json").stat().st_mtime_ns == stamp
+    assert cli.main([*args[:8], "1,2,3", *args[9:]]) == 1  # --steps: one number, or one per depth

@@ -95,6 +95,10 @@ COVERED = {
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
     "tfixup-diagnose update-size --data data-bin/iwslt14.de-en --model tfixup,postln,preln,noln --dim 64 "
     "--ffn-dim 128 --heads 2 --depths 1,2,4 --out diag": ("flags",),
+    "tfixup-diagnose update-decomposition --data data-bin/iwslt14.de-en --model tfixup --dim 64 --ffn-dim 128 "
+    "--heads 2 --depths 1,4,16 --variants as_built,zero_attn_bias_no_positions --out diag": ("flags",),
+    "tfixup-diagnose fp16-headroom --data data-bin/iwslt14.de-en --model tfixup,postln,preln --dim 64 --ffn-dim 128 "
+    "--heads 2 --depths 6,24 --steps 20 --out diag": ("flags",),
     # docs/measurements.md
     "python -m harness.bench.speed --out results/bench": ("flags",),
     "python -m harness.stack_update_size --out results/diagnostics": ("flags",),

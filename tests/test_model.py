@@ -204,3 +204,27 @@ def test_flags_that_defeat_tfixup_are_refused(flag, message, dict_dir):
     with pytest.raises(ValueError, match=message) as err:
         build_model(dict_dir, "transformer_tfixup_iwslt_de_en", *SMALL, *flag)
     assert "\n" not in str(err.value)
+
+
+def test_zero_attention_bias_and_scaled_positions_options(dict_dir):
+    """--tfixup-zero-attn-bias: every q/k/v bias starts at zero, nothing else changes;
+    --tfixup-scale-positions: the positional embedding is multiplied by the side's (9N)^-1/4."""
+    layers = ["--encoder-layers", 2, "--decoder-layers", 8, *SMALL]
+    plain, _, _ = build_model(dict_dir, "transformer_tfixup", *layers, seed=3)
+    zb, _, _ = build_model(dict_dir, "transformer_tfixup", *layers, "--tfixup-zero-attn-bias",
+                           "--tfixup-scale-positions", seed=3)
+    zeroed = 0
+    for (name, p), (_, q) in zip(plain.named_parameters(), zb.named_parameters()):
+        if any(f"{proj}.bias" in name for proj in ("q_proj", "k_proj", "v_proj")):
+            assert p.abs().max() > 0 and q.abs().max() == 0, name  # fairseq draws them nonzero
+            zeroed += 1
+        else:
+            torch.testing.assert_close(q, p, rtol=0, atol=0)
+    assert zeroed == 3 * (2 + 2 * 8)  # encoder self-attention; decoder self- and cross-attention
+    tokens = torch.randint(4, 500, (2, 6))
+    for stack, n in ((plain.encoder, 2), (plain.decoder, 8)):
+        other = zb.encoder if stack is plain.encoder else zb.decoder
+        torch.testing.assert_close(other.embed_positions(tokens), stack.embed_positions(tokens) * (9 * n) ** -0.25)
+    zb.eval()
+    assert_incremental_decoding_matches_full(zb)  # the hook sees incremental decoding's positions too
+    assert_encoder_survives_state_dict_round_trip(zb)

@@ -103,3 +103,34 @@ def test_matched_bad_flags(flags, message):
     with pytest.raises(ValueError, match=message) as err:
         _build_matched(*flags)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind,flags", [
+    ("nowarmup", ("--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "4000")),
+    ("matched", ("--lr-scheduler", "inverse_sqrt_matched", "--warmup-updates", "200", "--decay-period", "4000")),
+    ("warmup", ("--lr-scheduler", "inverse_sqrt", "--warmup-updates", "200", "--warmup-init-lr", "1e-7")),
+])
+def test_the_pure_formulas_are_the_schedulers_rates(kind, flags):
+    """tfixup/schedules.py (what the studies' reports average) gives fairseq's scheduler's rate at every update,
+    fairseq's own inverse_sqrt included; update k of a run takes the rate after k - 1 updates."""
+    from tfixup import schedules
+
+    sched, optimizer = _build(*flags[2:], scheduler=flags[1])
+    rates = [optimizer.get_lr()] + [sched.step_update(t) for t in range(1, 800)]
+    expected = [schedules.lr_at(kind, 5e-4, t, warmup_updates=200, decay_period=4000) for t in range(800)]
+    assert rates == pytest.approx(expected, rel=1e-9, abs=1e-15)
+    assert schedules.mean_lr(kind, 5e-4, 800, 200, 4000) == pytest.approx(sum(rates) / 800, rel=1e-12)
+
+
+def test_mean_lr_of_the_studies_schedules():
+    """The matched warmup gives up about W/2 updates at the peak rate against no warmup."""
+    from tfixup import schedules
+
+    full = schedules.mean_lr("nowarmup", 1.0, 800, 200, 4000)
+    matched = schedules.mean_lr("matched", 1.0, 800, 200, 4000)
+    assert (full - matched) * 800 == pytest.approx(100, rel=0.05)
+    assert round(schedules.mean_lr("warmup", 1.0, 800, 200, 4000), 2) == 0.62 and round(full, 2) == 0.95
+    with pytest.raises(ValueError, match="unknown schedule"):
+        schedules.lr_at("cosine", 1.0, 3)
+    with pytest.raises(ValueError, match="updates >= 1"):
+        schedules.mean_lr("nowarmup", 1.0, 0)

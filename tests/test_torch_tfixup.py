@@ -330,3 +330,27 @@ def test_what_it_cannot_set_is_refused_before_anything_changes(case):
     assert "\n" not in str(err.value) and unchanged(model, before)
     if case == "long embedding":
         assert not no_layer_norm(model)  # checked before the LayerNorms were removed
+
+
+def test_the_example_lm_trains_in_fp32_and_bf16_autocast_and_overlays_them(shared_data, tmp_path):
+    """examples/tfixup_lm.py --precision fp32,bf16 --out DIR: both runs from the same seed, their curves in
+    tfixup_lm_precision.json and .png; an unknown precision is refused."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("tfixup_lm", REPO / "examples" / "tfixup_lm.py")
+    lm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm)
+    common = ["--text", str(shared_data / "multi30k" / "train.en.gz"), "--valid", str(shared_data / "multi30k" / "val.en.gz"),
+              "--train-lines", "200", "--valid-lines", "20", "--vocab", "300", "--layers", "1", "--steps", "3",
+              "--evals", "1"]
+    lm.main([*common, "--precision", "fp32,bf16", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "tfixup_lm_precision.json").read_text())
+    assert list(record["runs"]) == ["fp32", "bf16"]
+    fp32, bf16 = record["runs"]["fp32"], record["runs"]["bf16"]
+    assert [s for s, _ in fp32["valid_ppl"]] == [0, 3] and len(bf16["train_loss"]) == 3
+    assert fp32["valid_ppl"][0][1] == pytest.approx(bf16["valid_ppl"][0][1], rel=0.02)  # the same init, bf16 matmuls
+    assert fp32["valid_ppl"][0][1] != bf16["valid_ppl"][0][1]
+    assert (tmp_path / "tfixup_lm_precision.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        lm.main([*common, "--precision", "fp16"])

@@ -73,6 +73,11 @@ METHODS = {
     # no LayerNorm, x + alpha * F(x) per sublayer with alpha = 0 at init; its paper trains without warmup
     "rezero": Method("transformer_rezero", "ReZero", "teal", warmup=False, lm_arch="transformer_lm_rezero",
                      layernorm_free=True, studies=LR),
+    # T-Fixup with its attention's q/k/v biases zero at init and its positions scaled like its token
+    # embedding (flags of transformer_tfixup; results/diagnostics/update_decomposition.md)
+    "tfixup_zb": Method("transformer_tfixup", "T-Fixup, zero q/k/v bias + scaled positions", "darkred", warmup=False,
+                        flags=("--tfixup-zero-attn-bias", "--tfixup-scale-positions"),
+                        layernorm_free=True, studies=("convergence", "depth")),
     "sgd": Method("transformer", "Post-LN + SGD", "tab:olive", warmup=True, optimizer="sgd",
                   studies=("convergence",)),
     "noln": Method("transformer_noln", "no LN, default init", "tab:gray", warmup=True, studies=("convergence",),

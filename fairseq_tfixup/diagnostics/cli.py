@@ -5,6 +5,8 @@
     tfixup-diagnose grad-norms --data DATA_BIN --model postln,preln,tfixup --out DIR
     tfixup-diagnose hessian    [--data DATA_BIN] --model postln,preln,tfixup --out DIR
     tfixup-diagnose update-size --data DATA_BIN --model tfixup,postln,preln,noln --out DIR
+    tfixup-diagnose update-decomposition --data DATA_BIN --model tfixup --out DIR
+    tfixup-diagnose fp16-headroom --data DATA_BIN --model tfixup,postln,preln --depths 6,24,100 --out DIR
 
 Each writes a PNG plus the raw arrays (.npz) and a .json summary to --out.
 """
@@ -19,6 +21,7 @@ import tempfile
 import warnings
 
 from fairseq_tfixup.diagnostics.models import ModelSpec
+from fairseq_tfixup.diagnostics.update_decomposition import VARIANTS
 from tfixup.methods import METHODS, SCHEDULES
 
 MODELS = list(METHODS)  # any method of the paper's tables, and the Fig. 3c ablations
@@ -124,12 +127,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inits", type=int, default=2, help="random initialisations averaged (default 2)")
     p.add_argument("--no-bias-step", dest="biases", action="store_false",
                    help="leave every bias out of the step (the zero-initialised branch biases T-Fixup does not scale)")
+    p = sub.add_parser("update-decomposition", parents=[common_parser("tfixup", 0.0)],
+                       help="one SGD step's output change at init split by parameter group, per model variant, "
+                            "vs depth")
+    p.add_argument("--depths", type=comma_list(int), default=[1, 4, 16, 64],
+                   help="comma list of layers per side (default 1,4,16,64)")
+    p.add_argument("--etas", type=comma_list(float), default=[1e-4, 1e-5],
+                   help="comma list of SGD step sizes (default 1e-4,1e-5)")
+    p.add_argument("--variants", type=comma_list(str, list(VARIANTS)), default=list(VARIANTS),
+                   help=f"comma list of {', '.join(VARIANTS)} (default all)")
+    p.add_argument("--split", default="valid", help="data split (default valid)")
+    p.add_argument("--sentences", type=int, default=64, help="first N sentence pairs of the split (default 64)")
+    p.add_argument("--inits", type=int, default=2, help="random initialisations averaged (default 2)")
+    p = sub.add_parser("fp16-headroom", parents=[common_parser("tfixup,postln,preln", 0.1)],
+                       help="the largest |value| of the residual stream, attention logits, FFN hidden units and "
+                            "gradients over the first updates, against fp16's 65504")
+    p.add_argument("--depths", type=comma_list(int), default=[6, 24, 100],
+                   help="comma list of layers per side (default 6,24,100)")
+    p.add_argument("--steps", type=comma_list(positive_int), default=[200],
+                   help="updates per run: one number, or a comma list with one per depth (default 200)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default 1e-3)")
+    p.add_argument("--warmup-updates", type=int, default=200,
+                   help="a warmup method's matched warmup W (default 200)")
+    p.add_argument("--decay-period", type=int, default=4000, help="P of lr * sqrt(P / (P + t)) (default 4000)")
+    p.add_argument("--split", default="train", help="data split to train on (default train)")
     return parser
 
 
 def spec_from(a) -> ModelSpec:
     extra = shlex.split(a.fairseq_args) + ["--max-tokens", str(a.max_tokens)]
-    if hasattr(a, "lr"):
+    if hasattr(a, "lr") and a.command != "fp16-headroom":  # fp16-headroom sets its lr per run
         extra += ["--lr", str(a.lr)]
     return ModelSpec(dim=a.dim, ffn_dim=a.ffn_dim, heads=a.heads, encoder_layers=a.layers,
                      decoder_layers=a.layers, dropout=a.dropout, extra=extra)
@@ -137,6 +164,24 @@ def spec_from(a) -> ModelSpec:
 
 def log(msg: str) -> None:
     print(msg, flush=True)
+
+
+def provenance(argv) -> dict:
+    """The command, date and machine a summary was written by (kept in its JSON and table)."""
+    import datetime
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"command": "tfixup-diagnose " + " ".join(shlex.quote(a) for a in argv),
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{cpu} ({os.cpu_count()} CPUs), {platform.platform()}; Python {platform.python_version()}, "
+                       f"torch {torch.__version__}, {torch.get_num_threads()} threads"}
 
 
 def run(a) -> None:
@@ -181,10 +226,26 @@ def run(a) -> None:
 
         run_update_size(a.data, depths=a.depths, eta=a.eta, adam_lr=a.adam_lr, split=a.split,
                         n_sentences=a.sentences, inits=a.inits, biases=a.biases, **common)
+    elif a.command == "fp16-headroom":
+        from fairseq_tfixup.diagnostics.fp16_headroom import run_fp16_headroom
+
+        run_fp16_headroom(a.data, depths=a.depths, steps=a.steps, lr=a.lr, warmup_updates=a.warmup_updates,
+                          decay_period=a.decay_period, split=a.split, written_by=provenance(a.argv), **common)
+    elif a.command == "update-decomposition":
+        from fairseq_tfixup.diagnostics.update_decomposition import run_update_decomposition
+
+        if len(a.model) != 1:
+            raise ValueError(f"update-decomposition takes one --model, got {','.join(a.model)}")
+        common.pop("models")
+        run_update_decomposition(a.data, model=a.model[0], variants={v: VARIANTS[v] for v in a.variants},
+                                 depths=a.depths, etas=a.etas, split=a.split, n_sentences=a.sentences,
+                                 inits=a.inits, written_by=provenance(a.argv), **common)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
+    a.argv = argv
     # hydra's and fairseq's deprecation notes would bury the progress lines; other warnings stay
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(hydra|omegaconf|fairseq)(\.|$)")
     for name in ("fairseq", "fairseq_tfixup", "hydra", "matplotlib", "PIL"):  # the progress lines are ours

@@ -122,3 +122,55 @@ def update_size(depths: list, curves: dict, summary: dict, eta: float, adam_lr: 
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def update_decomposition(depths: list, variants: dict, eta: str, title: str):
+    """variants: name -> {"etas": {eta: {selection: {"df_over_eta": {N: value}, "loglog_slope": s}}}}.
+    One log-log panel per variant: ||df||/eta of each group's step alone against depth."""
+    n = len(variants)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 4.6), sharey=True, squeeze=False)
+    d = np.asarray(depths, dtype=float)
+    for ax, (vname, v) in zip(axes[0], variants.items()):
+        for j, (sel, r) in enumerate(v["etas"][eta].items()):
+            y = np.asarray([r["df_over_eta"][str(x)] for x in depths], dtype=float)
+            style = "-" if sel in ("weights", "biases", "all") else "--"
+            ax.loglog(d, y, "o" + style, color=plt.cm.tab20(j % 20), markersize=3,
+                      lw=2 if sel in ("weights", "all") else 1, label=f"{sel} ({r['loglog_slope']:+.2f})")
+        ax.set_title(vname, fontsize=9)
+        ax.set_xlabel("layers per side N")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6, ncol=2)
+    axes[0][0].set_ylabel("‖Δf‖ / η, that group stepped alone")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def fp16_headroom(models: list, depths: list, curves: dict, quantities: tuple, fp16_max: float, title: str):
+    """curves: "method/N" -> {quantity: [max per update]}. One row per quantity, one column per depth,
+    one line per method; fp16's largest value dashed."""
+    from tfixup.methods import METHODS
+
+    fig, axes = plt.subplots(len(quantities), len(depths), figsize=(4.2 * len(depths), 2.6 * len(quantities)),
+                             sharex=True, sharey="row", squeeze=False)
+    for j, n in enumerate(depths):
+        for i, q in enumerate(quantities):
+            ax = axes[i][j]
+            for m in models:
+                y = curves.get(f"{m}/{n}", {}).get(q)
+                if y:
+                    row = METHODS.get(m)
+                    ax.semilogy(np.arange(1, len(y) + 1), y, color=row.color if row else None,
+                                label=row.label if row else m, lw=1)
+            ax.axhline(fp16_max, color="k", ls="--", lw=0.8)
+            ax.grid(alpha=0.3, which="both")
+            if i == 0:
+                ax.set_title(f"N = {n} layers per side", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"max |{q}|", fontsize=8)
+            if i == len(quantities) - 1:
+                ax.set_xlabel("update")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return fig

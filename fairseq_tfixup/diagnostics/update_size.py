@@ -41,24 +41,34 @@ def rms_change(before: list, after: list, batches) -> float:
     return (total / count) ** 0.5
 
 
-def one_step(model, criterion, batches, step: Callable[[list], None], biases: bool = True) -> float:
-    """||Delta f|| after ``step(params)`` applied once to the gradient of the mean token loss (every
-    parameter, or all but the biases); the model is restored afterwards."""
-    params = [p for name, p in model.named_parameters() if p.requires_grad and (biases or not name.endswith(".bias"))]
-    saved = [p.detach().clone() for p in params]
+def mean_loss_gradient(model, criterion, batches) -> None:
+    """The gradient of the mean token loss over ``batches`` (fairseq's criterion), into ``.grad``."""
     model.zero_grad(set_to_none=True)
     ntokens = sum(int(b["ntokens"]) for b in batches)
     for b in batches:
         loss, _, _ = criterion(model, b)
         (loss / ntokens).backward()
-    with torch.no_grad():
-        before = logits(model, batches)
-        step(params)
-        after = logits(model, batches)
-        change = rms_change(before, after, batches)
-        for p, s in zip(params, saved):
-            p.copy_(s)
+
+
+@torch.no_grad()
+def step_change(model, batches, params: list, step: Callable[[list], None], before=None) -> float:
+    """||Delta f|| after ``step(params)`` applied once to the gradients already in ``.grad``; the
+    parameters are restored afterwards. ``before``: the logits before the step, if known."""
+    saved = [p.detach().clone() for p in params]
+    before = logits(model, batches) if before is None else before
+    step(params)
+    change = rms_change(before, logits(model, batches), batches)
+    for p, s in zip(params, saved):
+        p.copy_(s)
     return change
+
+
+def one_step(model, criterion, batches, step: Callable[[list], None], biases: bool = True) -> float:
+    """||Delta f|| after ``step(params)`` applied once to the gradient of the mean token loss (every
+    parameter, or all but the biases); the model is restored afterwards."""
+    params = [p for name, p in model.named_parameters() if p.requires_grad and (biases or not name.endswith(".bias"))]
+    mean_loss_gradient(model, criterion, batches)
+    return step_change(model, batches, params, step)
 
 
 def sgd(eta: float):

@@ -8,9 +8,17 @@ Everything but three narrow hooks is fairseq's own ``TransformerModel``:
   applies the rules of ``tfixup.tfixup_init`` once, to the freshly
   built weights. Loading a checkpoint builds first and then overwrites every
   parameter, so trained weights are never rescaled.
+
+Two options outside the paper (results/diagnostics/update_decomposition.md):
+``--tfixup-zero-attn-bias`` starts every attention's q/k/v bias at zero (fairseq draws them
+like nn.Linear's, unscaled, and the v bias reaches the residual stream in every block);
+``--tfixup-scale-positions`` multiplies the positional embedding by the token embedding's
+factor (9N)^-1/4, so the stack's input shrinks with depth as the paper's ||x|| does. The
+factor is a forward hook, recomputed from the layer counts at build: no extra state.
 """
 
 import logging
+import re
 
 import torch
 from torch import nn
@@ -134,6 +142,24 @@ def apply_rules_(model: nn.Module, rule_for) -> None:
             param.mul_(rule.scale)
 
 
+_ATTENTION_BIAS = re.compile(r"(^|\.)(self_attn|encoder_attn)\.(q_proj|k_proj|v_proj)\.bias$")
+
+
+@torch.no_grad()
+def zero_attention_biases_(model: nn.Module) -> None:
+    """Every attention's q/k/v bias set to zero (out_proj's is zero already)."""
+    for name, param in model.named_parameters():
+        if _ATTENTION_BIAS.search(name):
+            param.zero_()
+
+
+def scale_positions(stack: nn.Module, factor: float) -> None:
+    """Multiply the output of ``stack.embed_positions`` (if any) by ``factor``: a forward hook, so
+    checkpoints keep fairseq's state dict and a rebuilt model gets the same factor."""
+    if getattr(stack, "embed_positions", None) is not None:
+        stack.embed_positions.register_forward_hook(lambda module, inputs, output: output * factor)
+
+
 class CustomLayerStacks:
     """Mixin for a ``TransformerModel`` whose encoder and decoder are ``cls.encoder_class`` and
     ``cls.decoder_class``: fairseq's stacks, subclassed to build other layers."""
@@ -164,6 +190,15 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
     apply_init = True
 
     @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--tfixup-zero-attn-bias", action="store_true",
+                            help="start every attention's q/k/v bias at zero (not in the paper)")
+        parser.add_argument("--tfixup-scale-positions", action="store_true",
+                            help="scale the positional embeddings by the token embedding's (9N)^-1/4 "
+                                 "(not in the paper)")
+
+    @classmethod
     def build_model(cls, args, task):
         arch = getattr(args, "arch", None) or "transformer_tfixup"
         cfg = no_layer_norm_config(args, arch) if cls.removes_layer_norm else post_ln_config(args, arch)
@@ -171,6 +206,11 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
         if cls.apply_init:
             apply_tfixup_(model, n_enc, n_dec)
+        if getattr(args, "tfixup_zero_attn_bias", False):
+            zero_attention_biases_(model)
+        if getattr(args, "tfixup_scale_positions", False):
+            scale_positions(model.encoder, tfixup_init.embedding_scale(n_enc))
+            scale_positions(model.decoder, tfixup_init.embedding_scale(n_dec))
         name = "T-Fixup" if cls.removes_layer_norm and cls.apply_init else arch
         logger.info(
             "%s: %s; %s", name, "no LayerNorm" if cls.removes_layer_norm else "Post-LN (LayerNorms kept)",

@@ -239,3 +239,22 @@ def write_outputs(out: pathlib.Path, stem: str, result: dict, plot, report_text:
     write_json(out / f"{stem}.json", result)
     plot(result, out / f"{stem}.png")
     write_text(out / f"{stem}.md", report_text + f"\n![{caption}]({stem}.png)\n")
+
+
+def mean_lr_text(schedules: list, updates: int, lr: float, budget: str = "") -> str:
+    """A report's sentence on the mean learning rate of each schedule over a budget of ``updates``
+    (tfixup/schedules.py, the schedulers' own formulas), as a fraction of the peak ``lr``, and what a
+    warmup gives up against no warmup, in updates at the peak rate. ``schedules``: (label, kind,
+    W, P) per schedule, ``kind`` one of tfixup.methods.SCHEDULES."""
+    from tfixup.schedules import mean_lr
+
+    cells, full = [], None
+    for label, kind, warmup, period in schedules:
+        frac = mean_lr(kind, lr, updates, warmup, period) / lr
+        if kind == "nowarmup" and full is None:
+            full = frac
+        gives_up = "" if kind == "nowarmup" or full is None else \
+            f" ({(full - frac) * updates:.0f} peak-lr updates fewer than no warmup)"
+        cells.append(f"{label} {frac:.2f}{gives_up}")
+    return (f"**Mean lr over the {budget or f'{updates}-update'} budget**, as a fraction of the peak lr "
+            f"{lr:g} (tfixup/schedules.py): " + "; ".join(cells) + ".\n\n")

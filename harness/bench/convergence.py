@@ -262,6 +262,9 @@ def report(res: dict) -> str:
         f"{lv['train_fit']} bits for the unigram model fit on train ({lv['oracle']} for the best unigram "
         f"model fit on valid itself). A run is **stuck** when its best valid loss is not at least "
         f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n")
+    w, p = cfg["warmup"], cfg["decay_period"]
+    text += common.mean_lr_text([("no warmup", "nowarmup", w, p), ("matched warmup", "matched", w, p),
+                                 ("warmup", "warmup", w, p), ("P = W", "nowarmup", w, w)], cfg["updates"], cfg["lrs"][0])
     if res["headline"]:
         text += ("## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
                  "Against the Post-LN baseline on each schedule, and on its better one (the lower mean best valid "

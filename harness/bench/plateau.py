@@ -190,6 +190,7 @@ def report(res: dict) -> str:
         ["method", "seeds", "test sacreBLEU mean", "min", "max", "epochs run"],
         [[label(m), v["seeds"], _bleu(v["sacrebleu_mean"], 2), _bleu(v["sacrebleu_min"]), _bleu(v["sacrebleu_max"]),
           ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
+    text += run_mean_lrs(res)
     capped = [r for r in res["rows"] if r["status"] == "ok" and r["stopped_by"] != "patience"]
     if capped:
         text += ("**Not at a plateau:** " + "; ".join(
@@ -200,6 +201,7 @@ def report(res: dict) -> str:
                  + common.md_table(["T-Fixup run", "baseline run", "gap", "95% interval", "p(gap <= 0)", "samples"],
                                    [[g["tfixup"], g["baseline"], g["gap"], f"[{g['ci95'][0]}, {g['ci95'][1]}]",
                                      g["p_gap_le_0"], g["samples"]] for g in res["gaps"]]) + "\n\n")
+        text += seed_spread(res)
     text += "## Every run\n\n" + common.md_table(
         ["run", "status", "test BLEU (tok)", "test sacreBLEU", f"tok BLEU at {q['max_epoch']} epochs", "best valid BLEU",
          "at epoch", "epochs", "stopped by", "train min", "updates (min) to Post-LN's final best valid BLEU",
@@ -211,6 +213,44 @@ def report(res: dict) -> str:
     sigs = sorted({(rec.get("test") or {}).get("sacrebleu_signature") for rec in res["records"].values()} - {None})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n"
     return text
+
+
+def seed_spread(res: dict) -> str:
+    """Beside the paired-bootstrap intervals (which resample the test set of one pair of runs): how much
+    T-Fixup's gap to each baseline moves from seed to seed."""
+    rows = []
+    for b in BASELINES:
+        gaps = [g for g in res["gaps"] if res["records"][g["baseline"]]["method"] == b]
+        if not gaps:
+            continue
+        values = [g["gap"] for g in gaps]
+        half = statistics.mean((g["ci95"][1] - g["ci95"][0]) / 2 for g in gaps)
+        rows.append([quality.METHODS[b][3], len(values), ", ".join(f"{v:+.2f}" for v in values),
+                     f"{statistics.mean(values):+.2f}", f"[{min(values):+.2f}, {max(values):+.2f}]",
+                     f"{statistics.stdev(values):.2f}" if len(values) > 1 else "- (one seed)", f"{half:.2f}"])
+    if not rows:
+        return ""
+    return ("Across seeds, beside those intervals: the gap of each seed, their mean, range and standard deviation "
+            "(seed to seed: initialisation and data order), and the mean half-width of the seeds' 95% "
+            "paired-bootstrap intervals (test-set resampling only).\n\n"
+            + common.md_table(["baseline", "seeds", "gap per seed", "mean gap", "range over seeds",
+                               "SD over seeds", "mean bootstrap half-width"], rows) + "\n\n")
+
+
+def run_mean_lrs(res: dict) -> str:
+    """Each run's mean lr over its own updates (tfixup/schedules.py): T-Fixup without warmup, the
+    baselines on the matched warmup."""
+    from tfixup.schedules import mean_lr
+
+    q = res["config"]["quality"]
+    cells = []
+    for r in res["rows"]:
+        if r["updates"]:
+            kind = "matched" if r["method"].endswith("_matched") else "nowarmup"
+            frac = mean_lr(kind, 5e-4, r["updates"], q["warmup"], 4000) / 5e-4
+            cells.append(f"{r['id']} {frac:.3f} ({r['updates']} updates)")
+    return ("**Mean lr over each run's own updates**, as a fraction of the peak 5e-4 (tfixup/schedules.py): "
+            + "; ".join(cells) + ".\n\n") if cells else ""
 
 
 def _bleu(v, digits: int = 1):

@@ -370,6 +370,14 @@ def report(res: dict) -> str:
         + "".join(f"Unigram level of the {CORPORA[c]} valid set (harness/bench/unigram.py, label-smoothed loss in bits of "
                   f"the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid itself).\n"
                   for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n")
+    w = cfg["warmup"]
+    for corpus in dict.fromkeys(r["corpus"] for r in res["rows"]):
+        budget = max((r["updates"] for r in res["rows"] if r["corpus"] == corpus and r["updates"]), default=0)
+        if budget:
+            text += common.mean_lr_text(
+                [("no warmup", "nowarmup", w, 4000), ("matched warmup", "matched", w, 4000),
+                 ("warmup", "warmup", w, 4000), ("P = W", "nowarmup", w, w)], budget, 5e-4,
+                f"{budget}-update ({CORPORA[corpus]}, the longest run's)")
     text += common.md_table(
         ["corpus", "method", "status", "test BLEU (tok)", "test sacreBLEU", "best valid BLEU", "best valid loss",
          "updates", "epochs", "stopped by", "train min", "to Post-LN + warmup's best valid BLEU (updates, x)",
