@@ -187,6 +187,8 @@ COVERED = {
     "python examples/hf_causal_lm.py --model gpt2": ("example",),
     "python examples/hf_masked_lm.py": ("example",),
     "python -m harness.bench.hf export --out work/hf-data": ("flags",),
+    # docs/measurements.md: the lr study's fairseq bundle for a GPU machine without a package index
+    "python -m harness.device_bundle make": ("flags",),
     "python -m harness.bench.hf --estimate --data work/hf-data": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --report-only": ("flags",),
