@@ -14,7 +14,7 @@ import math
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from multi30k import BOS, EOS, PAD, Vocab, read
+from multi30k import BOS, EOS, PAD, Vocab, due, options, read, update
 from tfixup import apply_tfixup
 from tfixup.schedules import nowarmup_lr
 
@@ -44,12 +44,9 @@ def main(argv=None):
     p.add_argument("--valid-lines", type=int, default=300)
     p.add_argument("--vocab", type=int, default=3000)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--dim", type=int, default=128)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    torch.manual_seed(a.seed)
+    a = options(p, argv)
     context, batch = 32, 32
 
     sentences = read("train", "en", a.train_lines)
@@ -79,13 +76,8 @@ def main(argv=None):
     print(f"step 0: valid perplexity {perplexity():.1f}")
     for step in range(1, a.steps + 1):
         loss = loss_on(train[torch.randint(len(train), (batch,))])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        schedule.step()
-        if not torch.isfinite(loss):
-            raise SystemExit(f"error: step {step}: loss {loss.item()}: training diverged")
-        if step % max(1, a.steps // 4) == 0:
+        update(loss, opt, schedule, step)
+        if due(step, a.steps):
             print(f"step {step}: train loss {loss.item():.3f}, valid perplexity {perplexity():.1f}")
 
 

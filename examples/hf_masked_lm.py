@@ -15,7 +15,7 @@ import random
 import torch
 from transformers import BertConfig, BertForMaskedLM
 
-from multi30k import BOS, MASK, PAD, SPECIALS, Vocab, pad, read
+from multi30k import BOS, MASK, PAD, SPECIALS, Vocab, due, options, pad, read, update
 from tfixup import apply_tfixup
 from tfixup.schedules import nowarmup_lr
 
@@ -36,14 +36,10 @@ def main(argv=None):
     p.add_argument("--valid-lines", type=int, default=300)
     p.add_argument("--vocab", type=int, default=3000)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--dim", type=int, default=128)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--batch", type=int, default=64, help="sentences per step")
     p.add_argument("--lr", type=float, default=5e-4)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    torch.manual_seed(a.seed)
-    random.seed(a.seed)
+    a = options(p, argv)
 
     sentences = read("train", "en", a.train_lines)
     vocab = Vocab(sentences, a.vocab)
@@ -75,13 +71,8 @@ def main(argv=None):
         ids = pad(random.sample(train, a.batch))
         inputs, labels = masked(ids, len(vocab))
         loss = model(input_ids=inputs, attention_mask=(ids != PAD).long(), labels=labels).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        schedule.step()
-        if not torch.isfinite(loss):
-            raise SystemExit(f"error: step {step}: loss {loss.item()}: training diverged")
-        if step % max(1, a.steps // 4) == 0:
+        update(loss, opt, schedule, step)
+        if due(step, a.steps):
             print(f"step {step}: train loss {loss.item():.3f}, masked-word valid perplexity {perplexity():.1f}")
 
 

@@ -13,7 +13,7 @@ import random
 import torch
 from transformers import MarianConfig, MarianMTModel
 
-from multi30k import EOS, PAD, Vocab, pad, read
+from multi30k import EOS, PAD, Vocab, due, options, pad, read, update
 from tfixup import apply_tfixup
 from tfixup.schedules import nowarmup_lr
 
@@ -24,14 +24,10 @@ def main(argv=None):
     p.add_argument("--valid-lines", type=int, default=200)
     p.add_argument("--vocab", type=int, default=4000, help="words per language")
     p.add_argument("--layers", type=int, default=3, help="encoder and decoder layers each")
-    p.add_argument("--dim", type=int, default=128)
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=64, help="sentence pairs per step")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    torch.manual_seed(a.seed)
-    random.seed(a.seed)
+    a = options(p, argv)
 
     train = list(zip(read("train", "de", a.train_lines), read("train", "en", a.train_lines)))
     valid = list(zip(read("val", "de", a.valid_lines), read("val", "en", a.valid_lines)))
@@ -65,13 +61,8 @@ def main(argv=None):
 
     for step in range(1, a.steps + 1):
         loss = model(**batch(random.sample(train, a.batch))).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        schedule.step()
-        if not torch.isfinite(loss):
-            raise SystemExit(f"error: step {step}: loss {loss.item()}: training diverged")
-        if step % max(1, a.steps // 4) == 0:
+        update(loss, opt, schedule, step)
+        if due(step, a.steps):
             print(f"step {step}: train loss {loss.item():.3f}, valid loss {valid_loss():.3f}")
 
     model.eval()

@@ -45,3 +45,30 @@ def pad(rows: list, value: int = PAD) -> torch.Tensor:
     for i, r in enumerate(rows):
         out[i, :len(r)] = torch.tensor(r)
     return out
+
+
+def options(p, argv) -> "argparse.Namespace":
+    """P's options plus the width and seed every example takes, parsed from ARGV; torch and random seeded."""
+    import random
+
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args(argv)
+    torch.manual_seed(a.seed)
+    random.seed(a.seed)
+    return a
+
+
+def update(loss: torch.Tensor, opt, schedule, step: int) -> None:
+    """One optimizer step on LOSS at the schedule's rate; a non-finite loss ends the run in one line."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    schedule.step()
+    if not torch.isfinite(loss):
+        raise SystemExit(f"error: step {step}: loss {loss.item()}: training diverged")
+
+
+def due(step: int, steps: int) -> bool:
+    """Whether STEP is one of the four evenly spaced steps an example reports at."""
+    return step % max(1, steps // 4) == 0

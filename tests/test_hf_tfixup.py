@@ -284,3 +284,17 @@ def test_docs_huggingface_block_runs_as_written():
     n = scope["config"].num_hidden_layers
     assert len(scope["report"]) == 5 * n + 1 and norm_modules(scope["model"]) == []
     assert scope["report"]["model.layers.0.self_attn.v_proj.weight"] == pytest.approx(0.408, abs=5e-4)
+
+
+def test_readme_huggingface_block_runs_as_written():
+    """README's one-call block: a Llama from a config, every norm gone, each block's five matrices scaled."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "transformers" in b]
+    assert len(blocks) == 1
+    scope = {}
+    exec(blocks[0], scope)
+    n = scope["model"].config.num_hidden_layers
+    assert len(scope["scaled"]) == 5 * n + 1 and norm_modules(scope["model"]) == []
