@@ -33,8 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.stack_update_size import DEFAULT_TEXT, KEYS, loglog_slope, one_sgd_step, table, token_batch
-from tfixup import atomic
+from harness.stack_update_size import DEFAULT_TEXT, KEYS, loglog_slope, one_sgd_step, token_batch, write
 from tfixup.torch_tfixup import apply_tfixup
 
 FAMILIES = ("gpt2", "llama", "bert")
@@ -158,16 +157,9 @@ def main(argv=None) -> dict:
             "length": a.length, "dim": a.dim, "ffn": a.ffn, "heads": a.heads, "eta": a.eta, "inits": a.inits,
             "seed": a.seed, "depths": depths, "methods": results}
     out = pathlib.Path(a.out)
-    atomic.write_json(out / f"{a.stem}.json", meta)
-    atomic.write_text(out / f"{a.stem}.md",
-                      f"`{meta['command']}`\n\n{meta['machine']}, {meta['date']}, {meta['seconds']} s\n\n"
-                      f"||Δf|| / η after one SGD step (η = {a.eta:g}), mean of {a.inits} inits; d={a.dim}, "
-                      f"MLP {a.ffn}, {a.heads} heads (Llama: {max(1, a.heads // 2)} KV heads), batch "
-                      f"{a.batch}x{a.length} tokens; GPT-2 and BERT: output tied to the token embedding, Llama: "
-                      f"untied `lm_head`\n\n{table(meta)}\n")
-    print(table(meta))
-    print(f"[hf-update-size] wrote {out}/{a.stem}.{{json,md}} ({meta['seconds']} s)")
-    return meta
+    return write(out, a.stem, meta, f"d={a.dim}, MLP {a.ffn}, {a.heads} heads (Llama: {max(1, a.heads // 2)} KV "
+                 f"heads), batch {a.batch}x{a.length} tokens; GPT-2 and BERT: output tied to the token embedding, "
+                 "Llama: untied `lm_head`", "hf-update-size")
 
 
 if __name__ == "__main__":

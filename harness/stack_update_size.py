@@ -284,17 +284,22 @@ def main(argv=None) -> dict:
         raise SystemExit("error: --encdec and --encoder-only: choose one")
     stem = ("stack_update_size" + ("_encdec" if a.encdec else "") + ("_encoder_only" if a.encoder_only else "")
             + ("_untied" if a.untied else ""))
+    return write(out, stem, meta, f"d={a.dim}, ffn={a.ffn}, heads={a.heads}, batch {a.batch}x{a.length} tokens, "
+                 f"{'untied' if a.untied else 'tied'} output projection"
+                 f"{', encoder-decoder (N + N layers)' if a.encdec else ''}"
+                 f"{', encoder-only (no causal mask)' if a.encoder_only else ''}", "stack-update-size")
+
+
+def write(out: pathlib.Path, stem: str, meta: dict, setting: str, name: str) -> dict:
+    """OUT/STEM.json (META) and OUT/STEM.md (its command, machine, date, SETTING and table), each atomically;
+    the table printed."""
     atomic.write_json(out / f"{stem}.json", meta)
     atomic.write_text(out / f"{stem}.md",
                       f"`{meta['command']}`\n\n{meta['machine']}, {meta['date']}, {meta['seconds']} s\n\n"
-                      f"||Δf|| / η after one SGD step (η = {a.eta:g}), mean of {a.inits} inits; "
-                      f"d={a.dim}, ffn={a.ffn}, heads={a.heads}, batch {a.batch}x{a.length} tokens, "
-                      f"{'untied' if a.untied else 'tied'} output projection"
-                      f"{', encoder-decoder (N + N layers)' if a.encdec else ''}"
-                      f"{', encoder-only (no causal mask)' if a.encoder_only else ''}\n\n"
-                      f"{table(meta)}\n")
+                      f"||Δf|| / η after one SGD step (η = {meta['eta']:g}), mean of {meta['inits']} inits; "
+                      f"{setting}\n\n{table(meta)}\n")
     print(table(meta))
-    print(f"[stack-update-size] wrote {out}/{stem}.{{json,md}} ({meta['seconds']} s)")
+    print(f"[{name}] wrote {out}/{stem}.{{json,md}} ({meta['seconds']} s)")
     return meta
 
 
