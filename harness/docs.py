@@ -409,10 +409,10 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     gaps = {}
     for g in plat.get("gaps", []):
         gaps.setdefault(g["baseline"].split("-")[1], []).append(g["gap"])
-    rows = ["| baseline (its better schedule) | convergence, lr 5e-4: T-Fixup's updates to its best | "
-            "quality, Multi30k, 10 epochs: T-Fixup's BLEU gain | each at its best lr: T-Fixup's updates | "
-            "lrs it trains at (T-Fixup: " + _range(lrp.get("methods", {}).get("tfixup")) + ") | "
-            "plateau: T-Fixup's sacreBLEU gain |", "|---|---|---|---|---|---|"]
+    rows = [f"| baseline (its better schedule) | convergence, lr 5e-4: T-Fixup's updates to its best{_partial(conv)} | "
+            f"quality, Multi30k, 10 epochs: T-Fixup's BLEU gain{_partial(qual)} | each at its best lr: T-Fixup's "
+            f"updates{_partial(lr)} | lrs it trains at (T-Fixup: " + _range(lrp.get("methods", {}).get("tfixup")) + ") | "
+            f"plateau: T-Fixup's sacreBLEU gain{_partial(plat)} |", "|---|---|---|---|---|---|"]
     for name, m in methods.METHODS.items():
         if name == "tfixup" or name in methods.ABLATIONS:
             continue
@@ -430,6 +430,13 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
                     + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
     return "\n".join(rows)
+
+
+def _partial(res: dict) -> str:
+    """' (PARTIAL: X of Y runs)' for a study report that lacks runs of its plan, else ''."""
+    if not res or res["runs_recorded"] >= planned(res):
+        return ""
+    return f" (PARTIAL: {res['runs_recorded']} of {planned(res)} runs)"
 
 
 def _range(m) -> str:
