@@ -29,11 +29,10 @@ import re
 import sys
 import time
 
-import numpy as np
 import torch
 from torch import nn
 
-from harness.stack_update_size import DEFAULT_TEXT, KEYS, loglog_slope, one_sgd_step, token_batch, write
+from harness.stack_update_size import DEFAULT_TEXT, sweep, token_batch, write
 from tfixup.torch_tfixup import apply_tfixup
 
 FAMILIES = ("gpt2", "llama", "bert")
@@ -92,26 +91,10 @@ def build(family: str, method: str, vocab: int, dim: int, ffn: int, heads: int, 
 
 
 def measure(families, methods, depths, tokens, vocab, dim, ffn, heads, eta, inits, seed, log=print) -> dict:
-    results = {}
-    for family in families:
-        for m in methods:
-            sizes = {key: [] for key in KEYS}
-            for n in depths:
-                runs = []
-                for k in range(inits):
-                    model = build(family, m, vocab, dim, ffn, heads, n, seed + k)
-                    full, nobias = one_sgd_step(model, tokens, eta), one_sgd_step(model, tokens, eta, biases=False)
-                    runs.append({**full, **{f"{key}_nobias": v for key, v in nobias.items()}})
-                for key in KEYS:
-                    sizes[key].append(float(np.mean([r[key] for r in runs])))
-                log(f"[hf-update-size] {family} {m} N={n}: ||df||/eta logits {sizes['logits'][-1]:.4g}, hidden "
-                    f"{sizes['hidden'][-1]:.4g} (biases not stepped: {sizes['logits_nobias'][-1]:.4g}, "
-                    f"{sizes['hidden_nobias'][-1]:.4g})")
-            name = f"{family} {m}"
-            results[name] = {**sizes, **{f"{key}_loglog_slope": loglog_slope(depths, sizes[key]) for key in KEYS}}
-            log(f"[hf-update-size] {name}: log-log slope vs N: "
-                + ", ".join(f"{key} {results[name][key + '_loglog_slope']:+.3f}" for key in KEYS))
-    return results
+    return {f"{family} {m}": sweep(f"{family} {m}", lambda n, s, family=family, m=m: build(family, m, vocab, dim, ffn,
+                                                                                          heads, n, s),
+                                   depths, tokens, eta, inits, seed, log, tag="hf-update-size")
+            for family in families for m in methods}
 
 
 def parse_args(argv=None):

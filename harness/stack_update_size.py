@@ -202,28 +202,34 @@ def loglog_slope(depths: Sequence[int], values: Sequence[float]) -> float:
 KEYS = ("logits", "hidden", "logits_nobias", "hidden_nobias")
 
 
+def sweep(name: str, build_at, depths: Sequence[int], tokens: torch.Tensor, eta: float, inits: int, seed: int,
+          log=print, tag: str = "stack-update-size", note: str = "") -> dict:
+    """One model family across DEPTHS: ``build_at(n, seed)`` builds it with n layers; per depth the mean over
+    INITS of one SGD step's output change (every parameter stepped, and biases held), then each key's log-log
+    slope against the depth."""
+    sizes = {key: [] for key in KEYS}
+    for n in depths:
+        runs = []
+        for k in range(inits):
+            model = build_at(n, seed + k)
+            full, nobias = one_sgd_step(model, tokens, eta), one_sgd_step(model, tokens, eta, biases=False)
+            runs.append({**full, **{f"{key}_nobias": v for key, v in nobias.items()}})
+        for key in KEYS:
+            sizes[key].append(float(np.mean([r[key] for r in runs])))
+        log(f"[{tag}] {name} N={n}: ||df||/eta logits {sizes['logits'][-1]:.4g}, "
+            f"hidden {sizes['hidden'][-1]:.4g} (biases not stepped: {sizes['logits_nobias'][-1]:.4g}, "
+            f"{sizes['hidden_nobias'][-1]:.4g})")
+    result = {**sizes, **{f"{key}_loglog_slope": loglog_slope(depths, sizes[key]) for key in KEYS}}
+    log(f"[{tag}] {name}: log-log slope vs N: "
+        + ", ".join(f"{key} {result[key + '_loglog_slope']:+.3f}" for key in KEYS) + note)
+    return result
+
+
 def measure(methods: Sequence[str], depths: Sequence[int], tokens: torch.Tensor, vocab: int, dim: int, ffn: int,
             heads: int, eta: float, inits: int, seed: int, untied: bool = False, encdec: bool = False,
             causal: bool = True, log=print) -> dict:
-    results = {}
-    for m in methods:
-        sizes = {key: [] for key in KEYS}
-        for n in depths:
-            runs = []
-            for k in range(inits):
-                model = build(m, vocab, dim, ffn, heads, n, seed + k, untied, encdec, causal)
-                full, nobias = one_sgd_step(model, tokens, eta), one_sgd_step(model, tokens, eta, biases=False)
-                runs.append({**full, **{f"{key}_nobias": v for key, v in nobias.items()}})
-            for key in KEYS:
-                sizes[key].append(float(np.mean([r[key] for r in runs])))
-            log(f"[stack-update-size] {m} N={n}: ||df||/eta logits {sizes['logits'][-1]:.4g}, "
-                f"hidden {sizes['hidden'][-1]:.4g} (biases not stepped: {sizes['logits_nobias'][-1]:.4g}, "
-                f"{sizes['hidden_nobias'][-1]:.4g})")
-        results[m] = {**sizes, **{f"{key}_loglog_slope": loglog_slope(depths, sizes[key]) for key in KEYS}}
-        log(f"[stack-update-size] {m}: log-log slope vs N: "
-            + ", ".join(f"{key} {results[m][key + '_loglog_slope']:+.3f}" for key in KEYS)
-            + " (0: independent of depth)")
-    return results
+    return {m: sweep(m, lambda n, s, m=m: build(m, vocab, dim, ffn, heads, n, s, untied, encdec, causal), depths,
+                     tokens, eta, inits, seed, log, note=" (0: independent of depth)") for m in methods}
 
 
 def table(meta: dict) -> str:
