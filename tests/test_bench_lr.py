@@ -30,11 +30,11 @@ def record(run, curve, status="ok"):
 
 
 def test_arms_come_from_the_method_table():
-    got = lr.arms("translation")
-    assert got["tfixup"][:2] == ("tfixup", "nowarmup")
-    assert got["postln_matched"][:2] == ("postln", "matched")
-    assert set(a for a, v in got.items()) >= {"tfixup", "postln_matched", "preln_matched"}
-    assert lr.arms("lm")["preln_matched"][0] == "preln"
+    got = lr.study_arms("translation")
+    assert (got["tfixup"].method, got["tfixup"].schedule) == ("tfixup", "nowarmup")
+    assert (got["postln_matched"].method, got["postln_matched"].schedule) == ("postln", "matched")
+    assert set(got) >= {"tfixup", "postln_matched", "preln_matched"}
+    assert lr.study_arms("lm")["preln_matched"].method == "preln"
 
 
 def test_the_grid_doubles_while_a_method_trains_then_adds_the_second_seed():

@@ -18,6 +18,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO))
 from harness.bench import batch, convergence, depth, quality  # noqa: E402
 from harness.bench.unigram import unigram_level  # noqa: E402
+from tfixup import atomic  # noqa: E402
 
 LEVEL = {"oracle": 9.5, "train_fit": 9.8, "label_smoothing": 0.1, "vocab": 100, "valid_tokens": 1000}
 
@@ -120,7 +121,7 @@ def test_convergence_states_tfixup_against_dyt_and_rezero_with_and_without_warmu
             "| matched warmup | 1.00x (1/1 reached) | 9.400 (1 seed) | 0.25x (1/1 reached) |") in text
     assert "| ReZero |" in text and "| 7.500 (1 seed) | 2.00x (1/1 reached) |" in text
     # in the figure, a method run both ways has its no-warmup curve dash-dotted, beside its solid matched one
-    assert [convergence.linestyle(a) for a in ("dyt", "dyt_matched", "rezero", "rezero_warmup", "tfixup")] == [
+    assert [convergence.ARMS[a].linestyle for a in ("dyt", "dyt_matched", "rezero", "rezero_warmup", "tfixup")] == [
         "-.", "-", "-.", "--", "-"]
 
 
@@ -175,7 +176,7 @@ def test_convergence_methods_option_runs_only_those():
                    "main-preln-lr0.0005-s1", "fig3c-sgd-lr0.1-s1", "fig3c-sgd-lr0.3-s1", "fig3c-sgd-lr1-s1"]
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
-    main = [a for a, (_, _, _, group) in convergence.METHODS.items() if group == "main"]
+    main = [a.name for a in convergence.ARMS.values() if a.group == "main"]
     # per lr: 4 headline arms x 3 seeds, the other main arms once; 3 Fig. 3c Adam arms per lr, 2 SGD arms
     # x 3 lrs; a long run per headline arm
     assert len(every) == 2 * (4 * 3 + len(main) - 4) + 2 * 3 + 2 * 3 + 4
@@ -271,12 +272,12 @@ def test_quality_tfixup_against_each_warmup_method_on_its_better_schedule_chosen
 def test_quality_plot_of_every_arm_puts_its_legend_beside_the_curves(tmp_path, monkeypatch):
     """With every arm on a corpus (more than 6 labels), one legend right of the plots, none on the curves."""
     legends = []
-    monkeypatch.setattr(quality.common, "save_figure",
+    monkeypatch.setattr(quality.atomic, "save_figure",
                         lambda path, fig: legends.extend(ax.get_legend() for ax in fig.axes))
     records = {quality.run_id("multi30k", m): {"id": quality.run_id("multi30k", m), "corpus": "multi30k",
                                                "method": m, "valid_curve": [(100, 8.0), (200, 7.0)],
                                                "bleu_curve": [(100, 1.0), (200, 2.0)]}
-               for m in list(quality.METHODS)[:8]}
+               for m in list(quality.ARMS)[:8]}
     quality.plot({"records": records}, tmp_path / "q.png")
     loss, bleu = legends
     assert bleu is None and len(loss.get_texts()) == 8
@@ -414,8 +415,8 @@ def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path
     runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3, 4, 5)]
     store = tmp_path / "study" / "runs"
     store.mkdir(parents=True)
-    runlib.common.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
-    runlib.common.write_json(store / "r2.json", {"id": "r2", "key": "another command", "status": "ok"})
+    atomic.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
+    atomic.write_json(store / "r2.json", {"id": "r2", "key": "another command", "status": "ok"})
     ran, reports = [], []
 
     def execute(run, work):  # r3's executor breaks; r5's run fails to run (a tool's error): no result
@@ -504,7 +505,7 @@ def test_report_only_rewrites_the_report_from_recorded_runs_and_runs_nothing(tmp
     runs = [runlib.Run(f"r{i}", {"seed": i}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2)]
     store = tmp_path / "study" / "runs"
     store.mkdir(parents=True)
-    runlib.common.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
+    atomic.write_json(store / "r1.json", {"id": "r1", "key": runs[0].key(), "status": "ok"})
     ran = []
     res = runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},
                            lambda res, path: path.write_bytes(b"png"), lambda res: f"recorded {res['recorded']}",
@@ -525,7 +526,7 @@ def test_a_study_that_records_no_new_run_leaves_its_committed_report_alone(tmp_p
     store = tmp_path / "study" / "runs"
     store.mkdir(parents=True)
     for r in runs[:1]:
-        runlib.common.write_json(store / f"{r.id}.json", {"id": r.id, "key": r.key(), "status": "ok"})
+        atomic.write_json(store / f"{r.id}.json", {"id": r.id, "key": r.key(), "status": "ok"})
     committed = {f"study.{ext}": f"committed {ext}" for ext in ("json", "md", "png")}
     for name, text in committed.items():
         (tmp_path / name).write_text(text)

@@ -179,7 +179,7 @@ def test_fairseq_train_trains_it_on_real_text_without_warmup(lm_bin):
 
 
 def test_study_arms_and_plan_come_from_the_method_rows():
-    assert {a: v[:2] for a, v in lm.METHODS.items()} == {
+    assert {a.name: (a.method, a.schedule) for a in lm.ARMS.values()} == {
         "tfixup": ("tfixup", "nowarmup"), "postln_matched": ("postln", "matched"),
         "preln_matched": ("preln", "matched"), "postln": ("postln", "nowarmup"),
         "dyt_matched": ("dyt", "matched"), "rezero": ("rezero", "nowarmup")}
@@ -281,7 +281,7 @@ def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path,
     res = json.loads((tmp_path / "lm.json").read_text())
     assert res["complete"] and set(res["headline"]) == {"6 layers", "24 layers"}
     for rec in res["records"].values():
-        name = lm.METHODS[rec["method"]][0]
+        name = lm.ARMS[rec["method"]].method
         assert f"--arch {methods.method(name).lm_arch} " in rec["command"]
     # T-Fixup's fake curve falls twice as fast: it reaches the baseline's best (at 400) by update 200
     assert res["headline"]["24 layers"]["arms"]["tfixup"]["ratio_to_baseline"] == 0.5

@@ -23,6 +23,7 @@ import statistics
 import sys
 
 from harness.bench import common, runs as runlib
+from tfixup import atomic
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, multipliers=[1, 2], updates=8, valid_every=2,
@@ -82,8 +83,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
 
 def report(res: dict) -> str:
     cfg = res["config"]
-    text = runlib.report_head("Large batch without warmup (paper Fig. 4c), T-Fixup", res, cfg["n_runs"])
-    text += (
+    text = runlib.report_head("Large batch without warmup (paper Fig. 4c), T-Fixup", res, cfg["n_runs"], (
         f"T-Fixup {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, lr {cfg['lr']}, "
         f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}, no warmup; batch = update-freq k x {cfg['max_tokens']} tokens. "
         f"Target: valid loss {res['target_valid_loss']} bits (the 1x run's best by update {cfg['updates'] // 2}); "
@@ -93,7 +93,7 @@ def report(res: dict) -> str:
                           [[f"{r['multiplier']}x", r["tokens_per_update"], r["updates"], r["status"],
                             r["updates_to_target"], r["final_valid"], r["wall_s"]] for r in res["rows"]])
         + f"\n\nUpdates to the target, 2k / k (perfect scaling: 0.5): {res['factor_per_doubling'] or 'n/a'}; "
-        f"mean {res['factor_per_doubling_mean']}. Diverged: {'yes' if res['any_diverged'] else 'none'}.\n")
+        f"mean {res['factor_per_doubling_mean']}. Diverged: {'yes' if res['any_diverged'] else 'none'}.\n"))
     return text
 
 
@@ -118,7 +118,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.legend(fontsize=8)
     axes[0].set_title("valid loss vs updates", fontsize=9)
     axes[1].set_title("same, vs data seen (curves coincide if per-token progress is unchanged)", fontsize=8)
-    common.save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def parser():

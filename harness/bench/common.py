@@ -6,6 +6,7 @@ fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
 """
 
 import argparse
+import dataclasses
 import datetime
 import importlib.metadata
 import os
@@ -19,11 +20,10 @@ import time
 
 # fairseq-free: a study's own process only launches fairseq-train runs and reads their logs, without
 # paying fairseq's ~6 s import
-from harness import fairseq_log, manifest
-from tfixup import atomic, methods as presets
+from harness import manifest
+from tfixup import atomic, methods
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-USER_DIR = presets.USER_DIR
 PREPARE = REPO / "scripts" / "prepare-iwslt14.sh"
 
 
@@ -87,10 +87,10 @@ def data_description(path: pathlib.Path) -> str:
 # ---------------------------------------------------------------- models
 
 
-def recipe(cfg: dict, method: str, **kw) -> "presets.Recipe":
+def recipe(cfg: dict, method: str, **kw) -> "methods.Recipe":
     """A study's recipe for ``method``: the study's size (embed, ffn, heads, layers per side), warmup W
     and tokens per update, and ``kw`` (lr, seed, max_update, dropout, schedule, ...)."""
-    return presets.Recipe(method, cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"],
+    return methods.Recipe(method, cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"],
                           **{"warmup": cfg.get("warmup", 4000), "max_tokens": cfg["max_tokens"], **kw})
 
 
@@ -99,25 +99,56 @@ DEVICES = ("cpu", "cuda")  # where a study's runs train: fairseq's --cpu, or its
 
 def train_args(r, device: str = "cpu") -> list:
     """A study run's fairseq-train arguments: the project's one builder (tfixup/methods.py
-    ``train_args``), on ``device`` (DEVICES), JSON log lines (read back by parse_train_log), no
+    ``train_args``), on ``device`` (DEVICES), JSON log lines (read back by harness/fairseq_log.py), no
     data-loader process."""
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose {' or '.join(DEVICES)}")
-    return presets.train_args(r, USER_DIR, cpu=device == "cpu", log_format="json", num_workers=0)
+    return methods.train_args(r, cpu=device == "cpu", log_format="json", num_workers=0)
 
 
-def color(method: str) -> str:
-    """A method's color in every benchmark figure (its row in tfixup/methods.py); C2 is left for
-    Post-LN without warmup where a study runs Post-LN both ways."""
-    return presets.method(method).color
+# ---------------------------------------------------------------- arms
+
+# A schedule's suffix in an arm's name, its words in an arm's label and its line in a figure (fairseq's
+# inverse_sqrt dashed, T-Fixup's curve solid, P = W dotted). warmup, matched and nowarmup are
+# tfixup/methods.py's SCHEDULES; nowarmup_w is nowarmup with P = W, T-Fixup on nearly the warmup baseline's curve.
+SUFFIX = {"warmup": "_warmup", "matched": "_matched", "nowarmup": "", "nowarmup_w": "_pw"}
+SCHEDULE_LABEL = {"warmup": " + warmup", "matched": " + matched warmup", "nowarmup": ", no warmup",
+                  "nowarmup_w": ", no warmup, P = W"}
+LINESTYLE = {"warmup": "--", "matched": "-", "nowarmup": "-", "nowarmup_w": ":"}
+POSTLN_NO_WARMUP_COLOR = "C2"  # Post-LN without warmup, where a study runs Post-LN both ways (``arm_table``)
 
 
-POSTLN_NO_WARMUP_COLOR = "C2"
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """What a study trains: a method of tfixup/methods.py on a schedule, and how the study's records,
+    tables and figures name and draw it."""
+
+    name: str  # in run ids and in the records (their "method")
+    method: str  # its row in tfixup/methods.py METHODS
+    schedule: str  # a key of SUFFIX
+    label: str
+    color: str
+    linestyle: str
+    group: str = "main"  # the convergence study's: "main", or "fig3c" for the arms of the paper's Fig. 3c
 
 
-# ---------------------------------------------------------------- fairseq-train runs
+def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "",
+        group: str = "main") -> Arm:
+    """METHOD on SCHEDULE: named METHOD + SUFFIX[schedule], labelled with its row's label +
+    SCHEDULE_LABEL[schedule], drawn in its row's color with LINESTYLE[schedule], unless given."""
+    row = methods.method(method)
+    return Arm(name or method + SUFFIX[schedule], method, schedule, label or row.label + SCHEDULE_LABEL[schedule],
+               row.color, linestyle or LINESTYLE[schedule], group)
 
-parse_train_log = fairseq_log.parse_train_log  # the one reader of fairseq's logs
+
+def arm_table(arms) -> dict:
+    """name -> arm, in order; where the study runs Post-LN with and without warmup, Post-LN without
+    warmup is told apart in the figures by a color of its own."""
+    arms = list(arms)
+    postln = {a.schedule for a in arms if a.method == "postln"}
+    both = "nowarmup" in postln and len(postln) > 1
+    return {a.name: dataclasses.replace(a, color=POSTLN_NO_WARMUP_COLOR)
+            if both and a.method == "postln" and a.schedule == "nowarmup" else a for a in arms}
 
 
 # ---------------------------------------------------------------- outputs
@@ -177,17 +208,11 @@ def write_json(path: pathlib.Path, obj) -> None:
     atomic.write_json(path, obj)
 
 
-write_text = atomic.write_text
-
-
-save_figure = atomic.save_figure
-
-
 def save_titled_figure(path, fig, title: str) -> None:
     """FIG with TITLE over its panels, laid out, written atomically to PATH."""
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def md_table(headers: list, rows: list) -> str:
@@ -201,6 +226,18 @@ def md_table(headers: list, rows: list) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str:
+    """The section on T-Fixup against every warmup method, on each of its schedules and on its better one:
+    INTRO, then a table of HEADERS with a row per group of runs (a key of PER_METHOD) and method: the key,
+    the method's label and ``cells(method, entry)``; "" without any."""
+    if not per_method:
+        return ""
+    rows = [[k, methods.method(name).label, *cells(name, v)] for k, group in per_method.items()
+            for name, v in group.items()]
+    return ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n" + intro
+            + md_table(headers, rows) + "\n\n")
 
 
 def header_md(title: str, meta: dict) -> str:
@@ -236,9 +273,9 @@ def benchmark_parser(description: str, outputs: str, threads_help: str = "torch 
 
 def write_outputs(out: pathlib.Path, stem: str, result: dict, plot, report_text: str, caption: str) -> None:
     """STEM.json, STEM.png and STEM.md (the report with the figure), each written atomically."""
-    write_json(out / f"{stem}.json", result)
+    atomic.write_json(out / f"{stem}.json", result)
     plot(result, out / f"{stem}.png")
-    write_text(out / f"{stem}.md", report_text + f"\n![{caption}]({stem}.png)\n")
+    atomic.write_text(out / f"{stem}.md", report_text + f"\n![{caption}]({stem}.png)\n")
 
 
 def mean_lr_text(schedules: list, updates: int, lr: float, budget: str = "") -> str:

@@ -29,54 +29,56 @@ skips those and runs the rest (``--jobs`` at a time).
     python -m harness.bench.convergence --out results/bench              # the study (hours on 2 cores)
 """
 
+import dataclasses
 import pathlib
 import statistics
 import sys
 
 from harness.bench import common, runs as runlib
+from tfixup import methods
 
-# Schedules, all with the same peak lr:
+# Schedules (common.SUFFIX), all with the same peak lr:
 #   warmup     fairseq's inverse_sqrt: linear warmup over W updates, then lr * sqrt(W / t)
 #   matched    inverse_sqrt_matched: linear warmup over W onto T-Fixup's curve, then lr * sqrt(P / (P + t))
 #   nowarmup   inverse_sqrt_nowarmup: lr * sqrt(P / (P + t)) from update 0 (T-Fixup's, the paper's P)
 #   nowarmup_w inverse_sqrt_nowarmup with P = W: T-Fixup on (nearly) the old baseline's curve after warmup
-SUFFIX = {"warmup": "_warmup", "matched": "_matched", "nowarmup": "", "nowarmup_w": "_pw"}
-SCHEDULE_LABEL = {"warmup": " + warmup", "matched": " + matched warmup", "nowarmup": ", no warmup",
-                  "nowarmup_w": ", no warmup, P = W"}
 
 
 def study_arms() -> dict:
-    """arm name -> (method, schedule, label, group), derived from tfixup/methods.py: every method
-    of the study, one trained with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with
-    the matched warmup and without (group fig3c), one trained without warmup without it; then the
-    study's own arms: the paper's question, does it train without warmup, asked of Post-LN and Pre-LN
-    and of every LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup, the method under test:
-    each on all three schedules (DyT, trained with warmup, also without; ReZero, trained without, also
-    with both warmups); and T-Fixup with P = W."""
+    """arm name -> common.Arm, derived from tfixup/methods.py: every method of the study, one trained
+    with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with the matched warmup and
+    without (group fig3c), one trained without warmup without it; then the study's own arms: the
+    paper's question, does it train without warmup, asked of Post-LN and Pre-LN and of every
+    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup, the method under test: each on all
+    three schedules (DyT, trained with warmup, also without; ReZero, trained without, also with both
+    warmups); and T-Fixup with P = W. In the figure a method trained both ways has its no-warmup curve
+    dash-dotted."""
     out = {}
 
     def add(name, kind, group):
-        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + SCHEDULE_LABEL[kind], group)
+        a = common.arm(name, kind, group=group)
+        out[a.name] = a
 
-    for name in presets.studied("convergence"):
-        group = "fig3c" if name in presets.ABLATIONS else "main"
-        if not presets.method(name).warmup:
+    for name in methods.studied("convergence"):
+        group = "fig3c" if name in methods.ABLATIONS else "main"
+        if not methods.method(name).warmup:
             add(name, "nowarmup", group)
         for kind in (("warmup", "matched") if group == "main" else ("matched", "nowarmup")):
-            if presets.method(name).warmup:
+            if methods.method(name).warmup:
                 add(name, kind, group)
-    main = [n for n in presets.studied("convergence") if n not in presets.ABLATIONS]
-    question = ["postln", "preln"] + [n for n in main if presets.method(n).layernorm_free and n != "tfixup"]
+    main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
+    question = ["postln", "preln"] + [n for n in main if methods.method(n).layernorm_free and n != "tfixup"]
     for name in question:
-        for kind in ("warmup", "matched", "nowarmup"):
-            if name + SUFFIX[kind] not in out:
+        for kind in methods.SCHEDULES:
+            if name + common.SUFFIX[kind] not in out:
                 add(name, kind, "main")
     add("tfixup", "nowarmup_w", "main")
-    return out
+    matched = {a.method for a in out.values() if a.schedule == "matched"}
+    return common.arm_table(dataclasses.replace(a, linestyle="-.") if a.schedule == "nowarmup" and a.method in matched
+                            else a for a in out.values())
 
 
-presets = common.presets
-METHODS = study_arms()
+ARMS = study_arms()
 BASELINE = "postln_warmup"
 # the warmup baseline on each schedule: T-Fixup's ratio is given against each, and against the better one
 BASELINE_SCHEDULES = ("postln_warmup", "postln_matched")
@@ -97,12 +99,13 @@ MODES = {
 
 def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
-    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) at LR: the study's
-    recipe, valid loss every ``valid_every`` updates, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
-    name, kind = (arms or METHODS)[arm][:2]
-    recipe = common.recipe(cfg, name, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
-                           schedule="nowarmup" if kind == "nowarmup_w" else kind,
-                           decay_period=cfg["warmup"] if kind == "nowarmup_w" else cfg["decay_period"])
+    """One run of ARM (an arm of ``arms``, default this study's) at LR: the study's recipe, valid loss
+    every ``valid_every`` updates, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
+    a = (arms or ARMS)[arm]
+    pw = a.schedule == "nowarmup_w"
+    recipe = common.recipe(cfg, a.method, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
+                           schedule="nowarmup" if pw else a.schedule,
+                           decay_period=cfg["warmup"] if pw else cfg["decay_period"])
     args = common.train_args(recipe, device) + [
         "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
         "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
@@ -119,18 +122,18 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     def add(arm, lr, seed, updates, tag):
         out.append(make_run(cfg, data, arm, lr, seed, updates, tag))
 
-    others = [a for a in METHODS if a not in cfg["headline"]] if cfg["others"] else []
+    others = [a for a in ARMS.values() if a.name not in cfg["headline"]] if cfg["others"] else []
     for lr in cfg["lrs"]:
         for seed in cfg["seeds"]:
             for arm in cfg["headline"]:
                 add(arm, lr, seed, cfg["updates"], "main")
-        for arm in others:
-            if METHODS[arm][3] == "main":
-                add(arm, lr, cfg["seeds"][0], cfg["updates"], "main")
-    for arm in others:
-        if METHODS[arm][3] == "fig3c":
-            for lr in (cfg["sgd_lrs"] if METHODS[arm][0] == "sgd" else cfg["lrs"]):
-                add(arm, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
+        for a in others:
+            if a.group == "main":
+                add(a.name, lr, cfg["seeds"][0], cfg["updates"], "main")
+    for a in others:
+        if a.group == "fig3c":
+            for lr in (cfg["sgd_lrs"] if a.method == "sgd" else cfg["lrs"]):
+                add(a.name, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
     if cfg["long_updates"]:
         for arm in cfg["headline"]:
             add(arm, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
@@ -157,7 +160,6 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
 
 
 WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
-SCHEDULES = (*WARMUPS, "nowarmup")  # a method's schedules in the T-Fixup-against-each-method table
 
 
 def reach(records: dict, row: dict, arm: str) -> tuple:
@@ -194,7 +196,7 @@ def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
     threshold = level["train_fit"] - margin
     rows = [{**curve_row(rec, ("id", "group", "method", "lr", "seed", "updates", "status", "wall_s"), threshold),
-             "schedule": METHODS[rec["method"]][1]} for rec in records.values()]
+             "schedule": ARMS[rec["method"]].schedule} for rec in records.values()]
     # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
         for b in BASELINE_SCHEDULES:
@@ -203,9 +205,10 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
     schedule_arms = {}  # a method with an arm on a warmup schedule -> its arms on every schedule (not P = W)
-    for arm, (name, kind, _, _) in METHODS.items():
-        if kind in WARMUPS:
-            schedule_arms[name] = [a for a, v in METHODS.items() if v[0] == name and v[1] in SCHEDULES]
+    for arm in ARMS.values():
+        if arm.schedule in WARMUPS:
+            schedule_arms[arm.method] = [a.name for a in ARMS.values()
+                                         if a.method == arm.method and a.schedule in methods.SCHEDULES]
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
             here = [r for r in rows if r["group"] == group and r["lr"] == lr]
@@ -213,18 +216,18 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             if not tfixup:
                 continue
             stuck = {m: f"{sum(r['stuck'] for r in here if r['method'] == m)}/{sum(r['method'] == m for r in here)}"
-                     for m in METHODS if any(r["method"] == m for r in here)}
+                     for m in ARMS if any(r["method"] == m for r in here)}
             per_baseline, better = versus(records, here, tfixup, BASELINE_SCHEDULES)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
                                               **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
             for name, candidates in schedule_arms.items():
                 arms, _ = versus(records, here, tfixup, candidates)
-                warm = [a for a in arms if METHODS[a][1] in WARMUPS]
+                warm = [a for a in arms if ARMS[a].schedule in WARMUPS]
                 if warm:  # its better schedule: the better of the warmups (without warmup it is a column of its own)
                     better = min(warm, key=lambda a: arms[a]["baseline_best_valid_mean"])
                     per_method.setdefault(f"{group} lr {lr:g}", {})[name] = {"arms": arms, "better": better}
     sgd_choice = {}
-    for m in (m for m in METHODS if METHODS[m][0] == "sgd"):
+    for m in (a.name for a in ARMS.values() if a.method == "sgd"):
         grid = [r for r in rows if r["method"] == m and r["best_valid"] is not None]
         if grid:
             pick = min(grid, key=lambda r: r["best_valid"])
@@ -245,8 +248,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
     title = f"Convergence without warmup (paper Fig. 3c), {cfg['layers']}+{cfg['layers']} layers"
-    text = runlib.report_head(title, res, cfg["n_runs"])
-    text += (
+    text = runlib.report_head(title, res, cfg["n_runs"], (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, label "
         f"smoothing 0.1, no clipping (SGD arms: plain SGD, no momentum). Every run has the same peak lr at its "
@@ -261,7 +263,7 @@ def report(res: dict) -> str:
         f"**Unigram level** of this valid set (computed from the data, harness/bench/unigram.py): "
         f"{lv['train_fit']} bits for the unigram model fit on train ({lv['oracle']} for the best unigram "
         f"model fit on valid itself). A run is **stuck** when its best valid loss is not at least "
-        f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n")
+        f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n"))
     w, p = cfg["warmup"], cfg["decay_period"]
     text += common.mean_lr_text([("no warmup", "nowarmup", w, p), ("matched warmup", "matched", w, p),
                                  ("warmup", "warmup", w, p), ("P = W", "nowarmup", w, w)], cfg["updates"], cfg["lrs"][0])
@@ -275,51 +277,50 @@ def report(res: dict) -> str:
             for b in BASELINE_SCHEDULES:
                 pb = h["per_baseline"].get(b)
                 cells += [None, None] if pb is None else [_best_text(pb), _ratio_text(pb)]
-            cells += [METHODS[h["better_baseline"]][2] if h.get("better_baseline") else None, _ratio_text(h),
-                      ", ".join(f"{METHODS[m][2]} {v}" for m, v in h["stuck"].items())]
+            cells += [ARMS[h["better_baseline"]].label if h.get("better_baseline") else None, _ratio_text(h),
+                      ", ".join(f"{ARMS[m].label} {v}" for m, v in h["stuck"].items())]
             rows.append(cells)
         text += common.md_table(
             ["runs", "T-Fixup seeds", "warmup baseline's best", "T-Fixup's ratio to it", "matched baseline's best",
              "T-Fixup's ratio to it", "better schedule", "ratio to the better", "stuck runs per method"],
             rows) + "\n\n"
-    if res.get("per_method"):
-        text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
-                 "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds "
-                 "both have (the better schedule: the better warmup, the lower mean best valid loss). Without "
-                 "warmup: the methods the study also runs without it (Post-LN, Pre-LN, the LayerNorm-free "
-                 "ones).\n\n")
-        rows = []
-        for k, methods in res["per_method"].items():
-            for name, v in methods.items():
-                cells = [k, presets.method(name).label]
-                for kind in WARMUPS:
-                    arm = v["arms"].get(name + SUFFIX[kind])
-                    cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
-                better = v["arms"][v["better"]]
-                cells += [SCHEDULE_LABEL[METHODS[v["better"]][1]].lstrip(" +"), _ratio_text(better)]
-                arm = v["arms"].get(name + SUFFIX["nowarmup"])
-                rows.append(cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]))
-        text += common.md_table(["runs", "method", "best valid, warmup", "T-Fixup's ratio to it",
-                                 "best valid, matched warmup", "T-Fixup's ratio to it", "better schedule",
-                                 "T-Fixup's ratio to the better", "best valid, no warmup",
-                                 "T-Fixup's ratio to it"], rows) + "\n\n"
+    text += common.versus_methods_md(
+        res.get("per_method"),
+        "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds both have (the "
+        "better schedule: the better warmup, the lower mean best valid loss). Without warmup: the methods the study "
+        "also runs without it (Post-LN, Pre-LN, the LayerNorm-free ones).\n\n",
+        ["runs", "method", "best valid, warmup", "T-Fixup's ratio to it", "best valid, matched warmup",
+         "T-Fixup's ratio to it", "better schedule", "T-Fixup's ratio to the better", "best valid, no warmup",
+         "T-Fixup's ratio to it"], _versus_cells)
     fig3c = [r for r in res["rows"] if r["group"] == "fig3c"]
     if fig3c:
         text += ("## Fig. 3c arms\n\nEach against the same model's Adam runs above (seed 1). SGD: the learning "
                  "rate chosen on valid from the grid " + ", ".join(f"{x:g}" for x in cfg.get("sgd_lrs", []))
                  + ".\n\n" + common.md_table(
                      ["arm", "lr", "status", "best valid", "at update", "final valid", "stuck", "chosen on valid"],
-                     [[METHODS[r["method"]][2], r["lr"], _status(r), r["best_valid"], r["best_at"], r["final_valid"],
+                     [[ARMS[r["method"]].label, r["lr"], _status(r), r["best_valid"], r["best_at"], r["final_valid"],
                        "STUCK" if r["stuck"] else "no",
                        "yes" if res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"] else ""]
                       for r in fig3c]) + "\n\n")
     text += "## Every run\n\n" + common.md_table(
         ["group", "lr", "method", "seed", "updates", "status", "best valid", "at update", "final valid", "stuck",
          "ratio to warmup baseline", "ratio to matched baseline", "wall s"],
-        [[r["group"], r["lr"], METHODS[r["method"]][2], r["seed"], r["updates"], _status(r), r["best_valid"],
+        [[r["group"], r["lr"], ARMS[r["method"]].label, r["seed"], r["updates"], _status(r), r["best_valid"],
           r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"),
           r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]] for r in res["rows"]]) + "\n"
     return text
+
+
+def _versus_cells(name: str, v: dict) -> list:
+    """A method's cells in the T-Fixup-against-every-warmup-method table: on each warmup, on the better one,
+    without warmup."""
+    cells = []
+    for kind in WARMUPS:
+        arm = v["arms"].get(name + common.SUFFIX[kind])
+        cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
+    cells += [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +"), _ratio_text(v["arms"][v["better"]])]
+    arm = v["arms"].get(name + common.SUFFIX["nowarmup"])
+    return cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)])
 
 
 def _best_text(arm: dict) -> str:
@@ -334,19 +335,6 @@ def _ratio_text(h: dict):
     return f"{h['ratio_mean']:.2f}x{sd} ({h['reached']}/{h['seeds']} reached)"
 
 
-def color(name: str) -> str:
-    """The method's color in every benchmark figure; Post-LN without warmup is told apart from the baseline."""
-    return common.POSTLN_NO_WARMUP_COLOR if name == "postln" else common.color(METHODS[name][0])
-
-
-# fairseq's inverse_sqrt dashed, T-Fixup's curve (no warmup or matched warmup) solid, P = W dotted; a
-# method trained both ways: its no-warmup curve dash-dotted (``linestyle``)
-LINESTYLE = {"warmup": "--", "matched": "-", "nowarmup": "-", "nowarmup_w": ":"}
-
-
-def linestyle(arm: str) -> str:
-    name, kind, _, _ = METHODS[arm]
-    return "-." if kind == "nowarmup" and name + SUFFIX["matched"] in METHODS else LINESTYLE[kind]
 HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln", "tfixup_pw", "radam"]
 FIG3C_REFERENCE = ["tfixup", "postln_matched", "postln"]
 
@@ -364,7 +352,7 @@ def panels(res: dict) -> list:
         out.append((f"lr {lr:g}: the other methods (dashed: inverse_sqrt, solid: matched, dash-dot: no warmup)",
                     [r for r in main if r["method"] not in HEADLINE_PANEL or r["method"] == "tfixup"]))
         arms = [r for r in recs if r["group"] == "fig3c" and (
-            r["lr"] == lr if METHODS[r["method"]][0] != "sgd"
+            r["lr"] == lr if ARMS[r["method"]].method != "sgd"
             else res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"])]
         if arms:
             ref = [r for r in main if r["method"] in FIG3C_REFERENCE and r["seed"] == 1]
@@ -390,11 +378,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
     for ax, (title, recs) in zip(grid.flatten(), shown):
         labelled = set()
         for rec in recs:
-            m = rec["method"]
-            label = METHODS[m][2] + (f" (lr {rec['lr']:g})" if METHODS[m][0] == "sgd" else "")
-            ax.plot(*zip(*rec["valid_curve"]), color=color(m), ls=linestyle(m), lw=1.2, alpha=0.8,
-                    label=None if m in labelled else label)
-            labelled.add(m)
+            a = ARMS[rec["method"]]
+            label = a.label + (f" (lr {rec['lr']:g})" if a.method == "sgd" else "")
+            ax.plot(*zip(*rec["valid_curve"]), color=a.color, ls=a.linestyle, lw=1.2, alpha=0.8,
+                    label=None if a.name in labelled else label)
+            labelled.add(a.name)
         ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
         ax.axhline(res["stuck_threshold"], color="gray", ls=":", lw=1, label="stuck above this")
         ax.set_title(title, fontsize=9)
@@ -413,7 +401,7 @@ def parser():
                                        "long_updates"))
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--lrs", type=float, nargs="+")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS),
+    p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only the study's runs of these methods (the report covers the whole study)")
     return p
 
@@ -435,9 +423,9 @@ def _status(row: dict) -> str:
     return "diverged (NaN loss)" if row["status"] == "nan" else row["status"]
 
 
-def selected(runs: list, methods) -> list:
-    """The runs of ``methods`` (all when none are named), in the study's order."""
-    return [r for r in runs if not methods or r.meta["method"] in methods]
+def selected(runs: list, arms) -> list:
+    """The runs of ``arms`` (all when none are named), in the study's order."""
+    return [r for r in runs if not arms or r.meta["method"] in arms]
 
 
 def main(argv=None):

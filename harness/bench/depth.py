@@ -29,13 +29,15 @@ import pathlib
 import sys
 
 from harness.bench import common, runs as runlib
+from tfixup import atomic, methods
+
 
 def study_arms() -> dict:
-    """name -> (method in tfixup/methods.py, label): every method of the study, every run without warmup."""
-    return {m: (m, common.presets.method(m).label) for m in common.presets.studied("depth")}
+    """name -> common.Arm: every method of the study, every run without warmup (so labelled by the method alone)."""
+    return common.arm_table(common.arm(m, "nowarmup", label=methods.method(m).label) for m in methods.studied("depth"))
 
 
-METHODS = study_arms()
+ARMS = study_arms()
 CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at every depth
 
 MODES = {
@@ -49,7 +51,7 @@ MODES = {
 
 def planned(cfg: dict, m: str, depth: int) -> bool:
     """From ``ln_free_from`` layers per side on, only the paper's three methods and the LayerNorm-free ones."""
-    return depth < cfg["ln_free_from"] or m in CORE or common.presets.method(METHODS[m][0]).layernorm_free
+    return depth < cfg["ln_free_from"] or m in CORE or methods.method(ARMS[m].method).layernorm_free
 
 
 def budget(cfg: dict, depth: int) -> int:
@@ -58,7 +60,7 @@ def budget(cfg: dict, depth: int) -> int:
 
 def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
     updates = budget(cfg, depth)
-    recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), METHODS[m][0], lr=cfg["lr"],
+    recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), ARMS[m].method, lr=cfg["lr"],
                            seed=cfg["seed"], max_update=updates, schedule="nowarmup", decay_period=cfg["decay_period"])
     args = (common.train_args(recipe)
             + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
@@ -69,9 +71,9 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """The paper's three methods at every depth first, then the other methods at every depth they are
     planned at (``planned``)."""
-    methods = cfg["methods"] or list(METHODS)  # None: every method of the study
-    core = [m for m in methods if m in CORE]
-    rest = [m for m in methods if m not in CORE]
+    arms = cfg["methods"] or list(ARMS)  # None: every method of the study
+    core = [m for m in arms if m in CORE]
+    rest = [m for m in arms if m not in CORE]
     return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in core]
             + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest if planned(cfg, m, d)])
 
@@ -87,9 +89,9 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                      "best_valid": min((l for _, l in curve), default=None),
                      "trained": final is not None and final <= threshold,
                      "s_per_update": rec.get("s_per_update")})
-    rows.sort(key=lambda r: (r["depth"], list(METHODS).index(r["method"])))
+    rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
     deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
-               for m in (cfg["methods"] or list(METHODS))}
+               for m in (cfg["methods"] or list(ARMS))}
     return {
         "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
         "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
@@ -101,8 +103,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
 
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
-    text = runlib.report_head("Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)", res, cfg["n_runs"])
-    text += (
+    title = "Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)"
+    text = runlib.report_head(title, res, cfg["n_runs"], (
         f"lr {cfg['lr']}, lr*sqrt(P/(P+t)) with P = {cfg['decay_period']} for every method (no warmup), "
         f"{cfg['max_tokens']} tokens per update, dropout 0.1, seed {cfg['seed']}; {cfg['updates']} updates, "
         f"**{cfg['deep_updates']} from {cfg['deep_from']} layers per side** (time). Unigram level of the valid set: "
@@ -110,12 +112,12 @@ def report(res: dict) -> str:
         f"{res['trained_threshold']} ({res['margin_bits']} bit below).\n\n"
         + common.md_table(["layers per side", "method", "updates", "status", "final valid", "best valid", "trained",
                            "s/update"],
-                          [[r["depth"], METHODS[r["method"]][1], r["updates"], r["status"], r["final_valid"],
+                          [[r["depth"], ARMS[r["method"]].label, r["updates"], r["status"], r["final_valid"],
                             r["best_valid"], "yes" if r["trained"] else "NO", r["s_per_update"]]
                            for r in res["rows"]])
         + "\n\nDeepest model that trained (layers per side): "
-        + ", ".join(f"{METHODS[m][1]} {d if d is not None else 'none'}" for m, d in res["deepest_trained"].items())
-        + "\n")
+        + ", ".join(f"{ARMS[m].label} {d if d is not None else 'none'}" for m, d in res["deepest_trained"].items())
+        + "\n"))
     return text
 
 
@@ -125,24 +127,23 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {m: common.color(preset) for m, (preset, _) in METHODS.items()}
-    methods = [m for m in METHODS if any(r["method"] == m for r in res["records"].values())]
-    ncols = min(4, len(methods) + 1)  # a grid: one row of 11 panels was too wide to read
-    nrows = -(-(len(methods) + 1) // ncols)
+    arms = [a for a in ARMS.values() if any(r["method"] == a.name for r in res["records"].values())]
+    ncols = min(4, len(arms) + 1)  # a grid: one row of 11 panels was too wide to read
+    nrows = -(-(len(arms) + 1) // ncols)
     fig, grid = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.8 * nrows), squeeze=False)
     axes = grid.flatten()
-    for ax in axes[len(methods) + 1:]:
+    for ax in axes[len(arms) + 1:]:
         ax.set_visible(False)
-    axes = axes[:len(methods) + 1]
+    axes = axes[:len(arms) + 1]
     full = max((r["updates"] for r in res["rows"]), default=0)
-    for m in methods:
-        rows = [r for r in res["rows"] if r["method"] == m and r["final_valid"] is not None]
-        axes[0].plot([r["depth"] for r in rows], [r["final_valid"] for r in rows], "o-", color=colors[m],
-                     label=METHODS[m][1])
+    for arm in arms:
+        rows = [r for r in res["rows"] if r["method"] == arm.name and r["final_valid"] is not None]
+        axes[0].plot([r["depth"] for r in rows], [r["final_valid"] for r in rows], "o-", color=arm.color,
+                     label=arm.label)
         # the deepest runs had fewer updates (time): hollow, so that a shorter budget does not read as depth
         short = [r for r in rows if r["updates"] < full]
         axes[0].plot([r["depth"] for r in short], [r["final_valid"] for r in short], "o", color="white",
-                     markeredgecolor=colors[m], markersize=6)
+                     markeredgecolor=arm.color, markersize=6)
     if any(r["updates"] < full for r in res["rows"]):
         axes[0].plot([], [], "o", color="white", markeredgecolor="gray",
                      label=f"hollow: fewer than {full} updates")
@@ -154,23 +155,23 @@ def plot(res: dict, path: pathlib.Path) -> None:
     axes[0].set_xlabel("layers per side")
     axes[0].set_ylabel("final valid loss (bits)")
     axes[0].set_title("final valid loss vs depth", fontsize=9)
-    for ax, m in zip(axes[1:], methods):
+    for ax, arm in zip(axes[1:], arms):
         for rec in sorted(res["records"].values(), key=lambda r: r["depth"]):
-            if rec["method"] == m and rec["valid_curve"]:
+            if rec["method"] == arm.name and rec["valid_curve"]:
                 ax.plot(*zip(*rec["valid_curve"]), label=f"{rec['depth']}+{rec['depth']}")
-        ax.set_title(f"{METHODS[m][1]}: valid loss", fontsize=9)
+        ax.set_title(f"{arm.label}: valid loss", fontsize=9)
         ax.set_xlabel("updates")
     for ax in axes:
         ax.legend(fontsize=7)
     fig.tight_layout()  # rows of panels: keep titles clear of the axis labels above them
-    common.save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "depth.{json,md,png}, depth/runs/")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2, one thread each)")
     p.add_argument("--depths", type=int, nargs="+", help="layers per side (override the mode's)")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", choices=list(ARMS))
     p.add_argument("--updates", type=int, help="updates per run below --deep-from layers")
     p.add_argument("--deep-updates", type=int, help="updates per run from --deep-from layers on")
     p.add_argument("--deep-from", type=int, help="depth from which runs get --deep-updates")

@@ -46,7 +46,7 @@ import sys
 import time
 
 from harness.bench import common, runs as runlib
-from tfixup import atomic
+from tfixup import atomic, methods
 from tfixup.schedules import matched_lr, nowarmup_lr
 
 STEM = "hf"
@@ -802,15 +802,15 @@ def label(r: dict) -> str:
 def report(res: dict) -> str:
     cfg = res["config"]
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
-    text = runlib.report_head("T-Fixup in HuggingFace transformers models (Marian, GPT-2, Llama, BERT), Multi30k",
-                              res, res["n_runs"])
-    text += (f"Runs on: {', '.join(res['devices']) or '-'}. Every model is built from its transformers config "
-             f"(random init, no download) and trained by the same plain PyTorch loop: Adam (0.9, 0.98) with "
-             f"decoupled weight decay {cfg['weight_decay']:g}, no clipping. Arms: **T-Fixup** = `apply_tfixup(model)` "
-             f"on the stock model (its norms removed, its weights redrawn and scaled), no warmup, "
-             f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}; **stock + matched warmup**: the model as transformers "
-             f"builds it, linear warmup from 1e-7 over W updates onto the same curve; **stock, no warmup**: that "
-             f"model on T-Fixup's schedule. Valid loss in bits per token, perplexity = 2^loss.\n\n")
+    text = runlib.report_head(
+        "T-Fixup in HuggingFace transformers models (Marian, GPT-2, Llama, BERT), Multi30k", res, res["n_runs"],
+        (f"Runs on: {', '.join(res['devices']) or '-'}. Every model is built from its transformers config "
+         f"(random init, no download) and trained by the same plain PyTorch loop: Adam (0.9, 0.98) with "
+         f"decoupled weight decay {cfg['weight_decay']:g}, no clipping. Arms: **T-Fixup** = `apply_tfixup(model)` "
+         f"on the stock model (its norms removed, its weights redrawn and scaled), no warmup, "
+         f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}; **stock + matched warmup**: the model as transformers "
+         f"builds it, linear warmup from 1e-7 over W updates onto the same curve; **stock, no warmup**: that "
+         f"model on T-Fixup's schedule. Valid loss in bits per token, perplexity = 2^loss.\n\n"))
     text += ("## Translation: Marian against the fairseq plugin\n\n"
              f"MarianMTModel {m['d']}-{m['ffn']}-{m['heads']}, {m['layers']}+{m['layers']} layers, ReLU, decoder "
              f"input and output embedding shared, {m['max_tokens']} tokens per update, {m['epochs']} epochs, "
@@ -887,7 +887,8 @@ def _reached(r: dict):
     return "not reached" if r["baseline_best_ppl"] is not None else None
 
 
-ARM_STYLE = {"tfixup": dict(color=common.color("tfixup")), "stock_matched": dict(color=common.color("postln")),
+ARM_STYLE = {"tfixup": dict(color=methods.method("tfixup").color),
+             "stock_matched": dict(color=methods.method("postln").color),
              "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink")}
 
 

@@ -39,36 +39,33 @@ import subprocess
 import sys
 
 from harness import manifest
-from tfixup import atomic
+from tfixup import atomic, methods
 from harness.bench import common, runs as runlib
 from harness.bench.convergence import best, curve_row, updates_to_reach
 from harness.bench.unigram import lm_unigram_level
 
-presets = common.presets
-SUFFIX = {"nowarmup": "", "matched": "_matched"}
-SCHEDULE_LABEL = {"nowarmup": ", no warmup", "matched": " + matched warmup"}
 BASELINE = "postln_matched"
 CORPUS = "multi30k"
 SPLITS = {"train": "train.en.gz", "valid": "val.en.gz"}
 
 
 def study_arms() -> dict:
-    """arm name -> (method, schedule, label), from the rows of tfixup/methods.py with a language model:
-    each method on the schedule of its own paper (warmup ones on the matched warmup), and Post-LN
+    """arm name -> common.Arm, from the rows of tfixup/methods.py with a language model: each method on
+    the schedule of its own paper (warmup ones on the matched warmup, dashed in the figure), and Post-LN
     without warmup."""
-    out = {}
+    out = []
 
     def add(name, kind):
-        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + SCHEDULE_LABEL[kind])
+        out.append(common.arm(name, kind, linestyle="-" if kind == "nowarmup" else "--"))
 
-    for name in (n for n, m in presets.METHODS.items() if m.lm_arch):
-        add(name, "matched" if presets.method(name).warmup else "nowarmup")
+    for name in (n for n, m in methods.METHODS.items() if m.lm_arch):
+        add(name, "matched" if methods.method(name).warmup else "nowarmup")
         if name == "postln":  # right after its warmup baseline: the arms an interrupted study must not miss
             add("postln", "nowarmup")
-    return out
+    return common.arm_table(out)
 
 
-METHODS = study_arms()
+ARMS = study_arms()
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, depths=[2], updates=8, valid_every=4, warmup=4, lr=1e-3,
@@ -179,17 +176,16 @@ def data_description(path: pathlib.Path) -> str:
 
 
 def arms(cfg: dict) -> list:
-    return cfg["arms"] or list(METHODS)
+    return cfg["arms"] or list(ARMS)
 
 
 def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
-    """One run of ARM (an arm of ``arms``, default this study's: method, schedule) with DEPTH layers at LR:
-    the study's recipe, valid loss every ``valid_every`` updates, nothing saved; its id is
-    LDEPTH-ARM-lrLR-sSEED."""
-    name, kind = (arms or METHODS)[arm][:2]
-    recipe = presets.Recipe(
-        name, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=lr, schedule=kind,
+    """One run of ARM (an arm of ``arms``, default this study's) with DEPTH layers at LR: the study's
+    recipe, valid loss every ``valid_every`` updates, nothing saved; its id is LDEPTH-ARM-lrLR-sSEED."""
+    a = (arms or ARMS)[arm]
+    recipe = methods.Recipe(
+        a.method, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=lr, schedule=a.schedule,
         warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
         max_update=cfg["updates"], dropout=cfg["dropout"], seed=seed, task="language_modeling",
         tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
@@ -210,7 +206,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     rows = []
     for rec in records.values():
         row = curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"), threshold)
-        rows.append({**row, "schedule": METHODS[rec["method"]][1], "s_per_update": rec.get("s_per_update"),
+        rows.append({**row, "schedule": ARMS[rec["method"]].schedule, "s_per_update": rec.get("s_per_update"),
                      "best_ppl": round(2 ** row["best_valid"], 2) if row["best_valid"] is not None else None})
     headline = {}
     for depth in cfg["depths"]:
@@ -242,13 +238,13 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                 "arms": {m: {k: here[m][k] for k in ("best_ppl", "best_at", "updates_to_baseline_best",
                                                      "ratio_to_baseline", "updates_to_better_warmup_best",
                                                      "ratio_to_better_warmup", "stuck", "status")}
-                         for m in METHODS if m in here}}
+                         for m in ARMS if m in here}}
     return {
         "benchmark": "lm", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
         "threads": 1, "data": data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
         "config": cfg, "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
-        "rows": sorted(rows, key=lambda r: (r["depth"], list(METHODS).index(r["method"]))),
+        "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
         "records": records,
     }
 
@@ -258,8 +254,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
 
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
-    text = runlib.report_head("T-Fixup for a decoder-only language model, without warmup", res, cfg["n_runs"])
-    text += (
+    text = runlib.report_head("T-Fixup for a decoder-only language model, without warmup", res, cfg["n_runs"], (
         f"Decoder-only LM {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {' and '.join(map(str, cfg['depths']))} "
         f"layers, tied input/output embedding, blocks of {cfg['tokens_per_sample']} tokens, {cfg['max_tokens']} "
         f"tokens per update, {cfg['updates']} updates, dropout {cfg['dropout']}, Adam (0.9, 0.98), wd 1e-4, no "
@@ -272,13 +267,13 @@ def report(res: dict) -> str:
         f"{lv['train_fit']} bits = perplexity **{lv['train_fit_ppl']}** for the unigram model fit on train "
         f"({lv['oracle']} bits = {lv['oracle_ppl']} for the best unigram model fit on valid itself). A run is "
         f"**stuck** when its best valid loss is not at least {res['margin_bits']} bit below {lv['train_fit']}, "
-        f"i.e. above {res['stuck_threshold']} bits (perplexity {2 ** res['stuck_threshold']:.1f}).\n\n")
+        f"i.e. above {res['stuck_threshold']} bits (perplexity {2 ** res['stuck_threshold']:.1f}).\n\n"))
     text += common.mean_lr_text([("no warmup", "nowarmup", cfg["warmup"], cfg["decay_period"]),
                                  ("matched warmup", "matched", cfg["warmup"], cfg["decay_period"])],
                                 cfg["updates"], cfg["lr"])
     if res["headline"]:
         text += ("## Headline: updates to reach the warmup baseline's best valid perplexity\n\n"
-                 f"Baseline: {METHODS[BASELINE][2]}. Ratio: an arm's updates to the baseline's best / the updates "
+                 f"Baseline: {ARMS[BASELINE].label}. Ratio: an arm's updates to the baseline's best / the updates "
                  "the baseline needs for it. The same against the better warmup arm at that depth (the arm on the "
                  "matched warmup with the lower best valid loss).\n\n")
         rows = []
@@ -288,8 +283,8 @@ def report(res: dict) -> str:
                 if reached is None:
                     reached = "not reached" if h["baseline_best_ppl"] is not None else "no baseline run yet"
                 better = a["updates_to_better_warmup_best"]
-                rows.append([depth, METHODS[m][2], a["best_ppl"], a["best_at"], reached, a["ratio_to_baseline"],
-                             METHODS[h["better_warmup"]][2] if h["better_warmup"] else None,
+                rows.append([depth, ARMS[m].label, a["best_ppl"], a["best_at"], reached, a["ratio_to_baseline"],
+                             ARMS[h["better_warmup"]].label if h["better_warmup"] else None,
                              better if better is not None else "not reached", a["ratio_to_better_warmup"],
                              "STUCK" if a["stuck"] else "no", a["status"]])
         text += common.md_table(["depth", "arm", "best valid ppl", "at update", "updates to the baseline's best",
@@ -303,14 +298,10 @@ def report(res: dict) -> str:
     text += "## Every run\n\n" + common.md_table(
         ["depth", "arm", "status", "best valid (bits)", "best ppl", "at update", "final valid (bits)", "stuck",
          "s/update", "wall s"],
-        [[r["depth"], METHODS[r["method"]][2], r["status"], r["best_valid"], r["best_ppl"], r["best_at"],
+        [[r["depth"], ARMS[r["method"]].label, r["status"], r["best_valid"], r["best_ppl"], r["best_at"],
           r["final_valid"], "STUCK" if r["stuck"] else "no", r["s_per_update"], r["wall_s"]]
          for r in res["rows"]]) + "\n"
     return text
-
-
-def color(arm: str) -> str:
-    return common.POSTLN_NO_WARMUP_COLOR if arm == "postln" else common.color(METHODS[arm][0])
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -323,12 +314,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
     fig, axes = plt.subplots(1, len(depths), figsize=(5.6 * len(depths), 4.3), squeeze=False)
     ppl = 2 ** res["unigram_level"]["train_fit"]
     for ax, depth in zip(axes[0], depths):
-        for arm in METHODS:
-            rec = next((r for r in res["records"].values() if r["method"] == arm and r["depth"] == depth), None)
+        for arm in ARMS.values():
+            rec = next((r for r in res["records"].values() if r["method"] == arm.name and r["depth"] == depth), None)
             if rec and rec["valid_curve"]:
                 u, l = zip(*rec["valid_curve"])
-                ax.plot(u, [min(2 ** x, 1e5) for x in l], color=color(arm), lw=1.3,
-                        ls="-" if METHODS[arm][1] == "nowarmup" else "--", label=METHODS[arm][2])
+                ax.plot(u, [min(2 ** x, 1e5) for x in l], color=arm.color, lw=1.3, ls=arm.linestyle, label=arm.label)
         ax.axhline(ppl, color="gray", ls="--", lw=1, label=f"unigram level ({ppl:.0f})")
         ax.set_yscale("log")
         ax.set_title(f"{depth} layers", fontsize=9)
@@ -355,7 +345,7 @@ def parser():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, help="override the mode's lr")
     p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
-    p.add_argument("--methods", nargs="+", choices=list(METHODS),
+    p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only these arms (the report covers the whole study)")
     return p
 

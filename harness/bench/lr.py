@@ -39,21 +39,20 @@ import sys
 from harness.bench import common, convergence, lm, runs as runlib
 from harness.bench.convergence import best, curve_row, updates_to_reach
 from harness.bench.unigram import lm_unigram_level, unigram_level
+from tfixup import methods
 
-presets = common.presets
-SUFFIX = {"nowarmup": "", "matched": "_matched"}
 PARTS = {"translation": "lr", "lm": "lr_lm"}  # part -> the studies tag of the method rows it runs
 
 
-def arms(part: str) -> dict:
-    """arm name -> (method, schedule, label) of a part: each method of the table that names the part's tag,
-    T-Fixup (a method without warmup) without warmup, a method trained with warmup on the matched warmup."""
-    out = {}
-    for name in presets.studied(PARTS[part]):
-        kind = "matched" if presets.method(name).warmup else "nowarmup"
-        out[name + SUFFIX[kind]] = (name, kind, presets.method(name).label + ("" if kind == "nowarmup"
-                                                                               else " + matched warmup"))
-    return out
+def study_arms(part: str) -> dict:
+    """arm name -> common.Arm of a part: each method of the table that names the part's tag, T-Fixup (a
+    method without warmup) without warmup, a method trained with warmup on the matched warmup."""
+    out = []
+    for name in methods.studied(PARTS[part]):
+        kind = "matched" if methods.method(name).warmup else "nowarmup"
+        label = methods.method(name).label + ("" if kind == "nowarmup" else common.SCHEDULE_LABEL[kind])
+        out.append(common.arm(name, kind, label=label))
+    return common.arm_table(out)
 
 
 MODES = {
@@ -70,7 +69,7 @@ MODES = {
 
 
 def _part_arms(cfg: dict, part: str) -> dict:
-    got = arms(part)
+    got = study_arms(part)
     return {a: v for a, v in got.items() if not cfg["arms"] or a in cfg["arms"]}
 
 
@@ -145,7 +144,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         table = _part_arms(cfg, part)
         recs = {k: v for k, v in records.items() if k.startswith("mt-" if part == "translation" else "L")}
         every = cfg[part]["valid_every"]
-        methods = {}
+        per_arm = {}
         for arm in table:
             first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == cfg["seeds"][0]}
             b = best_lr(first)
@@ -158,21 +157,21 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
             # best lr (and so T-Fixup's ratio against it) may still move up
             closed = top is not None and (not trains(first[top], threshold) or top * 2 > cfg["max_lr"] * (1 + 1e-9))
-            methods[arm] = {"label": table[arm][2], "schedule": table[arm][1], "grid": rows, "best_lr": b,
+            per_arm[arm] = {"label": table[arm].label, "schedule": table[arm].schedule, "grid": rows, "best_lr": b,
                             "lr_range": rng, "largest_lr_run": top, "grid_closed": closed,
                             "best_lr_seeds": sorted(r["seed"] for r in seeds),
                             "best_valid_at_best_lr": [round(x, 4) for x in bests],
                             "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
         # T-Fixup at its best lr against each method at its best lr, seed by seed
-        ref = next((a for a in table if table[a][0] == "tfixup"), None)
+        ref = next((a.name for a in table.values() if a.method == "tfixup"), None)
         versus = {}
-        if ref and methods[ref]["best_lr"] is not None:
-            for arm, m in methods.items():
+        if ref and per_arm[ref]["best_lr"] is not None:
+            for arm, m in per_arm.items():
                 if arm == ref or m["best_lr"] is None:
                     continue
                 pairs = []
                 for seed in cfg["seeds"]:
-                    t = recs.get(_run(cfg, part, data, ref, methods[ref]["best_lr"], seed).id)
+                    t = recs.get(_run(cfg, part, data, ref, per_arm[ref]["best_lr"], seed).id)
                     o = recs.get(_run(cfg, part, data, arm, m["best_lr"], seed).id)
                     if not (t and o and o["valid_curve"] and t["status"] == "ok"):
                         continue
@@ -188,7 +187,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                                "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
         used = sorted({r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda") for r in recs.values()})
         parts[part] = {"device": ", ".join(used) or cfg["device"][part], "unigram_level": levels[part],
-                       "stuck_threshold": round(threshold, 4), "methods": methods,
+                       "stuck_threshold": round(threshold, 4), "methods": per_arm,
                        "tfixup_arm": ref, "versus": versus, "data": data_text(part, data[part]),
                        "config": cfg[part]}
     return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
@@ -207,15 +206,15 @@ def _lr(x) -> str:
 
 
 def report(res: dict) -> str:
-    text = runlib.report_head("Every method at its own best learning rate", res, res["runs_planned"])
-    text += (f"Each arm on its better schedule (a method trained with warmup: the "
-             f"matched warmup; T-Fixup: none); the grid doubles an arm's lr while it still trains, up to "
-             f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
-             f"{res['margin_bits']} bit below the unigram level and it did not diverge. Ratio: updates for "
-             f"T-Fixup (at its best lr) to reach the method's best valid loss (at the method's best lr) / the "
-             f"method's updates, per seed; its step is valid_every / the method's updates. **(open)**: the "
-             f"method still trains at the largest lr run so far, so its best lr, its range (+) and the ratio "
-             f"against it may still move.\n\n")
+    text = runlib.report_head("Every method at its own best learning rate", res, res["runs_planned"], (
+        f"Each arm on its better schedule (a method trained with warmup: the "
+        f"matched warmup; T-Fixup: none); the grid doubles an arm's lr while it still trains, up to "
+        f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
+        f"{res['margin_bits']} bit below the unigram level and it did not diverge. Ratio: updates for "
+        f"T-Fixup (at its best lr) to reach the method's best valid loss (at the method's best lr) / the "
+        f"method's updates, per seed; its step is valid_every / the method's updates. **(open)**: the "
+        f"method still trains at the largest lr run so far, so its best lr, its range (+) and the ratio "
+        f"against it may still move.\n\n"))
     for part, p in res["parts"].items():
         c = p["config"]
         size = (f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers" if part == "translation"
@@ -268,16 +267,16 @@ def plot(res: dict, path: pathlib.Path) -> None:
     for ax, (part, p) in zip(axes[0], parts.items()):
         if p is None:
             continue
+        arms = study_arms(part)
         for arm, m in p["methods"].items():
             pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["status"] == "ok" and g["best_valid"] is not None
                    and math.isfinite(g["best_valid"])]
             if pts:
-                ax.plot(*zip(*pts), marker="o", ms=3.5, lw=1.3, color=common.color(m_name(arm, res, part)),
-                        label=m["label"])
+                ax.plot(*zip(*pts), marker="o", ms=3.5, lw=1.3, color=arms[arm].color, label=m["label"])
             nan = [g["lr"] for g in m["grid"] if g["status"] == "nan"]
             if nan:
                 ax.scatter(nan, [p["unigram_level"]["train_fit"] + 0.3] * len(nan), marker="x", s=30,
-                           color=common.color(m_name(arm, res, part)))
+                           color=arms[arm].color)
         ax.axhline(p["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
         ax.axhline(p["stuck_threshold"], color="gray", ls=":", lw=1, label="trains below this")
         ax.set_xscale("log", base=2)
@@ -291,10 +290,6 @@ def plot(res: dict, path: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6.5)
     common.save_titled_figure(path, fig, "Best valid loss against the learning rate")
-
-
-def m_name(arm: str, res: dict, part: str) -> str:
-    return arms(part)[arm][0]
 
 
 def parser():

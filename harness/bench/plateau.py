@@ -35,6 +35,7 @@ import sys
 
 from harness.bench import common, quality, runs as runlib
 from harness import score
+from tfixup import atomic
 
 MODES = {
     "smoke": dict(cap=2, patience=1, max_update=40, runs=[("iwslt", "tfixup", 1)]),
@@ -104,7 +105,7 @@ def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) 
         if at_cap["status"] != "ok":
             return {**at_cap, "id": run.id, "key": run.key(), "stage": "the quality run"}
         if not recorded:
-            common.write_json(qrec_path, at_cap)
+            atomic.write_json(qrec_path, at_cap)
     rec = quality.execute(runlib.Run(qrun.id, run.meta, run.args, run.data), qwork, threads)
     rec.update(id=run.id, key=run.key(), continues=qrun.id, at_cap={k: at_cap.get(k) for k in ("test", "epochs")})
     return rec
@@ -163,7 +164,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
             "data": "; ".join(f"{quality.CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})"
                               for c, p in data.items()),
             "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
-            "rows": sorted(rows, key=lambda r: (list(quality.METHODS).index(r["method"]), r["seed"])),
+            "rows": sorted(rows, key=lambda r: (list(quality.ARMS).index(r["method"]), r["seed"])),
             "per_method": per_method, "gaps": gaps, "records": records}
 
 
@@ -174,9 +175,7 @@ def _raw_refs(data: pathlib.Path):
 
 def report(res: dict) -> str:
     cfg, q = res["config"], res["config"]["quality"]
-    label = lambda m: quality.METHODS[m][3]  # noqa: E731
-    text = runlib.report_head("Final quality: Multi30k De-En, trained to the plateau (CPU)", res, res["n_runs"])
-    text += (
+    text = runlib.report_head("Final quality: Multi30k De-En, trained to the plateau (CPU)", res, res["n_runs"], (
         f"Model {q['embed']}-{q['ffn']}-{q['heads']}, {q['layers']}+{q['layers']} layers, {q['max_tokens']} tokens "
         f"per update, dropout {q['dropout']}, lr 5e-4, Adam (0.9, 0.98). T-Fixup: no LayerNorm, no warmup, "
         f"lr*sqrt(4000/(4000+t)); baselines: linear warmup over {q['warmup']} updates onto the same curve "
@@ -185,11 +184,11 @@ def report(res: dict) -> str:
         f"{cfg['cap']} epochs. Test: average of the last K epoch checkpoints (K in {q['avg']}, chosen on valid "
         f"loss), beam {q['beam']}, length penalty 0.3 (the IWSLT recipe's), the whole test set; sacreBLEU on "
         f"lowercased text (signature below).\n\n"
-        "## Final test BLEU per method\n\n")
+        "## Final test BLEU per method\n\n"))
     text += common.md_table(
         ["method", "seeds", "test sacreBLEU mean", "min", "max", "epochs run"],
-        [[label(m), v["seeds"], _bleu(v["sacrebleu_mean"], 2), _bleu(v["sacrebleu_min"]), _bleu(v["sacrebleu_max"]),
-          ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
+        [[quality.ARMS[m].label, v["seeds"], _bleu(v["sacrebleu_mean"], 2), _bleu(v["sacrebleu_min"]),
+          _bleu(v["sacrebleu_max"]), ", ".join(str(e) for e in v["epochs"])] for m, v in res["per_method"].items()]) + "\n\n"
     text += run_mean_lrs(res)
     capped = [r for r in res["rows"] if r["status"] == "ok" and r["stopped_by"] != "patience"]
     if capped:
@@ -225,7 +224,7 @@ def seed_spread(res: dict) -> str:
             continue
         values = [g["gap"] for g in gaps]
         half = statistics.mean((g["ci95"][1] - g["ci95"][0]) / 2 for g in gaps)
-        rows.append([quality.METHODS[b][3], len(values), ", ".join(f"{v:+.2f}" for v in values),
+        rows.append([quality.ARMS[b].label, len(values), ", ".join(f"{v:+.2f}" for v in values),
                      f"{statistics.mean(values):+.2f}", f"[{min(values):+.2f}, {max(values):+.2f}]",
                      f"{statistics.stdev(values):.2f}" if len(values) > 1 else "- (one seed)", f"{half:.2f}"])
     if not rows:
@@ -246,8 +245,7 @@ def run_mean_lrs(res: dict) -> str:
     cells = []
     for r in res["rows"]:
         if r["updates"]:
-            kind = "matched" if r["method"].endswith("_matched") else "nowarmup"
-            frac = mean_lr(kind, 5e-4, r["updates"], q["warmup"], 4000) / 5e-4
+            frac = mean_lr(quality.ARMS[r["method"]].schedule, 5e-4, r["updates"], q["warmup"], 4000) / 5e-4
             cells.append(f"{r['id']} {frac:.3f} ({r['updates']} updates)")
     return ("**Mean lr over each run's own updates**, as a fraction of the peak 5e-4 (tfixup/schedules.py): "
             + "; ".join(cells) + ".\n\n") if cells else ""
@@ -272,16 +270,16 @@ def plot(res: dict, path: pathlib.Path) -> None:
     fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     labelled = set()
     for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
-        m = rec["method"]
-        style = dict(color=common.color(quality.preset(m)), ls="-" if rec.get("seed", 1) == 1 else "--",
-                     label=None if m in labelled else quality.METHODS[m][3], marker=".", markersize=3)
-        labelled.add(m)
+        arm = quality.ARMS[rec["method"]]
+        style = dict(color=arm.color, ls="-" if rec.get("seed", 1) == 1 else "--",
+                     label=None if arm.name in labelled else arm.label, marker=".", markersize=3)
+        labelled.add(arm.name)
         quality.draw_curves(loss_ax, bleu_ax, rec, style)
     quality.finish_axes(loss_ax, bleu_ax, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
     q = res["config"]["quality"]
     fig.suptitle(f"Multi30k De-En, {q['embed']}-{q['ffn']}-{q['heads']}, {q['layers']}+{q['layers']}: trained until "
                  "valid BLEU stops improving", fontsize=10)
-    common.save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def main(argv=None):

@@ -39,31 +39,29 @@ import time
 
 from harness.bench import common, runs as runlib
 from harness.bench.unigram import unigram_level
-from harness import score
+from harness import fairseq_log, score
+from tfixup import atomic, methods
 
 # The study's configs: T-Fixup's and Pre-LN's own, every other method the Post-LN config with its METHOD.
 CONFIGS = {"tfixup": "iwslt14_de_en_tfixup", "preln": "iwslt14_de_en_preln"}
 
 
 def study_arms() -> dict:
-    """arm name -> (config in configs/, its METHOD if the config's is not it, schedule, label), derived from
-    tfixup/methods.py: every method of the study on its own paper's schedule (schedule None: the
-    config's; T-Fixup and RAdam without warmup, P = 4000, the others fairseq's inverse_sqrt after warmup)
-    and, trained with warmup, again on the matched schedule (``NAME_matched``: a warmup onto T-Fixup's
-    curve); and T-Fixup without warmup with P = W (``tfixup_pw``)."""
-    out = {}
-    for name in common.presets.studied("quality"):
-        m = common.presets.method(name)
-        config = CONFIGS.get(name, "iwslt14_de_en_postln")
-        method = None if name in CONFIGS or name == "postln" else name
-        out[name] = (config, method, None, m.label + (" + warmup" if m.warmup else ", no warmup"))
-        if m.warmup:
-            out[f"{name}_matched"] = (config, method, "matched", m.label + " + matched warmup")
-    out["tfixup_pw"] = (CONFIGS["tfixup"], None, "nowarmup_w", "T-Fixup, no warmup, P = W")
-    return out
+    """arm name -> common.Arm, derived from tfixup/methods.py: every method of the study on its own
+    paper's schedule, the config's, under the method's name (T-Fixup and RAdam without warmup, P = 4000,
+    the others fairseq's inverse_sqrt after warmup) and, trained with warmup, again on the matched schedule
+    (``NAME_matched``: a warmup onto T-Fixup's curve); and T-Fixup without warmup with P = W (``tfixup_pw``)."""
+    out = []
+    for name in methods.studied("quality"):
+        warmup = methods.method(name).warmup
+        out.append(common.arm(name, "warmup" if warmup else "nowarmup", name=name))
+        if warmup:
+            out.append(common.arm(name, "matched"))
+    out.append(common.arm("tfixup", "nowarmup_w"))
+    return common.arm_table(out)
 
 
-METHODS = study_arms()
+ARMS = study_arms()
 BASELINE = "postln"
 BASELINE_SCHEDULES = ("postln", "postln_matched")  # the Post-LN baseline on either schedule
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
@@ -74,7 +72,7 @@ MODES = {
                   beam=1, log_interval=10),
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
-                    # every arm on Multi30k (runs=None: METHODS when planned); T-Fixup and the baseline on
+                    # every arm on Multi30k (runs=None: ARMS when planned); T-Fixup and the baseline on
                     # the IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of
                     # harness.bench.plateau's runs) and of the two baselines closest to T-Fixup, on their
                     # better (matched) schedule
@@ -84,8 +82,13 @@ MODES = {
 }
 
 
+def config(arm: common.Arm) -> str:
+    """The arm's config in configs/ (CONFIGS)."""
+    return CONFIGS.get(arm.method, "iwslt14_de_en_postln")
+
+
 def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
-    """The config values this study sets, the same for every method but the schedule."""
+    """The config values this study sets for the arm METHOD, the same for every arm but its method and schedule."""
     o = {"EMBED_DIM": cfg["embed"], "FFN_DIM": cfg["ffn"], "HEADS": cfg["heads"],
          "ENCODER_LAYERS": cfg["layers"], "DECODER_LAYERS": cfg["layers"], "MAX_TOKENS": cfg["max_tokens"],
          "BATCH_SHARDS": 1, "MAX_EPOCH": cfg["max_epoch"], "MAX_UPDATE": cfg["max_update"],
@@ -94,16 +97,16 @@ def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
          # pinned here, not left to the configs: one protocol for every run of the study, and
          # the same as the convergence study's (no gradient clipping)
          "CLIP_NORM": 0, "LR": "5e-4"}
-    _, arch_method, schedule, _ = METHODS[method]
+    arm = ARMS[method]
     if method != "tfixup":
         o["WARMUP_UPDATES"] = cfg["warmup"]  # the configs' 4000 would not end within a CPU run
-    if schedule == "matched":
+    if arm.schedule == "matched":
         o["SCHEDULE"] = "matched"  # onto T-Fixup's curve, DECAY_PERIOD (4000) as T-Fixup's
-    elif schedule == "nowarmup_w":
+    elif arm.schedule == "nowarmup_w":
         o["DECAY_PERIOD"] = cfg["warmup"]
         del o["WARMUP_UPDATES"]
-    if arch_method:
-        o["METHOD"] = arch_method
+    if arm.method not in CONFIGS and arm.method != "postln":  # the Post-LN config's METHOD is postln
+        o["METHOD"] = arm.method
     return o
 
 
@@ -133,7 +136,7 @@ def plan(data: dict, mode: str = "default") -> list:
 
 
 def make_runs(cfg: dict, data: dict) -> list:
-    specs = cfg["runs"] if cfg["runs"] is not None else [("multi30k", arm) for arm in METHODS]
+    specs = cfg["runs"] if cfg["runs"] is not None else [("multi30k", arm) for arm in ARMS]
     return [make_run(cfg, data, *spec) for spec in specs + cfg.get("more_runs", []) if spec[0] in data]
 
 
@@ -188,7 +191,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     if resumable:  # interrupted: train.sh resumes from checkpoint_last.pt
         common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
     out.mkdir(parents=True, exist_ok=True)
-    exp = METHODS[run.meta["method"]][0]
+    exp = config(ARMS[run.meta["method"]])
     sets = [a for a in run.args if is_setting(a)]
     extra = [a for a in run.args if a not in sets]
     set_flags = [x for s in sets for x in ("--set", s)]
@@ -204,7 +207,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     rc = runlib.run_logged(train_cmd, out / "train.out", env)
     record["train_wall_s"], record["train_segments"] = train_wall(out, time.time() - t0)
     text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
-    parsed = common.parse_train_log(text)
+    parsed = fairseq_log.parse_train_log(text)
     record["status"] = runlib.run_status(text, parsed, rc)
     # a resumed run logs again from its last checkpoint: one point per update, the latest
     valid = {int(r["valid_num_updates"]): r for r in parsed["valid"]}
@@ -257,12 +260,6 @@ def first_reaching(curve: list, target: float):
     return next((u for u, v in curve if v is not None and v >= target), None)
 
 
-def preset(method: str) -> str:
-    """The method of tfixup/methods.py a study method trains (its color in the figures)."""
-    config, arch_method, _, _ = METHODS[method]
-    return arch_method or {v: k for k, v in CONFIGS.items()}.get(config, "postln")
-
-
 def best_bleu(rec: dict):
     """(updates, valid BLEU) of a run's best valid BLEU, or (None, None)."""
     pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
@@ -286,8 +283,8 @@ def versus_methods(records: dict) -> dict:
     for rec in records.values():
         if rec["method"] != "tfixup" or rec.get("seed", 1) != 1:
             continue
-        for name in common.presets.studied("quality"):
-            if not common.presets.method(name).warmup:
+        for name in methods.studied("quality"):
+            if not methods.method(name).warmup:
                 continue
             arms = {arm: versus(rec, records.get(run_id(rec["corpus"], arm))) for arm in (name, f"{name}_matched")}
             arms = {arm: v for arm, v in arms.items() if v}
@@ -313,6 +310,11 @@ def versus(tfixup, base):
             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
 
 
+def schedule(arm: common.Arm) -> str:
+    """The arm's schedule as the rows name it: "config" for its method's own paper's, its config's."""
+    return "config" if arm.name == arm.method else arm.schedule
+
+
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     rows = []
     for rec in records.values():
@@ -320,7 +322,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         walls = dict(rec.get("wall_curve", []))
         row = {
             "id": rec["id"], "corpus": rec["corpus"], "method": rec["method"], "seed": rec.get("seed", 1),
-            "schedule": METHODS[rec["method"]][2] or "config", "status": rec["status"],
+            "schedule": schedule(ARMS[rec["method"]]), "status": rec["status"],
             "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
             "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
             "best_valid_bleu": best_bleu(rec)[1],
@@ -345,15 +347,14 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         "data": "; ".join(f"{CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})" for c, p in data.items()),
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
         "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
-        "rows": sorted(rows, key=lambda r: (r["corpus"], list(METHODS).index(r["method"]), r["seed"])),
+        "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
         "per_method": versus_methods(records), "records": records,
     }
 
 
 def report(res: dict) -> str:
     cfg = res["config"]
-    text = runlib.report_head(f"Translation quality, at most {cfg['max_epoch']} epochs (CPU)", res, res["n_runs"])
-    text += (
+    text = runlib.report_head(f"Translation quality, at most {cfg['max_epoch']} epochs (CPU)", res, res["n_runs"], (
         f"Model {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, "
         f"{cfg['max_tokens']} tokens per update, dropout {cfg['dropout']}, lr 5e-4, Adam (0.9, 0.98); "
         f"T-Fixup: no LayerNorm, no warmup (lr*sqrt(4000/(4000+t))); baselines: linear warmup over "
@@ -369,7 +370,7 @@ def report(res: dict) -> str:
         f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n"
         + "".join(f"Unigram level of the {CORPORA[c]} valid set (harness/bench/unigram.py, label-smoothed loss in bits of "
                   f"the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid itself).\n"
-                  for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n")
+                  for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n"))
     w = cfg["warmup"]
     for corpus in dict.fromkeys(r["corpus"] for r in res["rows"]):
         budget = max((r["updates"] for r in res["rows"] if r["corpus"] == corpus and r["updates"]), default=0)
@@ -382,49 +383,40 @@ def report(res: dict) -> str:
         ["corpus", "method", "status", "test BLEU (tok)", "test sacreBLEU", "best valid BLEU", "best valid loss",
          "updates", "epochs", "stopped by", "train min", "to Post-LN + warmup's best valid BLEU (updates, x)",
          "min to it", "to Post-LN + matched warmup's (updates, x)", "K"],
-        [[r["corpus"], METHODS[r["method"]][3] + (f" (seed {r['seed']})" if r["seed"] != 1 else ""), r["status"],
+        [[r["corpus"], ARMS[r["method"]].label + (f" (seed {r['seed']})" if r["seed"] != 1 else ""), r["status"],
           r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
           _reach(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _reach(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
-    if res.get("per_method"):
-        text += ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n"
-                 "Seed 1 of each (seed k: T-Fixup's seed k against the better schedule's seed k, where both ran). "
-                 "Ratio: T-Fixup's updates to reach the method's best valid BLEU / the method's "
-                 "updates to it; gap: T-Fixup's test BLEU (tok) minus the method's. The better schedule is chosen "
-                 "on seed 1's valid (the higher best valid BLEU); - : not run on that schedule.\n\n")
-        rows = []
-        for corpus, methods in res["per_method"].items():
-            for name, v in methods.items():
-                cells = [corpus, common.presets.method(name).label]
-                for arm in (name, f"{name}_matched"):
-                    a = v["arms"].get(arm)
-                    cells += [None, None] if a is None else [a["test_bleu_tok"], _versus_text(a)]
-                b = v["arms"][v["better"]]
-                more = "".join(f"; seed {k}: {_versus_text(a)}" for k, a in v.get("better_seeds", {}).items())
-                rows.append(cells + ["matched warmup" if v["better"].endswith("_matched") else "the config's warmup",
-                                     _versus_text(b) + more])
-        text += common.md_table(["corpus", "method", "test BLEU, config's warmup", "T-Fixup vs it",
-                                 "test BLEU, matched warmup", "T-Fixup vs it", "better schedule (valid)",
-                                 "T-Fixup vs the better"], rows) + "\n\n"
+    text += common.versus_methods_md(
+        res.get("per_method"),
+        "Seed 1 of each (seed k: T-Fixup's seed k against the better schedule's seed k, where both ran). Ratio: "
+        "T-Fixup's updates to reach the method's best valid BLEU / the method's updates to it; gap: T-Fixup's test "
+        "BLEU (tok) minus the method's. The better schedule is chosen on seed 1's valid (the higher best valid BLEU); "
+        "- : not run on that schedule.\n\n",
+        ["corpus", "method", "test BLEU, config's warmup", "T-Fixup vs it", "test BLEU, matched warmup",
+         "T-Fixup vs it", "better schedule (valid)", "T-Fixup vs the better"], _versus_cells)
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
-    for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(METHODS).index(r["method"]),
+    for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(ARMS).index(r["method"]),
                                                               r.get("seed", 1))):
         for s in rec.get("samples", []):
-            text += (f"- **{rec['corpus']}, {METHODS[rec['method']][3]}**, sentence {s['id']}\n"
+            text += (f"- **{rec['corpus']}, {ARMS[rec['method']].label}**, sentence {s['id']}\n"
                      f"  - source: {s['source']}\n  - reference: {s['reference']}\n  - hypothesis: {s['hypothesis']}\n")
     return text
 
 
-def linestyle(method: str) -> str:
-    """Dashed: a warmup onto fairseq's inverse_sqrt; solid: T-Fixup's curve (no warmup, or matched warmup);
-    dotted: no warmup with P = W."""
-    schedule = METHODS[method][2]
-    if schedule == "nowarmup_w":
-        return ":"
-    return "--" if schedule is None and common.presets.method(preset(method)).warmup else "-"
+def _versus_cells(name: str, v: dict) -> list:
+    """A method's cells in the T-Fixup-against-every-warmup-method table: on its config's warmup, on the
+    matched one, on the better one (with its further seeds)."""
+    cells = []
+    for arm in (name, f"{name}_matched"):
+        a = v["arms"].get(arm)
+        cells += [None, None] if a is None else [a["test_bleu_tok"], _versus_text(a)]
+    more = "".join(f"; seed {k}: {_versus_text(a)}" for k, a in v.get("better_seeds", {}).items())
+    better = "matched warmup" if ARMS[v["better"]].schedule == "matched" else "the config's warmup"
+    return cells + [better, _versus_text(v["arms"][v["better"]]) + more]
 
 
 def _versus_text(arm: dict) -> str:
@@ -452,11 +444,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
         for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
             if rec["corpus"] != corpus:
                 continue
-            m = rec["method"]
-            label = None if m in labelled else METHODS[m][3]
-            labelled.add(m)
-            draw_curves(axes[0][j], axes[1][j], rec,
-                        dict(color=common.color(preset(m)), label=label, marker=".", ls=linestyle(m)))
+            arm = ARMS[rec["method"]]
+            label = None if arm.name in labelled else arm.label
+            labelled.add(arm.name)
+            draw_curves(axes[0][j], axes[1][j], rec, dict(color=arm.color, label=label, marker=".", ls=arm.linestyle))
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
         finish_axes(axes[0][j], axes[1][j])
         handles, labels = axes[0][j].get_legend_handles_labels()
@@ -464,7 +455,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
             for ax in (axes[0][j], axes[1][j]):
                 ax.get_legend().remove()
             axes[0][j].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    common.save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def draw_curves(loss_ax, bleu_ax, rec: dict, style: dict) -> None:

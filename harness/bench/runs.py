@@ -31,6 +31,7 @@ import time
 from harness.bench import common
 from harness import fairseq_log
 from harness.proc import stop_tree
+from tfixup import atomic
 
 
 @dataclasses.dataclass
@@ -104,7 +105,7 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
     rc = run_logged(cmd, rundir / "train.log", env)
     wall = time.time() - t0
     text = (rundir / "train.log").read_text(errors="replace")
-    parsed = common.parse_train_log(text)
+    parsed = fairseq_log.parse_train_log(text)
     status = run_status(text, parsed, rc)
     # fairseq's own rate over each log interval (no start-up, no validation)
     spu = [1 / r["ups"] for r in parsed["train"] if isinstance(r.get("ups"), float) and r["ups"] > 0]
@@ -209,7 +210,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
                     tail = " | ".join(rec.get("error_tail", [])[-2:])
                     common.log(f"{r.id}: {rec['status']} ({rec.get('stage', 'the run')}: {tail}); not recorded")
                     continue
-                common.write_json(store / f"{r.id}.json", rec)
+                atomic.write_json(store / f"{r.id}.json", rec)
                 records[r.id] = rec
                 done += 1
                 eta = (time.time() - t0) / done * (len(todo) - done)
@@ -232,12 +233,13 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
     return records
 
 
-def report_head(title: str, res: dict, n_runs: int) -> str:
-    """A study report's header (command, machine, date, data) and, until every run is in, PARTIAL."""
+def report_head(title: str, res: dict, n_runs: int, setting: str) -> str:
+    """A study report's header (command, machine, date, data), until every run is in PARTIAL, then SETTING:
+    how the study's runs were made (and whatever the study puts right after it)."""
     text = common.header_md(title, res)
     if res["runs_recorded"] < n_runs:
         text += f"**PARTIAL: {res['runs_recorded']} of {n_runs} runs recorded so far.**\n\n"
-    return text
+    return text + setting
 
 
 def add_training_options(p, jobs: int, overrides) -> None:

@@ -45,6 +45,7 @@ import time
 from harness.bench import common
 from fairseq_tfixup.diagnostics.models import parse_train_args
 from tfixup import methods as presets
+from tfixup import atomic
 
 # name -> (embed, ffn, heads, layers per side); dropout 0.1 for all (stock big would use 0.3)
 SIZES = {
@@ -320,15 +321,16 @@ def plot(result: dict, path: pathlib.Path) -> None:
     x = range(len(rs))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     w = 0.38
-    axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color=common.color("tfixup"), label="T-Fixup")
-    axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color=common.color("postln"), label="stock Post-LN")
+    tfixup, stock = presets.method("tfixup").color, presets.method("postln").color
+    axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color=tfixup, label="T-Fixup")
+    axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color=stock, label="stock Post-LN")
     axes[0].set_ylabel("target tokens / s (training step)")
 
     def mem(r, m):
         return r[f"{r['device']}_memory"][m]["train_peak_mib"]
 
-    axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color=common.color("tfixup"), label="T-Fixup")
-    axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color=common.color("postln"), label="stock Post-LN")
+    axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color=tfixup, label="T-Fixup")
+    axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color=stock, label="stock Post-LN")
     axes[1].set_ylabel("training peak memory (MiB)")
     for ax in axes:
         ax.set_xticks(list(x))
@@ -340,7 +342,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
                          va="bottom", fontsize=8)
     fig.suptitle(f"T-Fixup vs stock Transformer, {result['config']['device']}, {result['threads']} thread(s)",
                  fontsize=9)
-    common.save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def main(argv=None):
