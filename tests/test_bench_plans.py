@@ -88,6 +88,14 @@ def test_every_method_has_a_color_of_its_own():
     assert len(set(colors)) == len(colors)
 
 
+def test_an_arm_is_drawn_in_its_methods_color_but_post_ln_without_warmup_beside_post_ln_with_it():
+    for study in (convergence, lm):  # Post-LN both ways
+        assert study.ARMS["postln"].color == common.POSTLN_NO_WARMUP_COLOR
+        assert study.ARMS["postln_matched"].color == methods.method("postln").color
+    assert depth.ARMS["postln"].color == quality.ARMS["postln"].color == methods.method("postln").color
+    assert {a.color for a in quality.ARMS.values() if a.method == "tfixup"} == {methods.method("tfixup").color}
+
+
 def test_the_wide_plateau_runs_are_the_same_three_methods_at_256_512_4_under_names_of_their_own():
     narrow = {r.id: r for r in plateau.plan({"multi30k": MULTI30K})}
     wide = plateau.plan({"multi30k": MULTI30K}, "wide")

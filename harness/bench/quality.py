@@ -105,7 +105,7 @@ def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
     elif arm.schedule == "nowarmup_w":
         o["DECAY_PERIOD"] = cfg["warmup"]
         del o["WARMUP_UPDATES"]
-    if arm.method not in CONFIGS and arm.method != "postln":  # the Post-LN config's METHOD is postln
+    if arm.method not in CONFIGS and arm.method != "postln":  # the Post-LN config, run with another METHOD
         o["METHOD"] = arm.method
     return o
 
