@@ -435,6 +435,25 @@ def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path
     assert ["r1", "r2", "r4"] in reports
 
 
+def test_a_study_resumed_on_the_other_device_keeps_its_records():
+    """Every committed record of the depth, convergence and LM studies counts for the same run planned with
+    --device cuda (only --cpu differs), and the other way round; a run's other settings still tell runs apart."""
+    from harness.bench import lm
+
+    for study, data in ((depth, "iwslt14-v1000"), (convergence, "iwslt14-v1000"), (lm, "lm-multi30k-en-t0-v0")):
+        args = study.parser().parse_args(["--data", data, "--out", "-"])
+        cpu = {r.id: r for r in study.make_runs(study.make_config(args), pathlib.Path(data))}
+        args.device = "cuda"
+        cuda = {r.id: r for r in study.make_runs(study.make_config(args), pathlib.Path(data))}
+        assert all("--cpu" in r.args for r in cpu.values()) and not any("--cpu" in r.args for r in cuda.values())
+        store = REPO / "results" / "bench" / study.__name__.split(".")[-1] / "runs"
+        records = {f.stem: json.loads(f.read_text()) for f in store.glob("*.json")}
+        mine = [i for i in records if i in cpu]
+        assert mine and all(cpu[i].recorded_by(records[i]) and cuda[i].recorded_by(records[i]) for i in mine)
+        assert cuda[mine[0]].recorded_by({"key": cpu[mine[0]].key()})
+        assert not cuda[mine[0]].recorded_by({"key": cpu[mine[1]].key()})
+
+
 def test_only_runs_the_named_runs_and_refuses_an_unknown_id(tmp_path, monkeypatch):
     from harness.bench import runs as runlib
 

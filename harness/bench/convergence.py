@@ -120,7 +120,7 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     out = []
 
     def add(arm, lr, seed, updates, tag):
-        out.append(make_run(cfg, data, arm, lr, seed, updates, tag))
+        out.append(make_run(cfg, data, arm, lr, seed, updates, tag, device=cfg.get("device", "cpu")))
 
     others = [a for a in ARMS.values() if a.name not in cfg["headline"]] if cfg["others"] else []
     for lr in cfg["lrs"]:
@@ -399,6 +399,7 @@ def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
     runlib.add_training_options(p, 2, ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens",
                                        "long_updates"))
+    runlib.add_device_option(p)
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--lrs", type=float, nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(ARMS),
@@ -409,7 +410,7 @@ def parser():
 def make_config(args) -> dict:
     """The mode's settings with the command line's overrides."""
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
-                                      decay_period=args.decay_period), args,
+                                      decay_period=args.decay_period, device=args.device), args,
                                  ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
                                   "seeds", "lrs"))
 

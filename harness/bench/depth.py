@@ -62,7 +62,7 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
     updates = budget(cfg, depth)
     recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), ARMS[m].method, lr=cfg["lr"],
                            seed=cfg["seed"], max_update=updates, schedule="nowarmup", decay_period=cfg["decay_period"])
-    args = (common.train_args(recipe)
+    args = (common.train_args(recipe, cfg.get("device", "cpu"))
             + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
                "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
     return runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data))
@@ -179,12 +179,13 @@ def parser():
     p.add_argument("--decay-period", type=int, default=4000, help="P of inverse_sqrt_nowarmup (default 4000)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--margin", type=float, default=1.0, help="bits below the unigram level that count as trained")
+    runlib.add_device_option(p)
     return p
 
 
 def make_config(args) -> dict:
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period,
-                                      seed=args.seed), args, ("depths", "methods", "updates", "deep_updates", "deep_from"))
+                                      seed=args.seed, device=args.device), args, ("depths", "methods", "updates", "deep_updates", "deep_from"))
 
 
 def plan(data, mode: str = "default") -> list:

@@ -198,7 +198,8 @@ def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
-    return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"]) for depth in cfg["depths"] for arm in arms(cfg)]
+    return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"], device=cfg.get("device", "cpu"))
+            for depth in cfg["depths"] for arm in arms(cfg)]
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -342,6 +343,7 @@ def parser():
         if action.dest == "data_root":
             action.help = "where to prepare data (default <repo>/work/data-bin)"
     runlib.add_training_options(p, 1, ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"))
+    runlib.add_device_option(p)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, help="override the mode's lr")
     p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
@@ -352,7 +354,7 @@ def parser():
 
 def make_config(args) -> dict:
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
-                                      decay_period=args.decay_period, seed=args.seed), args,
+                                      decay_period=args.decay_period, seed=args.seed, device=args.device), args,
                                  ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every", "lr",
                                   "depths"))
 

@@ -24,8 +24,8 @@ lr: the updates T-Fixup needs to reach the method's best valid loss / the update
 
 The grid grows from the records, so the study runs in rounds until nothing is left to add (``--rounds``).
 Resumable: each finished run is recorded under OUT/lr/runs/; rerunning skips those and runs the rest.
-``--device cuda`` runs on the first GPU (fairseq's default device) instead of ``--cpu``: a different
-command, recorded apart from CPU runs; the report says which device its runs used.
+``--device cuda`` runs on the first GPU (fairseq's default device) instead of ``--cpu``; a run recorded on
+the other device counts (runs.Run.recorded_by), and the report says which device its runs used.
 
     python -m harness.bench.lr --smoke --out /tmp/lr --data DATA                  # < 1 min, for the tests
     python -m harness.bench.lr --out results/bench --data work/data-bin/iwslt14-v1000 --jobs 2

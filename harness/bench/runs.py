@@ -44,15 +44,27 @@ class Run:
     def command(self, save_dir: pathlib.Path) -> list:
         return ["fairseq-train", self.data, "--save-dir", str(save_dir)] + [str(a) for a in self.args]
 
-    def key(self) -> str:
+    def key(self, args: list = None) -> str:
         """What makes two runs the same run: the command without its output folder, with the
         data named by its folder and without --user-dir (so a record made from another
         checkout or with the data elsewhere still counts)."""
-        args = [str(a) for a in self.args]
+        args = [str(a) for a in (self.args if args is None else args)]
         if "--user-dir" in args:
             i = args.index("--user-dir")
             del args[i:i + 2]
         return hashlib.sha256(json.dumps([pathlib.Path(self.data).name] + args).encode()).hexdigest()[:16]
+
+    def recorded_by(self, record: dict) -> bool:
+        """RECORD is this run's, made on either device: the same command, or the same but for ``--cpu``
+        (a study resumed on a GPU keeps its CPU records, and the other way round; each record says its
+        device)."""
+        args = [str(a) for a in self.args]
+        if "--cpu" in args:
+            other = [a for a in args if a != "--cpu"]
+        else:  # where tfixup/methods.py train_args puts it: just before --user-dir
+            i = args.index("--user-dir") if "--user-dir" in args else len(args)
+            other = args[:i] + ["--cpu"] + args[i:]
+        return record.get("key") in (self.key(), self.key(other))
 
 
 def work_dir(study: str) -> pathlib.Path:
@@ -179,7 +191,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
     run_dir = run_dir or (lambda rid: work / rid)
     store = pathlib.Path(store)
     records = {k: v for k, v in load_records(store).items() if k in {r.id for r in runs}}
-    todo = [r for r in runs if r.id not in records or records[r.id].get("key") != r.key()]
+    todo = [r for r in runs if r.id not in records or not r.recorded_by(records[r.id])]
     for r in todo:
         if r.id in records:
             common.log(f"{r.id}: recorded with another command; running it again")
@@ -252,6 +264,13 @@ def add_training_options(p, jobs: int, overrides) -> None:
     p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
     for k in overrides:
         p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+
+
+def add_device_option(p) -> None:
+    """--device: where the study's runs train (common.DEVICES)."""
+    p.add_argument("--device", choices=common.DEVICES, default="cpu",
+                   help="where the runs train: cpu (fairseq's --cpu, --threads each; default) or cuda (the first "
+                        "GPU, --jobs runs sharing it); a run recorded on either device counts, its record says which")
 
 
 def with_overrides(cfg: dict, args, keys) -> dict:
