@@ -295,10 +295,11 @@ def test_the_whole_plan_through_the_study_with_a_fake_executor(lm_bin, tmp_path,
 def test_preparing_without_fairseq_on_the_path_is_one_line_and_leaves_nothing(shared_data, tmp_path, monkeypatch,
                                                                               capsys):
     """Outside the venv, `python -m harness.bench.lm` ended in a traceback (fairseq-preprocess not found) and
-    left work/data-bin/lm-multi30k-en-t0-v0.tmp.PID; a preparation killed outright left its temp folder too."""
+    left work/data-bin/lm-multi30k-en-t0-v0.tmp.PID; a preparation killed outright left its temp folder too
+    (named now as tfixup.atomic.write_folder names it)."""
     dead = subprocess.Popen(["true"])
     dead.wait()
-    stale = tmp_path / f"lm-multi30k-en-t20-v10.tmp.{dead.pid}"
+    stale = tmp_path / f".lm-multi30k-en-t20-v10.{dead.pid}.abcd1234.tmp"
     (stale / "text").mkdir(parents=True)
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(SystemExit):
