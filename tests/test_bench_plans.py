@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from harness.bench import batch, common, convergence, depth, hf, lm, plateau, quality
-from tfixup import methods as presets
+from tfixup import methods
 
 RESULTS = REPO / "results" / "bench"
 IWSLT, MULTI30K = pathlib.Path("/data/iwslt14-v1000"), pathlib.Path("/data/multi30k.de-en")
@@ -37,8 +37,8 @@ def test_every_committed_record_is_a_planned_run_with_its_key(study):
 
 def test_a_new_method_row_appears_in_every_study_it_names(monkeypatch):
     """Adding a method is its module plus one row: a throwaway row shows up in each study's plan."""
-    row = dataclasses.replace(presets.METHODS["postln"], label="Throwaway")
-    monkeypatch.setitem(presets.METHODS, "throwaway", row)
+    row = dataclasses.replace(methods.METHODS["postln"], label="Throwaway")
+    monkeypatch.setitem(methods.METHODS, "throwaway", row)
     for module in (convergence, quality, depth, lm):
         monkeypatch.setattr(module, "METHODS", module.study_arms())
     arms = {"convergence": {r.meta["method"] for r in convergence.plan(IWSLT)},
@@ -55,11 +55,11 @@ def test_a_layernorm_free_row_is_run_both_ways_and_at_the_deepest_depth(monkeypa
     """A LayerNorm-free row (``layernorm_free``) is asked whether it needs warmup (convergence: all three
     schedules, whichever its paper trains with) and runs at 200 layers per side (depth); a row with
     LayerNorm stops at 100, as do the methods beyond the paper's three."""
-    monkeypatch.setitem(presets.METHODS, "free_w", dataclasses.replace(presets.METHODS["postln"], label="Free W",
+    monkeypatch.setitem(methods.METHODS, "free_w", dataclasses.replace(methods.METHODS["postln"], label="Free W",
                                                                     layernorm_free=True))
-    monkeypatch.setitem(presets.METHODS, "free_n", dataclasses.replace(presets.METHODS["radam"], label="Free N",
+    monkeypatch.setitem(methods.METHODS, "free_n", dataclasses.replace(methods.METHODS["radam"], label="Free N",
                                                                     layernorm_free=True))
-    monkeypatch.setitem(presets.METHODS, "normed", dataclasses.replace(presets.METHODS["postln"], label="Normed"))
+    monkeypatch.setitem(methods.METHODS, "normed", dataclasses.replace(methods.METHODS["postln"], label="Normed"))
     for module in (convergence, depth):
         monkeypatch.setattr(module, "METHODS", module.study_arms())
     arms = {r.meta["method"] for r in convergence.plan(IWSLT)}
@@ -84,7 +84,7 @@ def test_the_studies_plan_dyt_and_rezero():
 
 
 def test_every_method_has_a_color_of_its_own():
-    colors = [m.color for m in presets.METHODS.values()] + [common.POSTLN_NO_WARMUP_COLOR]
+    colors = [m.color for m in methods.METHODS.values()] + [common.POSTLN_NO_WARMUP_COLOR]
     assert len(set(colors)) == len(colors)
 
 
