@@ -33,6 +33,8 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
+# plain Python, no fairseq import: a config check or dry run stays fast
+from tfixup import literals, methods
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = pathlib.Path(os.environ.get("TFIXUP_CONFIGS", REPO / "configs"))
@@ -251,16 +253,10 @@ def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -
             raise ConfigError(f"{where}: {flag} is already in the command the config makes: {how}")
 
 
-def _literals():
-    from tfixup import literals  # plain Python: no fairseq import on a config check
-
-    return literals
-
-
 def adam_betas(text: str, where: str = "ADAM_BETAS"):
     """ADAM_BETAS as fairseq's Adam reads it (it eval()s the string): a literal pair of numbers in [0, 1)."""
     try:
-        betas = _literals().literal(text, "ADAM_BETAS")
+        betas = literals.literal(text, "ADAM_BETAS")
     except ValueError as e:
         raise ConfigError(f"{where}: {e}") from None
     if not (isinstance(betas, (tuple, list)) and len(betas) == 2
@@ -272,19 +268,18 @@ def adam_betas(text: str, where: str = "ADAM_BETAS"):
 def evaluated_flags(words: Sequence[str], where: str) -> None:
     """fairseq flags whose value fairseq eval()s (``--adam-betas``, ``--adaptive-softmax-cutoff``, ...:
     literals.EVALUATED) must hold literals, of the type and range their field takes (literals.SHAPES)."""
-    lit = _literals()
     for i, word in enumerate(words):
         if not word.startswith("--"):
             continue
         name, eq, value = word[2:].partition("=")
-        if name.replace("-", "_") not in lit.EVALUATED:
+        if name.replace("-", "_") not in literals.EVALUATED:
             continue
         if not eq:
             if i + 1 >= len(words):
                 continue  # fairseq's parser names the missing value
             value = words[i + 1]
         try:
-            lit.field_value(value, name.replace("-", "_"), f"--{name}")
+            literals.field_value(value, name.replace("-", "_"), f"--{name}")
         except ValueError as e:
             raise ConfigError(f"{where}: {e}") from None
 
@@ -359,18 +354,9 @@ def batch(values: Mapping[str, str], world: int, per_process_batch: bool):
     return tokens * shards // (world * update_freq), update_freq
 
 
-def presets():
-    """tfixup/methods.py, the one method table (plain Python: a table lookup on every dry run imports
-    no fairseq)."""
-    from tfixup import methods
-
-    return methods
-
-
-def recipe(values: Mapping[str, str], max_tokens) -> "presets().Recipe":
-    """The config's training recipe, for the project's one fairseq-train argument builder."""
-    v = values
-    return presets().Recipe(
+def recipe(v: Mapping[str, str], max_tokens) -> methods.Recipe:
+    """The config's training recipe (V: its values), for the project's one fairseq-train argument builder."""
+    return methods.Recipe(
         v["METHOD"], v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"], v["LR"],
         schedule=v["SCHEDULE"], warmup=v["WARMUP_UPDATES"], decay_period=v["DECAY_PERIOD"],
         warmup_init_lr=v["WARMUP_INIT_LR"], arch=v["ARCH"], share=v["SHARE_EMBED"], optimizer=v["OPTIMIZER"],
@@ -390,7 +376,7 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
     if v["MAX_EPOCH"] == "0" and v["MAX_UPDATE"] == "0":
         raise ConfigError(f"{cfg.path}: set MAX_EPOCH or MAX_UPDATE")
     tokens, update_freq = batch(v, world, per_process_batch)
-    args = [data, *presets().train_args(recipe(v, tokens), log_format="simple"),
+    args = [data, *methods.train_args(recipe(v, tokens), log_format="simple"),
             "--source-lang", v["SRC"], "--target-lang", v["TGT"], "--update-freq", str(update_freq),
             "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"], "--log-interval", v["LOG_INTERVAL"],
             # fairseq's default multiple of 8 drops the last sentences of the valid set (fairseq

@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 GRACE_S = float(os.environ.get("TFIXUP_STOP_SECONDS", "10"))
 
 
-def _live() -> Dict[int, Tuple[int, int, str]]:
-    """pid -> (parent pid, process group, name) of every live (not zombie) process, from /proc."""
+def _parents() -> Dict[int, int]:
+    """pid -> parent pid of every live (not zombie) process, from /proc."""
     out = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -29,21 +29,10 @@ def _live() -> Dict[int, Tuple[int, int, str]]:
                 stat = f.read()
         except OSError:
             continue  # ended meanwhile
-        name, rest = stat.split("(", 1)[1].rsplit(")", 1)  # the name in (...) may hold spaces
-        state, ppid, pgid = rest.split()[:3]
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]  # after the name in (...), which may hold spaces
         if state != "Z":
-            out[int(entry)] = (int(ppid), int(pgid), name)
+            out[int(entry)] = int(ppid)
     return out
-
-
-def _parents() -> Dict[int, int]:
-    """pid -> parent pid of every live process."""
-    return {pid: ppid for pid, (ppid, _, _) in _live().items()}
-
-
-def group_members(pgid: int) -> List[str]:
-    """The live processes of process group PGID, as 'pid name'."""
-    return [f"{pid} {name}" for pid, (_, group, name) in _live().items() if group == pgid]
 
 
 def tree_pids(root: int) -> List[int]:

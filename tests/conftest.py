@@ -2,7 +2,9 @@
 
 import os
 import pathlib
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -102,6 +104,32 @@ TINY_MAIN_ENV = {"BPE_MERGES": "1000", "EMBED_DIM": "32", "FFN_DIM": "64", "HEAD
                  "DECODER_LAYERS": "1", "MAX_EPOCH": "2", "MAX_TOKENS": "2048", "AVG_CANDIDATES": "1 2",
                  "LOG_INTERVAL": "10", "MAX_LEN_A": "0", "MAX_LEN_B": "20"}  # an untrained model's hypotheses run to the cap
 TINY_MAIN_ARGS = ["--no-install", "--train-lines", "1000", "--valid-lines", "40", "--test-lines", "20"]
+
+
+def group_members(pgid: int) -> list:
+    """The live (not zombie) processes of process group PGID, as 'pid name' (from ps): what a test that
+    stops a script waits to see end."""
+    out = subprocess.run(["ps", "-e", "-o", "pgid=,pid=,stat=,comm="], capture_output=True, text=True,
+                         check=True).stdout
+    rows = (line.split(None, 3) for line in out.splitlines())
+    return [f"{pid} {name}" for group, pid, stat, name in rows if int(group) == pgid and not stat.startswith("Z")]
+
+
+def group_left(pgid: int, within_s: float = 60) -> list:
+    """group_members(PGID) once none are left, or those left after WITHIN_S seconds (generous: a killed
+    process may take a moment to end on a loaded machine; this never times anything)."""
+    deadline = time.monotonic() + within_s
+    while (left := group_members(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL to whatever is left of process group PGID (what a test that failed midway left running)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def untracked_and_ignored() -> set:
@@ -211,10 +239,10 @@ def save_tiny_checkpoint(path: pathlib.Path, data_dir, dims=(16, 32, 2, 1, 1), u
     from omegaconf import OmegaConf
 
     from fairseq_tfixup.diagnostics.models import build_from_flags
-    from tfixup import methods as presets
+    from tfixup import methods
 
-    args, _, model, _ = build_from_flags(data_dir, ["-s", "de", "-t", "en", *presets.model_flags("tfixup"),
-                                                 *presets.dims_flags(*dims), "--optimizer", "adam", "--lr", "1e-3",
+    args, _, model, _ = build_from_flags(data_dir, ["-s", "de", "-t", "en", *methods.model_flags("tfixup"),
+                                                 *methods.dims_flags(*dims), "--optimizer", "adam", "--lr", "1e-3",
                                                  "--lr-scheduler", "inverse_sqrt_nowarmup"])
     state = {"args": None, "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
              "cfg": OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True),

@@ -57,30 +57,50 @@ def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
 
 
+def fairseq_train(data, args) -> str:
+    """``fairseq-train DATA ARGS`` run by fairseq-train's own entry point (fairseq_cli.train.cli_main, what the
+    console script calls) in this process, where fairseq is imported already (a process per run paid
+    fairseq's ~6 s import again; tests/test_cli.py runs the console script itself, in its own process);
+    its log."""
+    from fairseq_cli import train
+
+    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", ["fairseq-train", str(data), *args]):
+        train.cli_main()
+    return log_text.getvalue()
+
+
+def falling_losses(log, count: int, by: float = 0.5) -> list:
+    """The COUNT training losses (bits) of LOG's train_inner lines: finite, the last BY below the first."""
+    losses = [float(r["loss"]) for r in records(log, "train_inner")]
+    assert len(losses) == count and all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0] - by, losses
+    return losses
+
+
 def train_briefly(data, method):
     """fairseq-train --user-dir fairseq_tfixup for UPDATES updates of a TINY 2+2-layer ``method`` (a row of
     tfixup/methods.py, trained as the project's one builder trains it: its own optimizer, warmup over 10
-    updates or none) on CPU; returns the log after checking that the training loss is finite and falls.
-
-    It runs fairseq-train's own entry point (fairseq_cli.train.cli_main, what the console
-    script calls) with that command line in this process, where fairseq is imported already:
-    a process per method paid fairseq's ~6 s import again. tests/test_cli.py runs the console
-    script itself, in its own process."""
-    from fairseq_cli import train
+    updates or none) on CPU; returns the log after checking that the training loss is finite and falls."""
     from tfixup import methods
 
     recipe = methods.Recipe(method, 64, 128, 2, 2, 2, lr="5e-4", warmup=10, share="none", max_tokens=1024,
                             max_update=UPDATES)
-    argv = ["fairseq-train", str(data), *methods.train_args(recipe, USER_DIR, cpu=True, log_format="json",
-                                                             num_workers=0),
-            "--disable-validation", "--no-save", "--log-interval", str(LOG_INTERVAL)]
-    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
-        train.cli_main()
-    log = log_text.getvalue()
-    inner = records(log, "train_inner")
-    assert [int(r["num_updates"]) for r in inner] == list(range(LOG_INTERVAL, UPDATES + 1, LOG_INTERVAL))
-    losses = [float(r["loss"]) for r in inner]
-    assert all(math.isfinite(x) for x in losses), losses
-    print(f"train loss (bits) every {LOG_INTERVAL} updates: {losses}")
-    assert losses[-1] < losses[0] - 0.5, losses
+    log = fairseq_train(data, [*methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0),
+                               "--disable-validation", "--no-save", "--log-interval", str(LOG_INTERVAL)])
+    assert [int(r["num_updates"]) for r in records(log, "train_inner")] == list(range(LOG_INTERVAL, UPDATES + 1,
+                                                                                     LOG_INTERVAL))
+    print(f"train loss (bits) every {LOG_INTERVAL} updates: {falling_losses(log, UPDATES // LOG_INTERVAL)}")
+    return log
+
+
+def train_lm_briefly(lm_bin, method, schedule: str = "auto") -> str:
+    """The LM study's command (tfixup.methods.train_args) for a 2-layer 64-dim language model of ``method``,
+    20 updates on ``lm_bin``; returns the log after checking that the training loss is finite and falls."""
+    from tfixup import methods
+
+    recipe = methods.Recipe(method, 64, 128, 4, 0, 2, lr="1e-3", schedule=schedule, warmup=5, max_tokens=512,
+                            max_update=20, task="language_modeling", tokens_per_sample=32)
+    log = fairseq_train(lm_bin, [*methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0),
+                                 "--no-save", "--disable-validation", "--log-interval", "5"])
+    falling_losses(log, 4)
     return log

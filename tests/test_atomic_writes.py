@@ -50,6 +50,41 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_write_removes(tmp
         sleeper.wait()
 
 
+def test_a_folder_is_published_whole_or_not_at_all(tmp_path):
+    """write_folder: the new folder replaces the old one whole; a failure leaves the old one and no temp
+    folder; a dead writer's temp folder is removed by the next write, a running writer's kept."""
+    out = tmp_path / "data-bin"
+    atomic.write_folder(out, lambda tmp: (tmp / "dict.txt").write_text("old"))
+    assert (out / "dict.txt").read_text() == "old" and oct(out.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
+
+    def half(tmp):
+        (tmp / "dict.txt").write_text("half")
+        raise RuntimeError("preprocessing failed")
+
+    with pytest.raises(RuntimeError):
+        atomic.write_folder(out, half)
+    assert [p.name for p in tmp_path.iterdir()] == ["data-bin"] and (out / "dict.txt").read_text() == "old"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f".data-bin.{dead.pid}.abcd1234.tmp" / "text").mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        running = tmp_path / f".other.{sleeper.pid}.abcd1234.tmp"
+        running.mkdir()
+        atomic.write_folder(out, lambda tmp: (tmp / "dict.txt").write_text("new"))
+        assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "data-bin"]
+        assert [p.name for p in out.iterdir()] == ["dict.txt"] and (out / "dict.txt").read_text() == "new"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def full_disk(monkeypatch, after_bytes=1000):
     """Writes through checkpoints.save fail with ENOSPC once AFTER_BYTES are written."""
     written = {"n": 0}

@@ -1,27 +1,19 @@
 """transformer_dyt and transformer_lm_dyt (Zhu et al., 2025): DyT(x) = gamma * tanh(alpha * x) + beta against
 the formula, its initialisation, every LayerNorm of the Pre-LN Transformer replaced (encoder-decoder and LM),
-fairseq's own weights elsewhere, the Pre-LN sublayer, decoding, and the language model trained by
-fairseq-train (the translation model is trained by tests/test_methods.py, as every row)."""
+fairseq's own weights elsewhere, the Pre-LN sublayer, and the language model trained by fairseq-train
+(decoding, a state-dict round trip and the translation model's training: tests/test_methods.py, as for every
+row)."""
 
 import math
-import sys
-from unittest import mock
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fairseq_tfixup.baselines.dyt import ALPHA0, DyT
-from harness import fairseq_log
 from tfixup import methods
 
-from conftest import USER_DIR
-from model_checks import (
-    assert_encoder_survives_state_dict_round_trip,
-    assert_incremental_decoding_matches_full,
-    build_tiny,
-    trained_looking_,
-)
+from model_checks import build_tiny, train_lm_briefly, trained_looking_
 from test_lm import build_lm, layer_norms, lm_bin  # noqa: F401  (lm_bin: the fixture)
 
 N_ENC, N_DEC = 3, 2
@@ -104,16 +96,6 @@ def test_alpha_gamma_and_beta_receive_gradients(dict_dir):
             assert p.grad is not None and p.grad.abs().sum() > 0, name
 
 
-def test_encoder_output_survives_a_state_dict_round_trip(dict_dir):
-    model, _, _ = build_tiny(dict_dir, "transformer_dyt", N_ENC, N_DEC)
-    assert_encoder_survives_state_dict_round_trip(trained_looking_(model))
-
-
-def test_incremental_decoding_equals_full_forward(dict_dir):
-    model, _, _ = build_tiny(dict_dir, "transformer_dyt", N_ENC, N_DEC)
-    assert_incremental_decoding_matches_full(trained_looking_(model))
-
-
 def test_language_model_is_pre_ln_with_every_norm_a_dyt(lm_bin):
     model, _ = build_lm(lm_bin, *methods.lm_model_flags("dyt")[1:], *methods.lm_dims_flags(32, 64, 2, 3))
     assert all(layer.normalize_before for layer in model.decoder.layers)
@@ -126,20 +108,7 @@ def test_language_model_is_pre_ln_with_every_norm_a_dyt(lm_bin):
 def test_fairseq_train_trains_the_language_model_with_warmup(lm_bin):
     """The LM study's command for DyT (matched warmup), run by fairseq-train's own entry point: finite
     losses that fall."""
-    from fairseq_cli import train
-
-    recipe = methods.Recipe("dyt", 64, 128, 4, 0, 2, lr="1e-3", schedule="matched", warmup=5, max_tokens=512,
-                            max_update=20, task="language_modeling", tokens_per_sample=32)
-    argv = ["fairseq-train", str(lm_bin), *methods.train_args(recipe, USER_DIR, cpu=True, log_format="json",
-                                                              num_workers=0),
-            "--no-save", "--disable-validation", "--log-interval", "5"]
-    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
-        train.cli_main()
-    log = log_text.getvalue()
-    assert "DyT LM: Pre-LN; 5 LayerNorms replaced" in log
-    losses = [float(r["loss"]) for r in fairseq_log.records(log, "train_inner")]
-    assert len(losses) == 4 and all(math.isfinite(x) for x in losses), losses
-    assert losses[-1] < losses[0] - 0.5, losses
+    assert "DyT LM: Pre-LN; 5 LayerNorms replaced" in train_lm_briefly(lm_bin, "dyt", schedule="matched")
 
 
 @pytest.mark.parametrize("suffix", ["", "_deep_narrow"])

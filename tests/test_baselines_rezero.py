@@ -1,27 +1,16 @@
 """transformer_rezero and transformer_lm_rezero (Bachlechner et al., 2020): no LayerNorm, each sublayer
 x + alpha * F(x) with its own alpha, zero at initialisation: the identity at init (a layer, and each whole
-stack, which outputs its embeddings unchanged), the formula with nonzero alphas, gradients, refusals,
-decoding, and the language model trained by fairseq-train (the translation model is trained by
-tests/test_methods.py, as every row)."""
-
-import math
-import sys
-from unittest import mock
+stack, which outputs its embeddings unchanged), the formula with nonzero alphas, gradients, refusals, and
+the language model trained by fairseq-train (decoding, a state-dict round trip and the translation model's
+training: tests/test_methods.py, as for every row)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import fairseq_log
 from tfixup import methods
 
-from conftest import USER_DIR
-from model_checks import (
-    assert_encoder_survives_state_dict_round_trip,
-    assert_incremental_decoding_matches_full,
-    build_tiny,
-    trained_looking_,
-)
+from model_checks import build_tiny, train_lm_briefly, trained_looking_
 from test_lm import build_lm, layer_norms, lm_bin  # noqa: F401  (lm_bin: the fixture)
 
 N_ENC, N_DEC = 3, 2
@@ -126,14 +115,6 @@ def test_layer_norm_flags_are_refused_in_one_line(flag, dict_dir):
     assert "\n" not in str(err.value)
 
 
-def test_encoder_output_survives_a_state_dict_round_trip(dict_dir):
-    assert_encoder_survives_state_dict_round_trip(trained_looking_(_model(dict_dir)))
-
-
-def test_incremental_decoding_equals_full_forward(dict_dir):
-    assert_incremental_decoding_matches_full(trained_looking_(_model(dict_dir)))
-
-
 def test_language_model_has_no_layer_norm_and_is_the_identity_at_init(lm_bin):
     model, _ = build_lm(lm_bin, *methods.lm_model_flags("rezero")[1:], *methods.lm_dims_flags(32, 64, 2, 3))
     assert layer_norms(model) == [] and model.decoder.layer_norm is None
@@ -156,17 +137,5 @@ def test_language_model_refuses_layer_norm_flags(flag, lm_bin):
 def test_fairseq_train_trains_the_language_model_without_warmup(lm_bin):
     """The LM study's command for ReZero (no warmup, its paper's), run by fairseq-train's own entry point:
     finite losses that fall."""
-    from fairseq_cli import train
-
-    recipe = methods.Recipe("rezero", 64, 128, 4, 0, 2, lr="1e-3", max_tokens=512, max_update=20,
-                            task="language_modeling", tokens_per_sample=32)
-    args = methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0)
-    assert args[args.index("--lr-scheduler") + 1] == "inverse_sqrt_nowarmup"
-    argv = ["fairseq-train", str(lm_bin), *args, "--no-save", "--disable-validation", "--log-interval", "5"]
-    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
-        train.cli_main()
-    log = log_text.getvalue()
-    assert "ReZero LM: no LayerNorm; 2 layers" in log
-    losses = [float(r["loss"]) for r in fairseq_log.records(log, "train_inner")]
-    assert len(losses) == 4 and all(math.isfinite(x) for x in losses), losses
-    assert losses[-1] < losses[0] - 0.5, losses
+    log = train_lm_briefly(lm_bin, "rezero")
+    assert "ReZero LM: no LayerNorm; 2 layers" in log and "'_name': 'inverse_sqrt_nowarmup'" in log

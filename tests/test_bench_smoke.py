@@ -60,7 +60,7 @@ def test_speed_times_fairseq_trainer(iwslt_bin, tmp_path):
     from fairseq_tfixup.diagnostics.models import parse_train_args
 
     cfg = speed.MODES["smoke"]
-    trainers = {m: speed.build_trainer(m, "tiny", iwslt_bin, cfg, "cpu", "fp32", str(tmp_path)) for m in speed.MODELS}
+    trainers = {m: speed.new_trainer(m, "tiny", iwslt_bin, cfg, "cpu", "fp32", str(tmp_path)) for m in speed.MODELS}
     for t in trainers.values():
         assert isinstance(t, Trainer) and isinstance(t.optimizer, FairseqAdam)
         assert t.cfg.common.cpu and not t.cfg.common.fp16

@@ -229,7 +229,7 @@ def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iw
 
 
 def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_variant(iwslt_bin, tmp_path):
-    from fairseq_tfixup.diagnostics import update_decomposition as ud, update_size
+    from fairseq_tfixup.diagnostics import grad_norms, update_decomposition as ud, update_size
 
     assert ud.group_of("decoder.layers.0.encoder_attn.v_proj.bias") == "v_bias"
     assert ud.group_of("encoder.layers.3.self_attn.k_proj.weight") == "qk_weight"
@@ -239,7 +239,7 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     args, task, model, criterion = models.build(str(iwslt_bin), spec, seed=3)
     model.double().train()
     batches = data.fixed_batches(task, args, "valid", 4)
-    update_size.mean_loss_gradient(model, criterion, batches)
+    grad_norms.mean_loss_gradient(model, criterion, batches)
     sel = ud.selections(model)
     groups = [g for g in sel if g not in ud.UNIONS]
     # every trainable parameter is in exactly one group; the unions are the weights, the biases and all

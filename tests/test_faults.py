@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY_RUN as TINY, last_error, run_script as run
-from harness import proc as proc_lib, recover
+from conftest import REPO, TINY_RUN as TINY, group_left, kill_group, last_error, run_script as run
+from harness import recover
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -139,16 +139,6 @@ def test_train_refuses_incomplete_manifest(data, tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-def group_members(pgid: int, within_s: float) -> list:
-    """The live processes of process group PGID, as 'pid name', once none are left or WITHIN_S passed."""
-    deadline = time.time() + within_s
-    while True:
-        left = proc_lib.group_members(pgid)
-        if not left or time.time() > deadline:
-            return left
-        time.sleep(0.2)
-
-
 def test_sigterm_stops_training_tree_and_books_interrupted(data, tmp_path):
     """Case 4: SIGTERM did not stop training (the trap waited for fairseq-train | tee),
     then booked rc 143 for a run that completed."""
@@ -169,13 +159,10 @@ def test_sigterm_stops_training_tree_and_books_interrupted(data, tmp_path):
         # stopped, not finished: its 100000 updates would take hours (a generous wait for a loaded machine,
         # beyond the stopper's grace period, TFIXUP_STOP_SECONDS)
         rc = proc.wait(timeout=300)
-        left = group_members(proc.pid, within_s=60)
+        left = group_left(proc.pid)
         assert not left, f"still running in the stopped run's process group: {left}"  # fairseq-train, tee
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever a failure left running
-        except ProcessLookupError:
-            pass
+        kill_group(proc.pid)
     assert rc == 143 and "done training" not in log.read_text(), rc
     assert (out / "train_runs.tsv").read_text().splitlines()[-1].split("\t")[-1] == "interrupted"
     assert not (out / "train_run.open").exists() and leftovers(out) == []

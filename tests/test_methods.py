@@ -1,7 +1,7 @@
 """Every method row of tfixup/methods.py, from its row alone: its fairseq architectures are registered for
-every size preset with that preset's sizes, and it trains through fairseq-train --user-dir on the real data
-(its own optimizer and warmup, through the project's one command builder). A new row is tested here with no
-code naming it."""
+every size preset with that preset's sizes, its model decodes incrementally as in a full pass and survives a
+state-dict round trip, and it trains through fairseq-train --user-dir on the real data (its own optimizer and
+warmup, through the project's one command builder). A new row is tested here with no code naming it."""
 
 import pytest
 from fairseq.models import ARCH_MODEL_REGISTRY
@@ -11,7 +11,13 @@ from fairseq_tfixup.baselines.post_ln import PRESETS
 from tfixup import methods
 
 from conftest import build_model
-from model_checks import train_briefly
+from model_checks import (
+    assert_encoder_survives_state_dict_round_trip,
+    assert_incremental_decoding_matches_full,
+    build_tiny,
+    train_briefly,
+    trained_looking_,
+)
 
 # the plugin's models (fairseq's own transformer is fairseq's to test)
 MODELS = sorted({m.arch for m in methods.METHODS.values() if m.arch != "transformer"})
@@ -37,6 +43,16 @@ def test_architectures_are_registered_with_each_presets_sizes(model, suffix, dic
     assert type(built) is ARCH_MODEL_REGISTRY[arch]
     assert (a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads) == SIZES[suffix]
     assert (a.decoder_embed_dim, a.decoder_ffn_embed_dim, a.decoder_attention_heads) == SIZES[suffix]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_incremental_decoding_and_a_state_dict_round_trip_keep_the_models_function(model, dict_dir):
+    """Weights perturbed (an initialisation may make layers near-identity and hide a wrong decoding cache);
+    the round trip: fairseq 0.12.2 switches encoder layers to a fused Post-LN kernel once a state dict is
+    loaded, which would drop a method's own residual (DeepNorm's alpha, ReZero's gate, a missing LayerNorm)."""
+    built, _, _ = build_tiny(dict_dir, model, 3, 2)
+    assert_incremental_decoding_matches_full(trained_looking_(built))
+    assert_encoder_survives_state_dict_round_trip(built)
 
 
 @pytest.mark.parametrize("method", TRAINED_HERE)

@@ -15,8 +15,7 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, TINY_RUN
-from harness import proc as proc_lib
+from conftest import REPO, TINY_RUN, group_left, group_members, kill_group
 from tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
@@ -71,17 +70,6 @@ def trained(data, tmp_path_factory):
     return out, first_run, second.stdout, second.stderr
 
 
-def group_left(pgid: int, within_s: float) -> list:
-    """The live processes of process group PGID once none are left, or those left after WITHIN_S seconds
-    (a killed sleep may take a moment to end; the one this looks for would run 987 s)."""
-    from harness import proc as proc_lib
-
-    deadline = time.time() + within_s
-    while (left := proc_lib.group_members(pgid)) and time.time() < deadline:
-        time.sleep(0.2)
-    return left
-
-
 def test_rerun_resumes_from_checkpoint_last(trained):
     out, first_run, second_stdout, second_stderr = trained
     # the rerun loaded checkpoint_last.pt at update 10 or later and finished at the configured 30
@@ -113,7 +101,7 @@ def test_chain_average_generate_score_report(trained, data):
                                 stdout=stdout, stderr=stderr, env=env(PROGRESS_SECONDS="987"), start_new_session=True)
         proc.wait()
     assert proc.returncode == 0, (out.parent / "eval.err").read_text()[-3000:]
-    left = group_left(proc.pid, within_s=60)
+    left = group_left(proc.pid)
     assert not left, f"evaluate.sh left processes running: {left}"
     assert re.search(r"translated 60 / 60 sentences", (out.parent / "eval.err").read_text())  # the last count
     ev = out / "eval"
@@ -218,7 +206,7 @@ def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_pat
     job = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
                            stdout=subprocess.DEVNULL, stderr=err, env=env(PROGRESS_SECONDS="1"), start_new_session=True)
     def averaging():  # the average step's process runs (its arguments: --ckpt-dir)
-        for member in proc_lib.group_members(job.pid):
+        for member in group_members(job.pid):
             try:
                 if b"--ckpt-dir" in pathlib.Path(f"/proc/{member.split()[0]}/cmdline").read_bytes():
                     return True
@@ -234,10 +222,6 @@ def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_pat
         assert job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
         os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
         job.wait()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc_lib.group_members(job.pid):
-            time.sleep(0.2)
-        assert not proc_lib.group_members(job.pid), proc_lib.group_members(job.pid)
+        assert not group_left(job.pid)
     finally:
-        if proc_lib.group_members(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)

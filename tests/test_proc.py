@@ -5,6 +5,7 @@ import signal
 import subprocess
 import time
 
+from conftest import group_left, kill_group
 from harness import proc
 
 
@@ -46,13 +47,6 @@ def _supervised(tmp_path):
     return top
 
 
-def _group_ends(pgid) -> bool:
-    deadline = time.monotonic() + 60
-    while proc.group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not proc.group_members(pgid)
-
-
 def test_supervisor_stops_the_whole_tree_on_sigterm_or_sigint(tmp_path):
     """A signal to the supervisor's PID reaches every process below it as SIGTERM (a background child
     of a shell ignores SIGINT), without waiting out the grace period; it exits 128 + the signal."""
@@ -63,10 +57,9 @@ def test_supervisor_stops_the_whole_tree_on_sigterm_or_sigint(tmp_path):
         try:
             os.kill(top.pid, sig)
             assert top.wait(timeout=60) == 128 + sig
-            assert _group_ends(top.pid), proc.group_members(top.pid)
+            assert not group_left(top.pid)
         finally:
-            if proc.group_members(top.pid):
-                os.killpg(top.pid, signal.SIGKILL)
+            kill_group(top.pid)
         (tmp_path / "ready").unlink()
 
 
@@ -78,10 +71,9 @@ def test_supervisor_killed_outright_takes_its_tree_down(tmp_path):
     try:
         os.kill(top.pid, signal.SIGKILL)
         top.wait()
-        assert _group_ends(top.pid), proc.group_members(top.pid)
+        assert not group_left(top.pid)
     finally:
-        if proc.group_members(top.pid):
-            os.killpg(top.pid, signal.SIGKILL)
+        kill_group(top.pid)
 
 
 def test_supervisor_passes_its_workers_exit_status():

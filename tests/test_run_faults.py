@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from conftest import REPO, write_dicts, TINY_RUN as TINY, last_error, run_script as run
+from conftest import (REPO, TINY_RUN as TINY, group_left, group_members, kill_group, last_error, run_script as run,
+                      write_dicts)
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -322,7 +323,7 @@ def test_load_failures_of_fairseq_train_name_dictionary_or_architecture(run_with
     """What fairseq-train logs when a checkpoint's tensors do not fit the model (its own message around
     torch's, made here by the same load_state_dict): other dictionaries, or another architecture."""
     from fairseq_tfixup.diagnostics.models import build_from_flags
-    from tfixup import methods as presets
+    from tfixup import methods
     from harness import recover
 
     out, data = run_with
@@ -330,8 +331,8 @@ def test_load_failures_of_fairseq_train_name_dictionary_or_architecture(run_with
     shutil.copy(real, out / "checkpoints" / "checkpoint_last.pt")
     for other_data, dims, says in ((write_dicts(tmp_path / "d50", size=50), (16, 32, 2, 1, 1), "other dictionaries"),
                                    (data, (16, 64, 2, 1, 1), "holds another model")):
-        _, _, model, _ = build_from_flags(other_data, ["-s", "de", "-t", "en", *presets.model_flags("tfixup"),
-                                                    *presets.dims_flags(*dims)])
+        _, _, model, _ = build_from_flags(other_data, ["-s", "de", "-t", "en", *methods.model_flags("tfixup"),
+                                                    *methods.dims_flags(*dims)])
         with pytest.raises(RuntimeError) as e:
             model.load_state_dict(state["model"])
         log = (f"fairseq_cli.train | {{'_name': None}}\nException: Cannot load model parameters from checkpoint "
@@ -475,7 +476,6 @@ def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_ma
     "interrupted: nothing published" with checkpoint_last.pt saved. Here: the script's whole process
     group ends, the run is booked interrupted, and the last lines name what was kept and the command."""
     from conftest import TINY_MAIN_ARGS, TINY_MAIN_ENV
-    from harness import proc as proc_lib
 
     work, _, _ = cpu_main_job
     mine = tmp_path / "qs"
@@ -494,10 +494,9 @@ def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_ma
         else:
             os.killpg(job.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends
         rc = job.wait(timeout=60)
-        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+        assert not group_left(job.pid)
     finally:
-        if proc_lib.group_members(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)
     stderr = (tmp_path / "stderr").read_text()
     assert rc == {"TERM": 143, "Ctrl-C": 130}[how], stderr[-3000:]
     assert "Killed" not in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
@@ -514,7 +513,6 @@ def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_ma
 def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_temp(shared_data, tmp_path):
     """kill -9 of prepare-corpus.sh left fairseq-preprocess running (its worker died with it, the
     worker's children did not) and an OUT.tmp.PID folder; the rerun removes the folder and publishes."""
-    from harness import proc as proc_lib
 
     src = corpus(tmp_path / "corpus", shared_data)
     out = tmp_path / "bin"
@@ -529,14 +527,13 @@ def test_kill_9_of_prepare_takes_its_preprocess_down_and_the_rerun_removes_its_t
                            env={**os.environ, **slow})
     try:
         busy = wait_for(lambda: job.poll() is not None
-                        or any(m.endswith(" sleep") for m in proc_lib.group_members(job.pid)), 300, step_s=0.05)
+                        or any(m.endswith(" sleep") for m in group_members(job.pid)), 300, step_s=0.05)
         assert busy and job.poll() is None, "prepare ended before its fairseq-preprocess was seen"
         os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
         job.wait()
-        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+        assert not group_left(job.pid)
     finally:
-        if proc_lib.group_members(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)
     (stale,) = tmp_path.glob("bin.tmp.*")
     rerun = run(*prepare)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -581,7 +578,6 @@ def test_a_read_only_run_folder_is_one_line_naming_it(run_with, tmp_path):
 def test_sigterm_to_a_table_script_stops_its_step_and_names_the_command_that_resumes(shared_data, tmp_path):
     """Every script stops its whole tree on SIGTERM to its own PID (here table1.sh while it prepares the
     data), and one that keeps its finished steps says the command that resumes."""
-    from harness import proc as proc_lib
 
     err = open(tmp_path / "stderr", "w")
     cmd = ["bash", str(SCRIPTS / "table1.sh"), "--only", EXPERIMENT, "--runs", str(tmp_path / "runs"),
@@ -593,10 +589,9 @@ def test_sigterm_to_a_table_script_stops_its_step_and_names_the_command_that_res
         assert busy and job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
         job.send_signal(signal.SIGTERM)
         assert job.wait(timeout=60) == 143
-        assert wait_for(lambda: not proc_lib.group_members(job.pid), 60), proc_lib.group_members(job.pid)
+        assert not group_left(job.pid)
     finally:
-        if proc_lib.group_members(job.pid):
-            os.killpg(job.pid, signal.SIGKILL)
+        kill_group(job.pid)
     lines = (tmp_path / "stderr").read_text().strip().splitlines()
     assert lines[-1].endswith("interrupted: finished experiments and saved checkpoints are kept; rerun the same "
                               f"command to resume: {' '.join(cmd)}"), lines[-5:]

@@ -1,12 +1,14 @@
 """The one atomic file writer: every output goes to a temp name in its destination
 folder and is renamed into place, so a reader never sees half a file and a failure
 leaves nothing (a writer killed outright leaves its temp file, removed by the next write
-to that folder). Files get the usual mode (0666 less the umask), not mkstemp's 0600."""
+to that folder). Files get the usual mode (0666 less the umask), not mkstemp's 0600;
+folders (``write_folder``) 0777 less the umask, not mkdtemp's 0700."""
 
 import json
 import os
 import pathlib
 import re
+import shutil
 import tempfile
 
 
@@ -28,13 +30,43 @@ def write_file(path, write) -> pathlib.Path:
     return path
 
 
-# .NAME.PID.RANDOM.tmp, as write_file names its temp files (mkstemp's random part: 8 of [a-z0-9_])
+def write_folder(path, write) -> pathlib.Path:
+    """Call ``write(tmp_folder)`` to fill a new folder, then rename it to ``path`` (a folder there is
+    replaced): a reader sees the old folder or the whole new one, and a failure leaves neither the
+    temp folder nor a half-made ``path``. The temp folder is named as write_file names its temp files,
+    so a writer killed outright leaves it to the next write into that parent folder."""
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale(path.parent)
+    tmp = tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    old = None
+    try:
+        write(pathlib.Path(tmp))
+        os.chmod(tmp, 0o777 & ~_umask())
+        if path.exists():  # rename(2) replaces only an empty folder: move the old one aside first
+            old = tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+            os.replace(path, old)
+        os.replace(tmp, path)
+    except BaseException:
+        if old and not path.exists():  # stopped between the two renames: the old folder goes back
+            os.replace(old, path)
+            old = None
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+# .NAME.PID.RANDOM.tmp, as write_file and write_folder name their temp files and folders (mkstemp's and
+# mkdtemp's random part: 8 of [a-z0-9_])
 _TEMP = re.compile(r"\..+\.(\d+)\.[a-z0-9_]{8}\.tmp")
 
 
 def remove_stale(folder) -> list:
-    """Remove FOLDER's temp files of write_file whose writer is no longer running (killed mid-write);
-    a running writer's are kept. The names removed."""
+    """Remove FOLDER's temp files and folders of write_file and write_folder whose writer is no longer
+    running (killed mid-write); a running writer's are kept. The names removed."""
     removed = []
     try:
         names = os.listdir(folder)
@@ -43,8 +75,12 @@ def remove_stale(folder) -> list:
     for name in names:
         m = _TEMP.fullmatch(name)
         if m and not pid_running(int(m.group(1))):
+            stale = os.path.join(folder, name)
             try:
-                os.unlink(os.path.join(folder, name))
+                if os.path.isdir(stale) and not os.path.islink(stale):
+                    shutil.rmtree(stale)
+                else:
+                    os.unlink(stale)
                 removed.append(name)
             except FileNotFoundError:  # another process removed it first
                 pass

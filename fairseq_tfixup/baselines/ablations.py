@@ -24,7 +24,6 @@ class NoNormTransformerModel(TFixupTransformerModel):
     """No LayerNorm, fairseq's default initialisation (paper Fig. 3c's "no LN" arm)."""
 
     apply_init = False
-    init_name = "no T-Fixup scaling (fairseq's initialisation)"
 
 
 @register_model("transformer_tfixup_ln")

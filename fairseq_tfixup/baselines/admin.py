@@ -36,12 +36,12 @@ import torch
 from torch import nn
 
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
+from fairseq.models.transformer import TransformerModel
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_tfixup.baselines.layers import wrap_layer
-from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, without_fused_encoder_path
+from fairseq_tfixup.baselines.layers import LayerClassDecoder, LayerClassEncoder
+from fairseq_tfixup.baselines.post_ln import register_presets
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, post_ln_config, without_fused_encoder_path
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +80,12 @@ class AdminDecoderLayer(AdminResidual, TransformerDecoderLayerBase):
         return super().forward(x, encoder_out, *args, **kwargs)
 
 
-class AdminTransformerEncoder(TransformerEncoderBase):
-    def build_encoder_layer(self, cfg):
-        return wrap_layer(AdminEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+class AdminTransformerEncoder(LayerClassEncoder):
+    layer_class = AdminEncoderLayer
 
 
-class AdminTransformerDecoder(TransformerDecoderBase):
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(AdminDecoderLayer(cfg, no_encoder_attn), cfg)
+class AdminTransformerDecoder(LayerClassDecoder):
+    layer_class = AdminDecoderLayer
 
 
 def omegas_from_variances(variances: torch.Tensor) -> torch.Tensor:
@@ -115,7 +113,7 @@ class AdminTransformerModel(CustomLayerStacks, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_post_ln(args, "transformer_admin")
+        post_ln_config(args, "transformer_admin")
         return super().build_model(args, task)
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, *args, **kwargs):

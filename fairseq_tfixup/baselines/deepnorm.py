@@ -23,13 +23,13 @@ import torch
 from torch import nn
 
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
+from fairseq.models.transformer import TransformerModel
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_tfixup.baselines import deepnorm_init
-from fairseq_tfixup.baselines.layers import wrap_layer
-from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
-from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, without_fused_encoder_path
+from fairseq_tfixup.baselines.layers import LayerClassDecoder, LayerClassEncoder
+from fairseq_tfixup.baselines.post_ln import register_presets
+from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, post_ln_config, without_fused_encoder_path
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +53,12 @@ class DeepNormDecoderLayer(TransformerDecoderLayerBase):
         return residual * self.alpha + x
 
 
-class DeepNormTransformerEncoder(TransformerEncoderBase):
-    def build_encoder_layer(self, cfg):
-        return wrap_layer(DeepNormEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+class DeepNormTransformerEncoder(LayerClassEncoder):
+    layer_class = DeepNormEncoderLayer
 
 
-class DeepNormTransformerDecoder(TransformerDecoderBase):
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(DeepNormDecoderLayer(cfg, no_encoder_attn), cfg)
+class DeepNormTransformerDecoder(LayerClassDecoder):
+    layer_class = DeepNormDecoderLayer
 
 
 @torch.no_grad()
@@ -86,7 +84,7 @@ class DeepNormTransformerModel(CustomLayerStacks, TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_post_ln(args, "transformer_deepnorm")
+        post_ln_config(args, "transformer_deepnorm")
         model = super().build_model(args, task)
         n_enc, n_dec = args.encoder_layers, args.decoder_layers
         apply_deepnorm_init_(model, n_enc, n_dec)

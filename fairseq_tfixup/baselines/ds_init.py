@@ -33,7 +33,8 @@ from torch import nn
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel
 
-from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
+from fairseq_tfixup.baselines.post_ln import register_presets
+from fairseq_tfixup.models.transformer_tfixup import post_ln_config
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class DSInitTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_post_ln(args, "transformer_dsinit")
+        post_ln_config(args, "transformer_dsinit")
         alpha = getattr(args, "ds_init_alpha", 1.0)
         if not alpha > 0:
             raise ValueError(f"--ds-init-alpha must be > 0, got {alpha}")

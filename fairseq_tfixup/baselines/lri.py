@@ -58,7 +58,8 @@ from torch import nn
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel
 
-from fairseq_tfixup.baselines.post_ln import check_post_ln, register_presets
+from fairseq_tfixup.baselines.post_ln import register_presets
+from fairseq_tfixup.models.transformer_tfixup import post_ln_config
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class LRITransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        check_post_ln(args, "transformer_lri")
+        post_ln_config(args, "transformer_lri")
         args.layernorm_embedding = True  # the LayerNorm that opens v1's first sublayer
         # fairseq builds the model, then (when loading a checkpoint) overwrites every parameter
         model = super().build_model(args, task)

@@ -1,10 +1,9 @@
-"""What the baselines share: the architecture presets they are registered with, and,
-for the Post-LN ones (DS-Init, DeepNorm, Admin, LRI), the refusal of pre-LN flags (those
-methods are defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)))."""
+"""What the baselines share: the architecture presets they are registered with. (The Post-LN ones,
+DS-Init, DeepNorm, Admin and LRI, refuse pre-LN flags through models/transformer_tfixup.py's
+``post_ln_config``: those methods are defined for the Post-LN Transformer, x_{l+1} = LN(x_l + G(x_l)).)"""
 
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import (
-    TransformerConfig,
     base_architecture,
     transformer_iwslt_de_en,
     transformer_vaswani_wmt_en_de_big,
@@ -12,7 +11,6 @@ from fairseq.models.transformer import (
 )
 
 from fairseq_tfixup.models.transformer_tfixup import tfixup_deep_narrow
-from tfixup import errors
 
 # suffix -> preset, so that `<model>_iwslt_de_en` has the sizes of fairseq's `transformer_iwslt_de_en`
 # and `<model>_deep_narrow` those of `transformer_tfixup_deep_narrow` (64-128-2, the depth study)
@@ -29,14 +27,3 @@ def register_presets(model_name: str) -> None:
     """Register the architectures ``<model_name><suffix>`` for every preset."""
     for suffix, preset in PRESETS.items():
         register_model_architecture(model_name, model_name + suffix)(preset)
-
-
-def check_post_ln(args, model_name: str) -> None:
-    """Raise a one-line ValueError for flags that would make the model Pre-LN."""
-    cfg = TransformerConfig.from_namespace(args)
-    for value, flag in (
-        (cfg.encoder.normalize_before, "--encoder-normalize-before"),
-        (cfg.decoder.normalize_before, "--decoder-normalize-before"),
-    ):
-        if value:
-            raise errors.Refused(f"{model_name} is a Post-LN Transformer: drop {flag}")

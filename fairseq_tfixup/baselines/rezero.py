@@ -37,16 +37,11 @@ import torch
 from torch import nn
 
 from fairseq.models import register_model
-from fairseq.models.transformer import (
-    TransformerConfig,
-    TransformerDecoderBase,
-    TransformerEncoderBase,
-    TransformerModel,
-)
+from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_tfixup.baselines.layers import wrap_layer
+from fairseq_tfixup.baselines.layers import LayerClassDecoder, LayerClassEncoder, wrap_layer
 from fairseq_tfixup.baselines.post_ln import register_presets
 from fairseq_tfixup.models.transformer_tfixup import CustomLayerStacks, no_layer_norm_config, without_layer_norms
 
@@ -91,14 +86,12 @@ def decoder_sublayers(layer) -> int:
     return 2 if layer.encoder_attn is None else 3
 
 
-class ReZeroTransformerEncoder(TransformerEncoderBase):
-    def build_encoder_layer(self, cfg):
-        return wrap_layer(ReZeroEncoderLayer(cfg, return_fc=self.return_fc), cfg)
+class ReZeroTransformerEncoder(LayerClassEncoder):
+    layer_class = ReZeroEncoderLayer
 
 
-class ReZeroTransformerDecoder(TransformerDecoderBase):
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(ReZeroDecoderLayer(cfg, no_encoder_attn), cfg)
+class ReZeroTransformerDecoder(LayerClassDecoder):
+    layer_class = ReZeroDecoderLayer
 
 
 @register_model("transformer_rezero")

@@ -6,9 +6,9 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import tempfile
 from typing import Iterator, List
 
+from tfixup import atomic
 
 
 def to_device(sample, device):
@@ -63,7 +63,8 @@ def prepare_multi30k(shared: pathlib.Path, out: pathlib.Path, split: str = "val"
     """A fairseq data-bin from raw Multi30k text: Moses tokenise + lowercase, IWSLT'14 BPE codes, fairseq-preprocess.
 
     The first ``lines`` pairs of ``split`` become the data-bin's *train* split (and its dictionaries).
-    Skipped when ``out`` exists; built in a temp dir and renamed, so a failure leaves nothing.
+    Skipped when ``out`` exists; built in a temp folder and renamed (tfixup.atomic.write_folder), so a
+    failure leaves nothing.
     """
     import lzma
 
@@ -78,26 +79,26 @@ def prepare_multi30k(shared: pathlib.Path, out: pathlib.Path, split: str = "val"
     for f in list(raw.values()) + [codes]:
         if not f.is_file():
             raise FileNotFoundError(f"missing input file: {f} (set --shared or TFIXUP_SHARED_DATA)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-    try:
+
+    def build(folder):
+        text = folder / "text"  # tokenised and BPE'd, removed once binarised
+        text.mkdir()
         with lzma.open(codes, "rt", encoding="utf-8") as fh:
             bpe = BPE(fh)
         for l, path in raw.items():
             tok = MosesTokenizer(lang=l)
             with gzip.open(path, "rt", encoding="utf-8") as fh:
-                text = [next(fh) for _ in range(lines)] if lines > 0 else fh.readlines()
-            with open(tmp / f"train.{l}", "w", encoding="utf-8") as fh:
-                for line in text:
+                sentences = [next(fh) for _ in range(lines)] if lines > 0 else fh.readlines()
+            with open(text / f"train.{l}", "w", encoding="utf-8") as fh:
+                for line in sentences:
                     toks = tok.tokenize(line.strip().lower(), escape=True, return_str=True)
                     fh.write(bpe.process_line(toks) + "\n")
-        print(f"[data] Multi30k {split}: {len(text)} pairs tokenised + BPE'd; fairseq-preprocess", flush=True)
+        print(f"[data] Multi30k {split}: {len(sentences)} pairs tokenised + BPE'd; fairseq-preprocess", flush=True)
         subprocess.run(
             [sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", src, "--target-lang", tgt, "--trainpref",
-             str(tmp / "train"), "--destdir", str(tmp / "bin"), "--workers", "1"],
+             str(text / "train"), "--destdir", str(folder), "--workers", "1"],
             check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         )
-        os.replace(tmp / "bin", out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        shutil.rmtree(text)
+
+    return atomic.write_folder(out, build)

@@ -36,8 +36,8 @@ def layer_group(name: str) -> str:
     return f"{side}.ln"  # the final LayerNorm of Pre-LN
 
 
-def full_gradient(model, criterion, batches) -> None:
-    """Leave in each .grad the gradient of the mean token loss over all ``batches``."""
+def mean_loss_gradient(model, criterion, batches) -> None:
+    """The gradient of the mean token loss over ``batches`` (fairseq's criterion), into ``.grad``."""
     model.zero_grad(set_to_none=True)
     ntokens = sum(int(b["ntokens"]) for b in batches)
     for b in batches:
@@ -64,7 +64,7 @@ def grads_at_init(data_bin, spec: ModelSpec, seed: int, split: str, n_sentences:
     args, task, model, criterion = build(data_bin, spec, seed=seed, device=device)
     model.train()  # dropout is 0 in ``spec``
     batches = data.fixed_batches(task, args, split, n_sentences, device=device)
-    full_gradient(model, criterion, batches)
+    mean_loss_gradient(model, criterion, batches)
     return model
 
 

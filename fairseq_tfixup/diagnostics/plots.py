@@ -7,21 +7,25 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-COLORS = {"postln": "tab:red", "preln": "tab:blue", "tfixup": "tab:green", "noln": "tab:gray",
-          "tfixup_ln": "tab:brown"}
-LABELS = {"postln": "Post-LN", "preln": "Pre-LN", "tfixup": "T-Fixup", "noln": "no LN, default init",
-          "tfixup_ln": "T-Fixup init + Post-LN"}
+from tfixup.methods import METHODS  # noqa: E402
 
 
 def label(model: str) -> str:
-    return LABELS.get(model, model)
+    """A method's label in every figure (its row in tfixup/methods.py); any other name as it is."""
+    return METHODS[model].label if model in METHODS else model
+
+
+def color(model: str):
+    """A method's color in every figure (its row in tfixup/methods.py); None (matplotlib's next) for any
+    other name."""
+    return METHODS[model].color if model in METHODS else None
 
 
 def hessian_density(curves: dict, top: dict, title: str):
     """curves: model -> (grid, density); top: model -> top eigenvalues. Log-density vs eigenvalue."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for m, (grid, dens) in curves.items():
-        ax.semilogy(grid, np.maximum(dens, 1e-12), color=COLORS.get(m), label=f"{label(m)} (λmax={top[m][0]:.3g})")
+        ax.semilogy(grid, np.maximum(dens, 1e-12), color=color(m), label=f"{label(m)} (λmax={top[m][0]:.3g})")
     ax.set_ylim(1e-6, None)
     ax.set_xlabel("eigenvalue of the loss Hessian")
     ax.set_ylabel("density (SLQ, Gaussian-broadened)")
@@ -80,7 +84,7 @@ def grad_norms(per_layer: dict, layer_names: list, depths: list, last_fc2: dict,
     for m, norms in per_layer.items():
         norms = np.asarray(norms, dtype=float)
         have = np.isfinite(norms)  # e.g. only Pre-LN has final LayerNorms
-        a.semilogy(x[have], norms[have], "o-", color=COLORS.get(m), label=label(m))
+        a.semilogy(x[have], norms[have], "o-", color=color(m), label=label(m))
     a.set_xticks(x)
     a.set_xticklabels(layer_names, rotation=60, ha="right", fontsize=7)
     a.set_ylabel("‖∇θ‖ of the layer's parameters")
@@ -90,8 +94,8 @@ def grad_norms(per_layer: dict, layer_names: list, depths: list, last_fc2: dict,
     d = np.asarray(depths, dtype=float)
     for m, norms in last_fc2.items():
         norms = np.asarray(norms)
-        b.loglog(d, norms, "o-", color=COLORS.get(m), label=label(m))
-        b.loglog(d, norms[0] * np.sqrt(d[0] / d), ":", color=COLORS.get(m), lw=1)
+        b.loglog(d, norms, "o-", color=color(m), label=label(m))
+        b.loglog(d, norms[0] * np.sqrt(d[0] / d), ":", color=color(m), lw=1)
     b.set_xticks(d)
     b.set_xticklabels([str(int(v)) for v in d])
     b.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -113,7 +117,7 @@ def update_size(depths: list, curves: dict, summary: dict, eta: float, adam_lr: 
                                      ("adam_loglog_slope", f"Adam's first step: ‖Δf‖  (lr = {adam_lr:g})"))):
         ax = axes[j]
         for m, values in curves.items():
-            ax.loglog(d, values[:, j], "o-", color=COLORS.get(m), label=f"{label(m)} (slope {summary[m][key]:+.2f})")
+            ax.loglog(d, values[:, j], "o-", color=color(m), label=f"{label(m)} (slope {summary[m][key]:+.2f})")
         ax.set_xlabel("layers per side N (encoder = decoder)")
         ax.set_ylabel(what)
         ax.set_title(what, fontsize=9)
@@ -149,8 +153,6 @@ def update_decomposition(depths: list, variants: dict, eta: str, title: str):
 def fp16_headroom(models: list, depths: list, curves: dict, quantities: tuple, fp16_max: float, title: str):
     """curves: "method/N" -> {quantity: [max per update]}. One row per quantity, one column per depth,
     one line per method; fp16's largest value dashed."""
-    from tfixup.methods import METHODS
-
     fig, axes = plt.subplots(len(quantities), len(depths), figsize=(4.2 * len(depths), 2.6 * len(quantities)),
                              sharex=True, sharey="row", squeeze=False)
     for j, n in enumerate(depths):
@@ -159,9 +161,7 @@ def fp16_headroom(models: list, depths: list, curves: dict, quantities: tuple, f
             for m in models:
                 y = curves.get(f"{m}/{n}", {}).get(q)
                 if y:
-                    row = METHODS.get(m)
-                    ax.semilogy(np.arange(1, len(y) + 1), y, color=row.color if row else None,
-                                label=row.label if row else m, lw=1)
+                    ax.semilogy(np.arange(1, len(y) + 1), y, color=color(m), label=label(m), lw=1)
             ax.axhline(fp16_max, color="k", ls="--", lw=0.8)
             ax.grid(alpha=0.3, which="both")
             if i == 0:

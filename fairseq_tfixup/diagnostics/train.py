@@ -30,7 +30,8 @@ class Recorder:
 
 
 def build_trainer(data_bin, flags: Sequence[str]):
-    """(cfg, task, trainer) as fairseq_cli/train.py's main() builds them (seeded from --seed)."""
+    """(cfg, task, trainer) as fairseq_cli/train.py's main() builds them (seeded from --seed), the trainer
+    at the start of epoch 1 as fairseq-train's first update finds it."""
     import numpy as np
     from fairseq import tasks, utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -41,6 +42,7 @@ def build_trainer(data_bin, flags: Sequence[str]):
     utils.set_torch_seed(cfg.common.seed)
     task = tasks.setup_task(cfg.task)
     trainer = Trainer(cfg, task, task.build_model(cfg.model), task.build_criterion(cfg.criterion))
+    trainer.begin_epoch(1)
     return cfg, task, trainer
 
 

@@ -79,7 +79,8 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
     update_decomposition.{json,md,png} to ``out`` from every record of these settings: per variant, eta,
     group and depth, ||Delta f|| / eta (mean over inits) and its log-log slope against depth."""
     from fairseq_tfixup.diagnostics import data, plots  # torch and matplotlib: only when measuring
-    from fairseq_tfixup.diagnostics.update_size import logits, loglog_slope, mean_loss_gradient, sgd, step_change
+    from fairseq_tfixup.diagnostics.grad_norms import mean_loss_gradient
+    from fairseq_tfixup.diagnostics.update_size import logits, loglog_slope, sgd, step_change
 
     variants = dict(variants or VARIANTS)
     spec = dataclasses.replace(spec or ModelSpec(), dropout=0.0, model=model)

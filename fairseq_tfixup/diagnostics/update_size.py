@@ -24,6 +24,7 @@ import torch
 
 from tfixup import atomic
 from fairseq_tfixup.diagnostics import data, plots
+from fairseq_tfixup.diagnostics.grad_norms import mean_loss_gradient
 from fairseq_tfixup.diagnostics.models import ModelSpec, build
 
 
@@ -39,15 +40,6 @@ def rms_change(before: list, after: list, batches) -> float:
         total += float((b1 - b0).double().pow(2).sum(-1)[mask].sum())
         count += int(mask.sum())
     return (total / count) ** 0.5
-
-
-def mean_loss_gradient(model, criterion, batches) -> None:
-    """The gradient of the mean token loss over ``batches`` (fairseq's criterion), into ``.grad``."""
-    model.zero_grad(set_to_none=True)
-    ntokens = sum(int(b["ntokens"]) for b in batches)
-    for b in batches:
-        loss, _, _ = criterion(model, b)
-        (loss / ntokens).backward()
 
 
 @torch.no_grad()

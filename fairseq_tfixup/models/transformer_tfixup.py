@@ -108,8 +108,9 @@ def check_layers(cfg: TransformerConfig, model: str) -> None:
 
 
 def post_ln_config(args, model: str) -> TransformerConfig:
-    """For a model that keeps Post-LN's LayerNorms: the structured config of ARGS; refuses the flags
-    that would make it Pre-LN."""
+    """For a model that keeps Post-LN's LayerNorms (T-Fixup's init on Post-LN, and the Post-LN baselines:
+    DS-Init, DeepNorm, Admin, LRI): the structured config of ARGS; a one-line refusal of the flags that
+    would make it Pre-LN."""
     base_architecture(args)
     cfg = TransformerConfig.from_namespace(args)
     for value, flag in ((cfg.encoder.normalize_before, "--encoder-normalize-before"),

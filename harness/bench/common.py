@@ -204,10 +204,6 @@ def command_line() -> str:
     return "python -m harness.bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
-def write_json(path: pathlib.Path, obj) -> None:
-    atomic.write_json(path, obj)
-
-
 def save_titled_figure(path, fig, title: str) -> None:
     """FIG with TITLE over its panels, laid out, written atomically to PATH."""
     fig.suptitle(title, fontsize=10)

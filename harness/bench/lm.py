@@ -126,41 +126,32 @@ def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, r
         common.die("fairseq-preprocess not found: run this with the project's environment active "
                    "(. .venv/bin/activate; bash scripts/install.sh makes it)")
     common.log(f"preparing {path} ({state})")
-    for stale in root.glob(path.name + ".tmp.*"):  # of a preparation killed outright
-        if stale.name.rsplit(".", 1)[-1].isdigit() and not atomic.pid_running(int(stale.name.rsplit(".", 1)[-1])):
-            shutil.rmtree(stale, ignore_errors=True)
-    tmp = path.with_name(path.name + f".tmp.{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _build(tmp, path, params, inputs, train_lines, valid_lines)
-    finally:  # made and moved into place, or failed: no temp folder left
-        shutil.rmtree(tmp, ignore_errors=True)
+    # made in a temp folder and moved into place, replacing a stale one; a failure leaves nothing
+    atomic.write_folder(path, lambda tmp: _build(tmp, params, inputs, train_lines, valid_lines))
     return path
 
 
-def _build(tmp, path, params, inputs, train_lines, valid_lines) -> None:
-    """The data-bin made in TMP, then moved to PATH."""
-    (tmp / "text").mkdir(parents=True)
+def _build(out, params, inputs, train_lines, valid_lines) -> None:
+    """The data-bin made in the empty folder OUT (its tokenized text is removed once binarised)."""
+    text = out / "text"
+    text.mkdir()
     counts = {}
     for split, f in inputs.items():
         lines = _tokenize(_read_lines(f, train_lines if split == "train" else valid_lines))
-        (tmp / "text" / f"{split}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        (text / f"{split}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
         counts[split] = len(lines)
     proc = subprocess.run(
-        ["fairseq-preprocess", "--only-source", "--trainpref", str(tmp / "text" / "train.txt"),
-         "--validpref", str(tmp / "text" / "valid.txt"), "--destdir", str(tmp / "bin"), "--thresholdsrc", "2",
+        ["fairseq-preprocess", "--only-source", "--trainpref", str(text / "train.txt"),
+         "--validpref", str(text / "valid.txt"), "--destdir", str(out), "--thresholdsrc", "2",
          "--workers", "1"], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if proc.returncode != 0:
         common.die(f"fairseq-preprocess failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    (tmp / "bin" / "preprocess.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    m = manifest.build(params, counts, [str(f) for f in inputs.values()], "harness/bench/lm.py",
-                       folder=str(tmp / "bin"))
+    shutil.rmtree(text)
+    (out / "preprocess.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    m = manifest.build(params, counts, [str(f) for f in inputs.values()], "harness/bench/lm.py", folder=str(out))
     # one side, so not manifest.build's two-language check: the rates as fairseq-preprocess reported them
     m["unk_rate_percent"] = manifest.unk_rates(proc.stdout + proc.stderr, counts)
-    common.write_json(tmp / "bin" / manifest.NAME, m)
-    if path.exists():
-        shutil.rmtree(path)
-    (tmp / "bin").rename(path)
+    atomic.write_json(out / manifest.NAME, m)
 
 
 def data_description(path: pathlib.Path) -> str:

@@ -2,7 +2,7 @@
 
 The timed step is fairseq-train's own: ``Trainer.train_step([sample])`` of a
 ``fairseq.trainer.Trainer`` built as fairseq_cli/train.py builds it, from the
-same flags (fairseq's parser, fairseq_tfixup/presets.py): label-smoothed
+flags a study run trains with (tfixup/methods.py's train_args): label-smoothed
 cross-entropy forward and backward, gradient norm, fairseq's Adam step and the
 method's LR schedule (T-Fixup without warmup, stock with inverse_sqrt warmup).
 On CUDA ``--dtypes fp16`` passes ``--fp16`` (fairseq's FP16Optimizer: fp16
@@ -43,18 +43,17 @@ import tempfile
 import time
 
 from harness.bench import common
-from fairseq_tfixup.diagnostics.models import parse_train_args
-from tfixup import methods as presets
-from tfixup import atomic
+from fairseq_tfixup.diagnostics.train import build_trainer
+from tfixup import atomic, methods
 
-# name -> (embed, ffn, heads, layers per side); dropout 0.1 for all (stock big would use 0.3)
+# name -> sizes (layers per side); dropout 0.1 for all (stock big would use 0.3)
 SIZES = {
-    "tiny": (64, 128, 2, 2),
-    "small": (512, 1024, 4, 6),  # transformer_iwslt_de_en
-    "base": (512, 2048, 8, 6),  # transformer (wmt_en_de)
-    "big": (1024, 4096, 16, 6),  # transformer_vaswani_wmt_en_de_big
+    "tiny": dict(embed=64, ffn=128, heads=2, layers=2),
+    "small": dict(embed=512, ffn=1024, heads=4, layers=6),  # transformer_iwslt_de_en
+    "base": dict(embed=512, ffn=2048, heads=8, layers=6),  # transformer (wmt_en_de)
+    "big": dict(embed=1024, ffn=4096, heads=16, layers=6),  # transformer_vaswani_wmt_en_de_big
 }
-# name -> method of fairseq_tfixup/presets.py
+# name -> method of tfixup/methods.py
 MODELS = {"tfixup": "tfixup", "stock": "postln"}
 # --dtypes -> fairseq-train's precision flags on CUDA. No bf16: fairseq 0.12's --bf16 implies --tpu
 # (fairseq/options.py), so fairseq-train cannot train in bf16 on a GPU.
@@ -74,36 +73,22 @@ MODES = {
 }
 
 
+def recipe(model: str, size: str, max_tokens: int):
+    """The model's recipe at this size: the authors' IWSLT one (tfixup/methods.py's Recipe: Adam(0.9, 0.98),
+    lr 5e-4, wd 1e-4, label smoothing 0.1, dropout 0.1) with the method's own schedule."""
+    return common.recipe({**SIZES[size], "max_tokens": max_tokens}, MODELS[model], lr="5e-4")
+
+
 def train_flags(model: str, size: str, max_tokens: int, device: str, dtype: str, save_dir: str) -> list:
-    """fairseq-train's flags for this model: the authors' IWSLT optimizer (Adam(0.9, 0.98), lr 5e-4,
-    wd 1e-4) with the method's own schedule, label smoothing 0.1, dropout 0.1."""
-    method = presets.method(MODELS[model])
-    embed, ffn, heads, layers = SIZES[size]
-    return [*presets.model_flags(MODELS[model]), *presets.dims_flags(embed, ffn, heads, layers, layers),
-            "--share-decoder-input-output-embed", "--dropout", "0.1",
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-            "--optimizer", method.optimizer, "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4", "--weight-decay", "0.0001",
-            *presets.schedule_flags("warmup" if method.warmup else "nowarmup", 4000),
-            "--max-tokens", str(max_tokens), "--seed", "1", "--num-workers", "0",
-            # fairseq writes crash.pt here if a step fails; a temporary folder leaves nothing behind
-            "--save-dir", save_dir, *(["--cpu"] if device == "cpu" else PRECISION[dtype])]
+    """fairseq-train's flags for this model (after the data folder): a study run's (common.train_args) on
+    ``device``, at ``dtype``'s precision; fairseq writes crash.pt to ``save_dir`` if a step fails (a temporary
+    folder leaves nothing behind)."""
+    return [*common.train_args(recipe(model, size, max_tokens), device), "--save-dir", save_dir, *PRECISION[dtype]]
 
 
-def build_trainer(model: str, size: str, data: pathlib.Path, cfg: dict, device: str, dtype: str, save_dir: str):
-    """A fairseq Trainer built as fairseq_cli/train.py's main() builds it, at the start of epoch 1."""
-    import numpy as np
-    from fairseq import tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.trainer import Trainer
-
-    args = parse_train_args(data, train_flags(model, size, cfg["max_tokens"], device, dtype, save_dir))
-    fcfg = convert_namespace_to_omegaconf(args)
-    np.random.seed(fcfg.common.seed)
-    utils.set_torch_seed(fcfg.common.seed)
-    task = tasks.setup_task(fcfg.task)
-    trainer = Trainer(fcfg, task, task.build_model(fcfg.model), task.build_criterion(fcfg.criterion))
-    trainer.begin_epoch(1)
-    return trainer
+def new_trainer(model: str, size: str, data: pathlib.Path, cfg: dict, device: str, dtype: str, save_dir: str):
+    """fairseq-train's Trainer for this model, at the start of epoch 1 (diagnostics.train.build_trainer)."""
+    return build_trainer(data, train_flags(model, size, cfg["max_tokens"], device, dtype, save_dir))[2]
 
 
 def real_batches(trainer, n: int) -> list:
@@ -133,7 +118,7 @@ def sync(device: str) -> None:
 def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, peak_tflops: float) -> dict:
     """Alternating A/B timing of both trainers on the same batches; tokens/s, FLOP/s."""
     with tempfile.TemporaryDirectory(prefix="speed-") as save_dir:
-        trainers = {m: build_trainer(m, size, data, cfg, device, dtype, save_dir) for m in MODELS}
+        trainers = {m: new_trainer(m, size, data, cfg, device, dtype, save_dir) for m in MODELS}
         batches = real_batches(trainers["tfixup"], cfg["batches"])
         params = {m: sum(p.numel() for p in t.model.parameters()) for m, t in trainers.items()}
         # one counted step per batch; these also warm up (allocator, first-call kernels, optimizer state)
@@ -159,7 +144,7 @@ def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, 
             common.log(f"  {size} {dtype} round {r + 1}/{cfg['rounds']}: "
                        + ", ".join(f"{m} {toks[m][-1] / times[m][-1]:.0f} tok/s" for m in MODELS))
         del trainers
-    out = {"size": size, "dims": "%d-%d-%d, %d+%d layers" % (SIZES[size][:3] + SIZES[size][3:] * 2),
+    out = {"size": size, "dims": "{embed}-{ffn}-{heads}, {layers}+{layers} layers".format(**SIZES[size]),
            "dtype": dtype, "device": device}
     for m in MODELS:
         achieved = timed_flops[m] / sum(times[m])
@@ -168,7 +153,7 @@ def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, 
             "s_per_step": sum(times[m]) / (cfg["rounds"] * cfg["steps"]),
             "gflop_per_step": statistics.mean(flops[m]) / 1e9, "achieved_tflops": achieved / 1e12,
             "mfu": achieved / (peak_tflops * 1e12) if peak_tflops else None,
-            # the trainer is fairseq-train's for DATA-BIN --task translation --user-dir <plugin> and these flags
+            # the trainer is fairseq-train's for DATA-BIN and these flags
             "fairseq_train_flags": " ".join(map(shlex.quote, train_flags(m, size, cfg["max_tokens"], device, dtype,
                                                                          "<temporary>"))),
         }
@@ -200,7 +185,7 @@ def train_peak(model: str, size: str, data: str, cfg: dict, device: str, dtype: 
 
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="speed-mem-") as save_dir:
-        trainer = build_trainer(model, size, pathlib.Path(data), cfg, device, dtype, save_dir)
+        trainer = new_trainer(model, size, pathlib.Path(data), cfg, device, dtype, save_dir)
         batches = real_batches(trainer, cfg["batches"])
         rec = {"steps": len(batches), "params": sum(p.numel() for p in trainer.model.parameters())}
         if device == "cuda":
@@ -321,7 +306,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
     x = range(len(rs))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     w = 0.38
-    tfixup, stock = presets.method("tfixup").color, presets.method("postln").color
+    tfixup, stock = methods.method("tfixup").color, methods.method("postln").color
     axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color=tfixup, label="T-Fixup")
     axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color=stock, label="stock Post-LN")
     axes[0].set_ylabel("target tokens / s (training step)")
