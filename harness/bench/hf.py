@@ -44,6 +44,7 @@ import shutil
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 from harness.bench import common, runs as runlib
 from tfixup import atomic, methods
@@ -62,12 +63,18 @@ FAIRSEQ_RUNS = {arm: common.REPO / "results" / "bench" / "quality" / "runs" / f"
 DECAY_PERIOD = 4000
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
             "bert": "BERT (masked LM)"}
-ARMS = {"tfixup": ("T-Fixup, no warmup", "nowarmup"), "stock_matched": ("stock + matched warmup", "matched"),
-        "stock": ("stock, no warmup", "nowarmup"),
+class HfArm(NamedTuple):
+    """A HuggingFace model's training arm: T-Fixup applied or the model as built, and its schedule."""
+    label: str
+    schedule: str  # "nowarmup" (T-Fixup's curve) or "matched" (a warmup onto it)
+
+
+ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfArm("stock + matched warmup", "matched"),
+        "stock": HfArm("stock, no warmup", "nowarmup"),
         # Marian's control for the cross-framework check: T-Fixup leaves q, k and the q/k/v biases as the
         # framework drew them (transformers: N(0, 0.02) and zeros; fairseq: Xavier-uniform with gain 2^-1/2,
         # std 0.0625 at d = 128, and nn.Linear's uniform biases); this arm draws them as fairseq does
-        "tfixup_fsqk": ("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup")}
+        "tfixup_fsqk": HfArm("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup")}
 BASELINE = "stock_matched"
 
 MODES = {
@@ -106,44 +113,40 @@ def export(data_bin: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     """The data-bin's token ids (fairseq's own reader) as OUT/{train,valid,test}.npz (per language: the ids
     of all sentences in a row, ``LANG``, and where each starts, ``LANG_offsets``), the dictionaries as symbol
     lists (OUT/vocab.LANG.txt, a symbol a line, line i = id i), the raw test references and meta.json;
-    written under a temporary name and moved into place."""
+    published whole or not at all (tfixup.atomic.write_folder)."""
     import numpy as np
     from fairseq.data import Dictionary, data_utils
 
     for f in (f"dict.{SRC}.txt", f"dict.{TGT}.txt", f"test.raw.{TGT}"):
         if not (data_bin / f).is_file():
             common.die(f"{data_bin}: no {f}, not the Multi30k De-En data-bin; make it with: {PREPARE}")
-    tmp = out.with_name(out.name + f".tmp.{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    counts = {}
-    for lang in (SRC, TGT):
-        d = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
-        (tmp / f"vocab.{lang}.txt").write_text("".join(s + "\n" for s in d.symbols), encoding="utf-8")
-    for split in ("train", "valid", "test"):
-        arrays = {}
+    def write(tmp: pathlib.Path) -> None:
+        counts = {}
         for lang in (SRC, TGT):
             d = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
-            ds = data_utils.load_indexed_dataset(str(data_bin / f"{split}.{SRC}-{TGT}.{lang}"), d)
-            if ds is None:
-                common.die(f"{data_bin}: no {split}.{SRC}-{TGT}.{lang}; make the data-bin with: {PREPARE}")
-            sents = [ds[i].numpy() for i in range(len(ds))]
-            arrays[lang] = np.concatenate(sents).astype(np.int32)
-            arrays[f"{lang}_offsets"] = np.cumsum([0] + [len(s) for s in sents]).astype(np.int64)
-            counts[split] = len(sents)
-        np.savez(tmp / f"{split}.npz", **arrays)
-    shutil.copy(data_bin / f"test.raw.{TGT}", tmp / f"test.raw.{TGT}")
-    manifest = json.loads((data_bin / "manifest.json").read_text()) if (data_bin / "manifest.json").is_file() else {}
-    meta = {"source": str(data_bin.resolve()), "sentences": counts, "langs": [SRC, TGT],
-            "vocab": {lang: len((tmp / f"vocab.{lang}.txt").read_text(encoding="utf-8").splitlines())
-                      for lang in (SRC, TGT)},
-            "parameters": manifest.get("params"), "source_manifest": manifest,
-            "made_by": "python -m harness.bench.hf export"}
-    atomic.write_json(tmp / "meta.json", meta)
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+            (tmp / f"vocab.{lang}.txt").write_text("".join(s + "\n" for s in d.symbols), encoding="utf-8")
+        for split in ("train", "valid", "test"):
+            arrays = {}
+            for lang in (SRC, TGT):
+                d = Dictionary.load(str(data_bin / f"dict.{lang}.txt"))
+                ds = data_utils.load_indexed_dataset(str(data_bin / f"{split}.{SRC}-{TGT}.{lang}"), d)
+                if ds is None:
+                    common.die(f"{data_bin}: no {split}.{SRC}-{TGT}.{lang}; make the data-bin with: {PREPARE}")
+                sents = [ds[i].numpy() for i in range(len(ds))]
+                arrays[lang] = np.concatenate(sents).astype(np.int32)
+                arrays[f"{lang}_offsets"] = np.cumsum([0] + [len(s) for s in sents]).astype(np.int64)
+                counts[split] = len(sents)
+            np.savez(tmp / f"{split}.npz", **arrays)
+        shutil.copy(data_bin / f"test.raw.{TGT}", tmp / f"test.raw.{TGT}")
+        manifest = json.loads((data_bin / "manifest.json").read_text()) if (data_bin / "manifest.json").is_file() else {}
+        meta = {"source": str(data_bin.resolve()), "sentences": counts, "langs": [SRC, TGT],
+                "vocab": {lang: len((tmp / f"vocab.{lang}.txt").read_text(encoding="utf-8").splitlines())
+                          for lang in (SRC, TGT)},
+                "parameters": manifest.get("params"), "source_manifest": manifest,
+                "made_by": "python -m harness.bench.hf export"}
+        atomic.write_json(tmp / "meta.json", meta)
+
+    return atomic.write_folder(out, write)
 
 
 # ---------------------------------------------------------------- the data, as the runs read it (numpy, torch)
@@ -380,7 +383,7 @@ class Trainer:
 
     def lr_at(self, t: int) -> float:
         s = self.spec
-        if ARMS[s["arm"]][1] == "matched":
+        if ARMS[s["arm"]].schedule == "matched":
             return matched_lr(s["lr"], DECAY_PERIOD, s["warmup"], 1e-7, t)
         return nowarmup_lr(s["lr"], DECAY_PERIOD, t)
 
@@ -796,7 +799,7 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
 
 
 def label(r: dict) -> str:
-    return ARMS[r["arm"]][0] + (f" (seed {r['seed']})" if r["seed"] != 1 else "")
+    return ARMS[r["arm"]].label + (f" (seed {r['seed']})" if r["seed"] != 1 else "")
 
 
 def report(res: dict) -> str:
@@ -827,7 +830,7 @@ def report(res: dict) -> str:
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
     fairseq = res.get("fairseq") or {}
     for arm, fs in fairseq.items():
-        trows.append([f"fairseq plugin ({fs['record']})", ARMS[arm][0].replace("stock", "Post-LN"), "ok",
+        trows.append([f"fairseq plugin ({fs['record']})", ARMS[arm].label.replace("stock", "Post-LN"), "ok",
                       fs["test_bleu_tok"], fs["test_bleu_detok"], fs["best_valid_loss"], fs["updates"], fs["epochs"],
                       "cpu"])
     text += common.md_table(["framework", "arm", "status", "test BLEU (tok)", "test sacreBLEU", "best valid loss (bits)",
@@ -837,7 +840,7 @@ def report(res: dict) -> str:
                      and r.get("test_bleu_tok") is not None), None)
         if hf_r:
             k = fs["averaged_k"]
-            text += (f"{ARMS[arm][0]}, transformers minus fairseq: **{hf_r['test_bleu_tok'] - fs['test_bleu_tok']:+.2f} "
+            text += (f"{ARMS[arm].label}, transformers minus fairseq: **{hf_r['test_bleu_tok'] - fs['test_bleu_tok']:+.2f} "
                      f"BLEU** (tokenized), {hf_r['best_valid'] - fs['best_valid_loss']:+.3f} bits of best valid loss "
                      + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
                         f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
@@ -914,7 +917,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
             y = v if fam == "marian" else [min(2 ** x, 1e5) for x in v]
             ax.plot(u, y, ls="-" if r["seed"] == 1 else ":", lw=1.3, label=label(r), **ARM_STYLE[r["arm"]])
         for arm, fs in (res.get("fairseq") or {}).items() if fam == "marian" else ():
-            ax.plot(*zip(*fs["valid_curve"]), ls="--", lw=1, label=f"fairseq, {ARMS[arm][0].replace('stock', 'Post-LN')}",
+            ax.plot(*zip(*fs["valid_curve"]), ls="--", lw=1, label=f"fairseq, {ARMS[arm].label.replace('stock', 'Post-LN')}",
                     **ARM_STYLE[arm])
         if fam != "marian":
             ax.set_yscale("log")
