@@ -16,6 +16,7 @@ The steps of ``scripts/*.sh``:
 * ``report``  : results JSON -> Markdown table next to the paper's numbers;
 * ``recover`` : why a training run failed, in one line, and the next command;
 * ``fairseq_log``: fairseq's code run in this process, its log captured; the one reader of fairseq's logs;
+  what the scripts show of a training (``python -m harness.fairseq_log quiet``);
 * ``summary`` : the main job's closing summary.
 * ``proc``    : the one process-tree stopper (the studies' runner and the scripts' ``supervise``).
 

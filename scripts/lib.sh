@@ -15,7 +15,7 @@ die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 quote() { printf '%q ' "$@" | sed 's/ $//'; }  # a command line as one shell-quoted string
 
-# awk over a live stream (a training's output): line by line. mawk (Debian's default awk)
+# awk over a live stream (install.sh: pip's output): line by line. mawk (Debian's default awk)
 # reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
 stream_awk() {
   if awk -W version 2>/dev/null | grep -q mawk; then awk -W interactive "$@"; else awk "$@"; fi
