@@ -91,8 +91,8 @@ supervise() {
 # Temp paths removed on any exit; STEP names what is running, so that a step that
 # fails under set -e (a pipeline included, by pipefail) ends with one line naming it.
 TMP_PATHS=(); STEP=""
-on_exit() {
-  local rc=$?
+on_exit() {  # [EXIT_CODE] (default $?: a trap that runs commands before on_exit passes the script's)
+  local rc=${1:-$?}
   [ ${#TMP_PATHS[@]} -eq 0 ] || rm -rf "${TMP_PATHS[@]}"
   if [ "$rc" != 0 ] && [ -n "$STEP" ]; then
     echo "error: $STEP failed (exit $rc); nothing published" >&2
