@@ -169,7 +169,7 @@ build_dir() {
   "$@" "$tmp"
   STEP=""
   printf '%s\n' "$params" > "$tmp/.params"
-  mv "$tmp" "$dest"
+  publish_dir "$tmp" "$dest"
 }
 
 # First N lines of stdin (all when N is 0). Reads to the end, so that the
