@@ -15,6 +15,36 @@ die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 quote() { printf '%q ' "$@" | sed 's/ $//'; }  # a command line as one shell-quoted string
 
+# A script's options: --NAME VALUE, for each NAME in VALUES, sets the variable NAME in upper case with
+# _ for - (--train-lines N sets TRAIN_LINES; an array gets VALUE appended: a repeatable option);
+# --NAME, for each NAME in SWITCHES, sets it to 1; -h/--help prints usage; after "--" the rest goes
+# to the array REST_ARRAY (where the script takes one). Anything else: usage and one line naming it.
+read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY] -- ARGS...
+  local values=" $1 " switches=" $2 " rest="" name; shift 2
+  [ "$1" = -- ] || { rest=$1; shift; }
+  shift
+  while [ $# -gt 0 ]; do
+    name=${1#--}; name=${name^^}; name=${name//-/_}
+    if [ "$1" = -h ] || [ "$1" = --help ]; then
+      usage; exit 0
+    elif [ "$1" = -- ] && [ -n "$rest" ]; then
+      local -n _rest=$rest; _rest=("${@:2}"); return 0
+    elif [[ $1 == --?* && $values == *" ${1#--} "* ]]; then
+      [ $# -ge 2 ] || { usage >&2; die "$1 needs a value"; }
+      if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
+        local -n _list=$name; _list+=("$2"); unset -n _list
+      else
+        printf -v "$name" '%s' "$2"
+      fi
+      shift 2
+    elif [[ $1 == --?* && $switches == *" ${1#--} "* ]]; then
+      printf -v "$name" 1; shift
+    else
+      usage >&2; die "unknown option: $1"
+    fi
+  done
+}
+
 # awk over a live stream (install.sh: pip's output): line by line. mawk (Debian's default awk)
 # reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
 stream_awk() {
