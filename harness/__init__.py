@@ -16,7 +16,9 @@ The steps of ``scripts/*.sh``:
 * ``report``  : results JSON -> Markdown table next to the paper's numbers;
 * ``recover`` : why a training run failed, in one line, and the next command;
 * ``fairseq_log``: fairseq's code run in this process, its log captured; the one reader of fairseq's logs;
-* ``summary`` : the main job's closing summary.
+  what the scripts show of a training (``python -m harness.fairseq_log quiet``);
+* ``summary`` : the main job's closing summary;
+* ``run_ledger``: train.sh's runs (train_runs.tsv: wall time, devices and outcome of each call);
 * ``proc``    : the one process-tree stopper (the studies' runner and the scripts' ``supervise``).
 
 The studies of ``results/bench`` are ``harness.bench`` (``python -m harness.bench.NAME --help``).

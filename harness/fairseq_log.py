@@ -1,5 +1,7 @@
-"""Run fairseq's code in this process and keep what it says: its log lines, formatted as its
-console scripts format them, go to a string instead of the terminal.
+"""The one reader of fairseq's logs: its progress records (``records``), what the scripts show of a
+live training (``python3 -m harness.fairseq_log quiet``, below), and fairseq's code run in this
+process with what it says kept: its log lines, formatted as its console scripts format them, go to
+a string instead of the terminal.
 
     with fairseq_log.captured() as log:
         validate.main(cfg)
@@ -12,11 +14,14 @@ is printed goes to the same string, and warnings (hydra's schema-matching deprec
 dropped. Everything is restored afterwards.
 """
 
+import argparse
 import contextlib
 import io
 import json
 import logging
 import re
+import signal
+import sys
 import warnings
 
 FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq_cli's own
@@ -87,23 +92,32 @@ def _simple(kind: str, body: str) -> dict:
     return rec
 
 
+def _kind_body(line: str):
+    """(kind, body) of a progress line (``train_inner``, ``valid`` or ``train``); (None, "") for any other."""
+    m = _LINE.search(line)
+    return (m.group(1) or m.group(2), m.group(3)) if m else (None, "")
+
+
+def _stats(kind: str, body: str):
+    """A progress line's stats as logged (json's own values, the simple format's strings), keyed as the
+    json format keys them; None for a json line cut short (a killed run)."""
+    if not body.startswith("{"):
+        return _simple(kind, body)
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
 def records(text: str, kind: str) -> list:
     """fairseq's ``kind`` records (``train_inner``, ``valid`` or ``train``) in the order logged,
     json or simple format, plain or hydra logging; values as floats where they are numbers."""
     out = []
     for line in text.splitlines():
-        m = _LINE.search(line)
-        if not m or (m.group(1) or m.group(2)) != kind:
-            continue
-        body = m.group(3)
-        if body.startswith("{"):
-            try:
-                rec = json.loads(body)
-            except ValueError:
-                continue  # a line cut short (a killed run)
-        else:
-            rec = _simple(kind, body)
-        out.append({k: _number(v) for k, v in rec.items()})
+        found, body = _kind_body(line)
+        rec = _stats(kind, body) if found == kind else None
+        if rec is not None:
+            out.append({k: _number(v) for k, v in rec.items()})
     return out
 
 
@@ -125,3 +139,164 @@ def last_value(text: str, key: str, kinds=KINDS) -> str:
                 if hits:
                     found.append((line_no, hits[-1]))
     return str(max(found)[1]) if found else "?"
+
+
+
+def last_saved_update(text: str) -> str:
+    """The update of the last checkpoint fairseq-train saved ("Saved checkpoint ... (epoch E @ N updates,
+    ..."), as logged; "" when none was."""
+    found = re.findall(r"@ ([0-9]*) updates", text)
+    return found[-1] if found else ""
+
+# ---------------------------------------------------------------- what the scripts show of a training
+#
+# ``python3 -m harness.fairseq_log quiet [--max-update N] [--max-epoch E]`` (scripts/pipeline-lib.sh's
+# quiet) filters fairseq's output, read line by line from stdin, each shown line flushed at once (a
+# live training's progress must not arrive in blocks); train.log keeps everything. Dropped: the
+# one-line config dump (~15 KB), the model's structure (a line per module), fairseq's per-epoch
+# data-loader notes and start-up bookkeeping, "Please install tensorboardX", Python warnings of
+# fairseq's dependencies (hydra/omegaconf deprecations) and their source lines. Training progress
+# (train_inner, json or simple) is shown as one short line:
+#   DATE TIME | epoch E | update N of TOTAL | loss L | lr LR | U updates/s | ETA M min
+# and a json epoch summary (train, valid) as "epoch E done: ..." / "epoch E valid: ..." (a simple one
+# is one line already: shown as written). The ETA is at the mean rate since this run's first progress
+# line (each line's "ups" is the rate of its interval alone, which other jobs on the machine swing
+# many-fold): to MAX_UPDATE, or else to the end of epoch MAX_EPOCH (a json line's "update" is epochs
+# done, e.g. 5.645, so the run's total is num_updates * MAX_EPOCH / update).
+
+_DROP = re.compile("|".join([
+    r"\| \{.?_name.?: ", r"Please install tensorboardX",
+    r" \| fairseq\.tasks\.fairseq_task \| ", r" \| fairseq\.data\.iterators \| ",
+    # start-up bookkeeping: data loaded, devices, the model's parts
+    r" \| INFO \| fairseq\.(data\.data_utils|tasks\.[a-z_]+) \| ",
+    r" \| INFO \| fairseq_cli\.train \| (task|criterion|num\. expert model params|training on|max tokens per device"
+    r"|begin dry-run|Start iterating)",
+    r" \| INFO \| fairseq\.trainer \| (detected shared parameter|Preparing to load checkpoint|loading train data"
+    r"|begin training epoch)",
+]))
+# the model printed by fairseq_cli.train: "... | Name(" then indented lines, then ")"
+_MODEL = re.compile(r" \| fairseq_cli\.train \| [A-Za-z0-9_]+\($")
+# a dependency's warning: "/.../site-packages/M.py:N: Category: text", more text lines, then its
+# source line (indented); "sys:1: ..." ones have none and end at a log line
+_WARNING = re.compile(r"^(/[^ ]*site-packages/[^ ]*|sys):[0-9]+: [A-Za-z]*Warning: ")
+_WARNING_END = re.compile(r"^([0-9]{4}-[0-9]{2}-[0-9]{2} |Traceback|\[)")
+_STAMP = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2} ")
+_LEADING_NUMBER = re.compile(r"^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def _float(value) -> float:
+    """VALUE's leading number, 0 when it has none (a field absent or not a number)."""
+    m = _LEADING_NUMBER.match(str(value))
+    return float(m.group(0)) if m else 0.0
+
+
+def _text(value) -> str:
+    """A count as a whole number when it is one (710, not 710.0)."""
+    return str(int(value)) if value.is_integer() else f"{value:.6g}"
+
+
+class Screen:
+    """The lines shown of one training's output: ``show(line)`` gives the line to show, or None."""
+
+    def __init__(self, max_update: int = 0, max_epoch: int = 0):
+        self.max_update, self.max_epoch = max_update, max_epoch
+        self.in_model = self.in_warning = False
+        # the mean rate: updates and seconds summed over intervals (the first as long as the second)
+        self.first_ups = self.prev = self.sum_n = self.sum_t = 0.0
+        self.seen = False
+
+    def show(self, line: str):
+        if _DROP.search(line):
+            return None
+        if _MODEL.search(line):
+            self.in_model = True
+            return None
+        if self.in_model:
+            self.in_model = line != ")"
+            return None
+        if _WARNING.search(line):
+            self.in_warning = True
+            return None
+        if self.in_warning and line.startswith("  "):
+            self.in_warning = False
+            return None
+        if self.in_warning and _WARNING_END.search(line):
+            self.in_warning = False
+        if self.in_warning:
+            return None
+        kind, body = _kind_body(line)
+        rec = _stats(kind, body) if kind == "train_inner" or (kind and body.startswith("{")) else None
+        if rec is None:
+            return line
+        stamp = line[:19] + " | " if _STAMP.search(line) else ""
+        field = lambda key: "" if rec.get(key) is None else str(rec[key])
+        if kind == "train_inner" and field("num_updates"):
+            return stamp + self._progress(rec, field)
+        if kind == "train":
+            return (f"{stamp}epoch {field('epoch')} done: train loss {field('train_loss')}, "
+                    f"{field('train_num_updates')} updates, {field('train_ups')} updates/s")
+        if kind == "valid":
+            shown = f"{stamp}epoch {field('epoch')} valid: loss {field('valid_loss')}"
+            if field("valid_bleu"):
+                shown += f", BLEU {field('valid_bleu')}"
+            if field("valid_best_loss"):
+                shown += f" (best loss {field('valid_best_loss')})"
+            return shown
+        return line
+
+    def _progress(self, rec: dict, field) -> str:
+        n, ups = _float(rec["num_updates"]), _float(rec.get("ups"))
+        if ups > 0:
+            if not self.seen:
+                self.seen, self.first_ups = True, ups
+            elif n > self.prev:
+                if not self.sum_n:
+                    self.sum_n, self.sum_t = n - self.prev, (n - self.prev) / self.first_ups
+                self.sum_n += n - self.prev
+                self.sum_t += (n - self.prev) / ups
+            self.prev = n
+        rate = self.sum_n / self.sum_t if self.sum_n > 0 else ups
+        total, done = self.max_update, _float(rec.get("update"))
+        if not total and self.max_epoch > 0 and done > 0:
+            total = int(n * self.max_epoch / done + 0.5)
+        shown = f"epoch {field('epoch')} | update {_text(n)}"
+        if total > 0:
+            shown += f" of {'' if self.max_update > 0 else '~'}{total}"
+        for key, label in (("loss", "loss {}"), ("lr", "lr {}"), ("ups", "{} updates/s")):
+            if field(key):
+                shown += " | " + label.format(field(key))
+        if total > 0 and rate > 0 and n < total:
+            shown += f" | ETA {(total - n) / rate / 60:.0f} min"
+        return shown
+
+
+def quiet(max_update: int = 0, max_epoch: int = 0) -> None:
+    """stdin -> stdout through a Screen, line by line; bytes that are not UTF-8 pass unchanged. Ends as
+    awk would: at a closed pipe or SIGINT, by the signal, with no traceback."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # ignored (a background job): stays so
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
+    stdout = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", errors="surrogateescape", newline="\n")
+    screen = Screen(max_update, max_epoch)
+    for line in iter(stdin.readline, ""):
+        shown = screen.show(line.rstrip("\n"))
+        if shown is not None:
+            stdout.write(shown + "\n")
+            stdout.flush()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m harness.fairseq_log",
+                                     description="What the scripts show of fairseq's output (stdin -> stdout).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("quiet", help="short progress lines with an ETA; the rest of fairseq's noise dropped")
+    q.add_argument("--max-update", type=int, default=0, help="the run's MAX_UPDATE (0: none)")
+    q.add_argument("--max-epoch", type=int, default=0, help="the run's MAX_EPOCH (0: none), for the ETA without one")
+    args = parser.parse_args(argv)
+    quiet(args.max_update, args.max_epoch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,6 +6,7 @@ drivers: ``python3 -m harness.proc supervise -- bash SCRIPT ARGS`` (scripts/lib.
 execs it in the script's own process) runs the script's work as its child and stops that child's
 whole tree on SIGTERM/SIGINT, so that stopping a script stops its fairseq-train, fairseq-generate and
 tokenizer processes too; a guard kills the tree when the supervisor itself is killed outright.
+``python3 -m harness.proc stop PID...`` stops those PIDs' trees the same way (train.sh's ranks on exit).
 """
 
 import os
@@ -45,9 +46,10 @@ def tree_pids(root: int) -> List[int]:
     return tree
 
 
-def stop_tree(root: int, sig: int = signal.SIGTERM, grace_s: float = GRACE_S) -> None:
-    """Send SIG to ROOT's tree; SIGKILL what is left of it after GRACE_S seconds."""
-    pids = tree_pids(root)
+def stop_tree(root, sig: int = signal.SIGTERM, grace_s: float = GRACE_S) -> None:
+    """Send SIG to ROOT's tree (ROOT: a PID, or a list of them: their trees at once); SIGKILL what is
+    left of it after GRACE_S seconds."""
+    pids = [pid for r in ([root] if isinstance(root, int) else root) for pid in tree_pids(r)]
     for pid in pids:
         try:
             os.kill(pid, sig)
@@ -120,10 +122,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:2] == ["supervise", "--"] and len(argv) > 2:
         return supervise(argv[2:])
-    if len(argv) != 2 or not argv[0].isdigit():
-        print("usage: python3 -m harness.proc PID SIGNAL (e.g. TERM) | supervise -- CMD...", file=sys.stderr)
+    if argv[:1] != ["stop"] or not all(pid.isdigit() for pid in argv[1:]):
+        print("usage: python3 -m harness.proc stop PID... | supervise -- CMD...", file=sys.stderr)
         return 2
-    stop_tree(int(argv[0]), getattr(signal, "SIG" + argv[1].upper().removeprefix("SIG")))
+    stop_tree([int(pid) for pid in argv[1:]])
     return 0
 
 

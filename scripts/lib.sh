@@ -15,7 +15,37 @@ die() { STEP=""; echo "error: $*" >&2; exit 1; }
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 quote() { printf '%q ' "$@" | sed 's/ $//'; }  # a command line as one shell-quoted string
 
-# awk over a live stream (a training's output): line by line. mawk (Debian's default awk)
+# A script's options: --NAME VALUE, for each NAME in VALUES, sets the variable NAME in upper case with
+# _ for - (--train-lines N sets TRAIN_LINES; an array gets VALUE appended: a repeatable option);
+# --NAME, for each NAME in SWITCHES, sets it to 1; -h/--help prints usage; after "--" the rest goes
+# to the array REST_ARRAY (where the script takes one). Anything else: usage and one line naming it.
+read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY] -- ARGS...
+  local values=" $1 " switches=" $2 " rest="" name; shift 2
+  [ "$1" = -- ] || { rest=$1; shift; }
+  shift
+  while [ $# -gt 0 ]; do
+    name=${1#--}; name=${name^^}; name=${name//-/_}
+    if [ "$1" = -h ] || [ "$1" = --help ]; then
+      usage; exit 0
+    elif [ "$1" = -- ] && [ -n "$rest" ]; then
+      local -n _rest=$rest; _rest=("${@:2}"); return 0
+    elif [[ $1 == --?* && $values == *" ${1#--} "* ]]; then
+      [ $# -ge 2 ] || { usage >&2; die "$1 needs a value"; }
+      if [[ $(declare -p "$name" 2>/dev/null) == "declare -a"* ]]; then
+        local -n _list=$name; _list+=("$2"); unset -n _list
+      else
+        printf -v "$name" '%s' "$2"
+      fi
+      shift 2
+    elif [[ $1 == --?* && $switches == *" ${1#--} "* ]]; then
+      printf -v "$name" 1; shift
+    else
+      usage >&2; die "unknown option: $1"
+    fi
+  done
+}
+
+# awk over a live stream (install.sh: pip's output): line by line. mawk (Debian's default awk)
 # reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
 stream_awk() {
   if awk -W version 2>/dev/null | grep -q mawk; then awk -W interactive "$@"; else awk "$@"; fi
@@ -91,8 +121,8 @@ supervise() {
 # Temp paths removed on any exit; STEP names what is running, so that a step that
 # fails under set -e (a pipeline included, by pipefail) ends with one line naming it.
 TMP_PATHS=(); STEP=""
-on_exit() {
-  local rc=$?
+on_exit() {  # [EXIT_CODE] (default $?: a trap that runs commands before on_exit passes the script's)
+  local rc=${1:-$?}
   [ ${#TMP_PATHS[@]} -eq 0 ] || rm -rf "${TMP_PATHS[@]}"
   if [ "$rc" != 0 ] && [ -n "$STEP" ]; then
     echo "error: $STEP failed (exit $rc); nothing published" >&2
@@ -169,7 +199,7 @@ build_dir() {
   "$@" "$tmp"
   STEP=""
   printf '%s\n' "$params" > "$tmp/.params"
-  mv "$tmp" "$dest"
+  publish_dir "$tmp" "$dest"
 }
 
 # First N lines of stdin (all when N is 0). Reads to the end, so that the

@@ -42,29 +42,10 @@ USAGE
 }
 
 SRC=""; TGT=""; TRAIN=""; VALID=""; TEST=""; OUT=""; TOKENIZER=${TOKENIZER:-moses}
-LOWERCASE=${LOWERCASE:-0}; BPE_MERGES=${BPE_MERGES:-8000}; JOINED=0; MAX_UNK=2; WORKERS=${WORKERS:-2}
+LOWERCASE=${LOWERCASE:-0}; BPE_MERGES=${BPE_MERGES:-8000}; JOINED_DICTIONARY=0; MAX_UNK_RATE=2; WORKERS=${WORKERS:-2}
 TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0
-while [ $# -gt 0 ]; do
-  case $1 in
-    --src) SRC=$2; shift 2;;
-    --tgt) TGT=$2; shift 2;;
-    --train) TRAIN=$2; shift 2;;
-    --valid) VALID=$2; shift 2;;
-    --test) TEST=$2; shift 2;;
-    --out) OUT=$2; shift 2;;
-    --tokenizer) TOKENIZER=$2; shift 2;;
-    --lowercase) LOWERCASE=1; shift;;
-    --bpe-merges) BPE_MERGES=$2; shift 2;;
-    --joined-dictionary) JOINED=1; shift;;
-    --train-lines) TRAIN_LINES=$2; shift 2;;
-    --valid-lines) VALID_LINES=$2; shift 2;;
-    --test-lines) TEST_LINES=$2; shift 2;;
-    --max-unk-rate) MAX_UNK=$2; shift 2;;
-    --workers) WORKERS=$2; shift 2;;
-    -h|--help) usage; exit 0;;
-    *) usage >&2; die "unknown option: $1";;
-  esac
-done
+read_options "src tgt train valid test out tokenizer bpe-merges train-lines valid-lines test-lines max-unk-rate workers" \
+  "lowercase joined-dictionary" -- "$@"
 for v in SRC TGT TRAIN VALID TEST OUT; do
   flag=${v,,}; [ -n "${!v}" ] || { usage >&2; die "--$flag is required"; }
 done
@@ -90,7 +71,7 @@ done
 
 # Everything that decides the output; a data-bin made with other values is rebuilt.
 PARAMS=$(manifest_params src "$SRC" tgt "$TGT" tokenizer "$TOKENIZER" lowercase "$LOWERCASE" \
-  bpe_merges "$BPE_MERGES" joined_dictionary "$JOINED" train_lines "$TRAIN_LINES" \
+  bpe_merges "$BPE_MERGES" joined_dictionary "$JOINED_DICTIONARY" train_lines "$TRAIN_LINES" \
   valid_lines "$VALID_LINES" test_lines "$TEST_LINES" \
   train "$(realpath "${FILES[train.$SRC]}")" valid "$(realpath "${FILES[valid.$SRC]}")" \
   test "$(realpath "${FILES[test.$SRC]}")")
@@ -166,11 +147,11 @@ if [ "$BPE_MERGES" -gt 0 ]; then
 fi
 
 # 4. binarize, check <unk> rates, write the manifest, publish
-PREPROCESS_ARGS=(); [ "$JOINED" = 1 ] && PREPROCESS_ARGS+=(--joined-dictionary)
+PREPROCESS_ARGS=(); [ "$JOINED_DICTIONARY" = 1 ] && PREPROCESS_ARGS+=(--joined-dictionary)
 bpe=(bpe=none bpe_codes=); [ "$BPE_MERGES" = 0 ] || bpe=(bpe=subword_nmt bpe_codes=code)
 TEXT_STEPS=(normalize_punctuation=0 remove_nonprinting=0 tokenizer="$TOKENIZER" aggressive_dash_splits=0
             lowercase="$LOWERCASE" "${bpe[@]}")
-binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK" "$PARAMS" \
+binarize_and_publish "$TMP" "$SRC" "$TGT" "$MAX_UNK_RATE" "$PARAMS" \
   "train=${COUNT[train]}" "valid=${COUNT[valid]}" "test=${COUNT[test]}" -- \
   "${FILES[train.$SRC]}" "${FILES[train.$TGT]}" "${FILES[valid.$SRC]}" "${FILES[valid.$TGT]}" \
   "${FILES[test.$SRC]}" "${FILES[test.$TGT]}"

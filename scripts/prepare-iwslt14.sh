@@ -50,23 +50,8 @@ USAGE
 SRC=de; OUT=""; SHARED=$TFIXUP_SHARED_DATA; ARCHIVE=""; DOWNLOAD=0; BPE_TOKENS=10000
 TRAIN_LINES=${TRAIN_LINES:-0}; VALID_LINES=${VALID_LINES:-0}; TEST_LINES=${TEST_LINES:-0}; WORKERS=${WORKERS:-2}
 MAX_UNK_RATE=${MAX_UNK_RATE:-5}
-while [ $# -gt 0 ]; do
-  case $1 in
-    --src) SRC=$2; shift 2;;
-    --out) OUT=$2; shift 2;;
-    --shared) SHARED=$2; shift 2;;
-    --archive) ARCHIVE=$2; shift 2;;
-    --download) DOWNLOAD=1; shift;;
-    --train-lines) TRAIN_LINES=$2; shift 2;;
-    --valid-lines) VALID_LINES=$2; shift 2;;
-    --test-lines) TEST_LINES=$2; shift 2;;
-    --bpe-tokens) BPE_TOKENS=$2; shift 2;;
-    --workers) WORKERS=$2; shift 2;;
-    --max-unk-rate) MAX_UNK_RATE=$2; shift 2;;
-    -h|--help) usage; exit 0;;
-    *) usage >&2; die "unknown option: $1";;
-  esac
-done
+read_options "src out shared archive train-lines valid-lines test-lines bpe-tokens workers max-unk-rate" \
+  "download" -- "$@"
 export WORKERS
 for v in TRAIN_LINES VALID_LINES TEST_LINES BPE_TOKENS WORKERS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--$(echo "${v,,}" | tr _ -) must be a whole number, got '${!v}'"

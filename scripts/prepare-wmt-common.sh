@@ -60,28 +60,10 @@ holds manifest.json (inputs with sha256, parameters, counts, <unk> rates).
 USAGE
 }
 
-OUT=""; WORK=""; ARCHIVES=""; TRAIN_SRC=""; TRAIN_TGT=""; TESTSETS=""; PRETOK=0
+OUT=""; WORK=""; ARCHIVES=""; TRAIN_SRC=""; TRAIN_TGT=""; TESTSETS=""; PRETOKENIZED=0
 TRAIN_LINES=${TRAIN_LINES:-0}; TEST_LINES=${TEST_LINES:-0}; WORKERS=${WORKERS:-4}; MAX_UNK_RATE=${MAX_UNK_RATE:-5}
-while [ $# -gt 0 ]; do
-  case $1 in
-    --out) OUT=$2; shift 2;;
-    --work) WORK=$2; shift 2;;
-    --archives) ARCHIVES=$2; shift 2;;
-    --train-src) TRAIN_SRC=$2; shift 2;;
-    --train-tgt) TRAIN_TGT=$2; shift 2;;
-    --testsets) TESTSETS=$2; shift 2;;
-    --test-set) TEST_SET=$2; shift 2;;
-    --valid-set) VALID_SET=$2; shift 2;;
-    --bpe-tokens) BPE_TOKENS=$2; shift 2;;
-    --pretokenized) PRETOK=1; shift;;
-    --train-lines) TRAIN_LINES=$2; shift 2;;
-    --test-lines) TEST_LINES=$2; shift 2;;
-    --workers) WORKERS=$2; shift 2;;
-    --max-unk-rate) MAX_UNK_RATE=$2; shift 2;;
-    -h|--help) usage; exit 0;;
-    *) usage >&2; die "unknown option: $1";;
-  esac
-done
+read_options "out work archives train-src train-tgt testsets test-set valid-set bpe-tokens train-lines test-lines \
+  workers max-unk-rate" "pretokenized" -- "$@"
 export WORKERS
 OUT=${OUT:-data-bin/$NAME}; WORK=${WORK:-$OUT.work}
 [ -z "$ARCHIVES" ] || [ -d "$ARCHIVES" ] || die "--archives: not a directory: $ARCHIVES"
@@ -93,7 +75,7 @@ for f in $TRAIN_SRC $TRAIN_TGT; do [ -f "$f" ] || die "training text not found: 
 # Everything that decides each step's output: other values redo the step and those after
 RAW_PARAMS=$(manifest_params name "$NAME" src "$SRC" tgt "$TGT" train_lines "$TRAIN_LINES" \
   train_src "${TRAIN_SRC:+$(realpath "$TRAIN_SRC")}" train_tgt "${TRAIN_TGT:+$(realpath "$TRAIN_TGT")}")
-TOK_PARAMS=$(manifest_params --base "$RAW_PARAMS" pretokenized "$PRETOK" test_set "$TEST_SET" valid_set "$VALID_SET" \
+TOK_PARAMS=$(manifest_params --base "$RAW_PARAMS" pretokenized "$PRETOKENIZED" test_set "$TEST_SET" valid_set "$VALID_SET" \
   test_lines "$TEST_LINES" testsets "${TESTSETS:+$(realpath "$TESTSETS")}")
 PARAMS=$(manifest_params --base "$TOK_PARAMS" bpe_tokens "$BPE_TOKENS")
 skip_if_current "$OUT" "$PARAMS"
@@ -150,7 +132,7 @@ tokenize() {  # $1 = temp dir
   local tmp=$1 l
   for l in "$SRC" "$TGT"; do
     log "tokenize train.$l"
-    if [ "$PRETOK" = 1 ]; then cp "$WORK/raw/train.$l" "$tmp/all.$l"; else moses_tok "$l" < "$WORK/raw/train.$l" > "$tmp/all.$l"; fi
+    if [ "$PRETOKENIZED" = 1 ]; then cp "$WORK/raw/train.$l" "$tmp/all.$l"; else moses_tok "$l" < "$WORK/raw/train.$l" > "$tmp/all.$l"; fi
     test_raw "$TEST_SET" "$PAIR" "$l" "$SRC" "$TGT" "$TESTSETS" | head_n "$TEST_LINES" > "$tmp/test.raw.$l" || return 1
     moses_tok "$l" < "$tmp/test.raw.$l" > "$tmp/test.$l"
     if [ "$VALID_SET" = split ]; then

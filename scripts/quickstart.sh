@@ -50,23 +50,9 @@ USAGE
 
 QUICKSTART_ARGS=("$@")  # for the summary's command that trains longer
 KEPT="finished steps and saved checkpoints are kept; rerun the same command to resume: $(quote bash "$0" "$@")"
-NAME=""; WORK_DIR=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; INSTALL=1; DRY_RUN=0; TRAIN_ARGS=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --experiment) NAME=$2; shift 2;;
-    --work) WORK_DIR=$2; shift 2;;
-    --cpu) CPU=1; shift;;
-    --archive) ARCHIVE=$2; shift 2;;
-    --train-lines) TRAIN_LINES=$2; shift 2;;
-    --valid-lines) VALID_LINES=$2; shift 2;;
-    --test-lines) TEST_LINES=$2; shift 2;;
-    --no-install) INSTALL=0; shift;;
-    --dry-run) DRY_RUN=1; shift;;
-    -h|--help) usage; exit 0;;
-    --) shift; TRAIN_ARGS=("$@"); break;;
-    *) usage >&2; die "unknown option: $1";;
-  esac
-done
+EXPERIMENT=""; WORK=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; NO_INSTALL=0; DRY_RUN=0
+TRAIN_ARGS=()
+read_options "experiment work archive train-lines valid-lines test-lines" "cpu no-install dry-run" TRAIN_ARGS -- "$@"
 for v in TRAIN_LINES VALID_LINES TEST_LINES; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "--$(echo "${v,,}" | tr _ -) must be a whole number, got '${!v}'"
 done
@@ -74,17 +60,17 @@ done
 [ "$CPU" = 1 ] || [ "$DRY_RUN" = 1 ] || [ "$(gpu_count)" -gt 0 ] \
   || die "no CUDA GPU visible: rerun with --cpu (the CPU main job: a small model on Multi30k De-En)"
 DEVICE=gpu; [ "$CPU" = 0 ] || DEVICE=cpu
-[ -n "$NAME" ] || { if [ "$CPU" = 1 ]; then NAME=$CPU_EXPERIMENT; else NAME=$GPU_EXPERIMENT; fi; }
+[ -n "$EXPERIMENT" ] || { if [ "$CPU" = 1 ]; then EXPERIMENT=$CPU_EXPERIMENT; else EXPERIMENT=$GPU_EXPERIMENT; fi; }
 cfg=()
-config_get cfg "$NAME" -- EXPERIMENT DATASET PREPARE
-EXPERIMENT=${cfg[0]}; DATASET=${cfg[1]}
+config_get cfg "$EXPERIMENT" -- EXPERIMENT DATASET PREPARE
+EXPERIMENT=${cfg[0]}; DATASET=${cfg[1]}  # the config's name (--experiment may be a path)
 # PREPARE is "script [args]" (plain words: harness/config.py), split on blanks, never globbed
 read -r -a PREP <<< "${cfg[2]}"
-WORK_DIR=${WORK_DIR:-work/quickstart-$DEVICE-$EXPERIMENT}
+WORK=${WORK:-work/quickstart-$DEVICE-$EXPERIMENT}
 # a data-bin of part of a split is another data-bin: its own name, never reused for the full one
-DATA=$WORK_DIR/data-bin/$DATASET
+DATA=$WORK/data-bin/$DATASET
 [ "$TRAIN_LINES$VALID_LINES$TEST_LINES" = 000 ] || DATA=$DATA-n$TRAIN_LINES-v$VALID_LINES-t$TEST_LINES
-RUN=$WORK_DIR/runs/$EXPERIMENT
+RUN=$WORK/runs/$EXPERIMENT
 S=$TFIXUP_ROOT/scripts
 dev=(); [ "$CPU" = 1 ] && dev=(--cpu)
 
@@ -112,13 +98,13 @@ prepare_command
 
 TRAIN_CMD=(bash "$S/train.sh" "${dev[@]}" "${TRAIN_ARGS[@]}" "$EXPERIMENT" "$DATA" "$RUN" -- --log-format json)
 EVAL_CMD=(bash "$S/evaluate.sh" "${dev[@]}" "$EXPERIMENT" "$DATA" "$RUN")
-REPORT_CMD=(bash "$S/report.sh" --runs "$WORK_DIR/runs" --out "$RUN/report.md" "$EXPERIMENT")
+REPORT_CMD=(bash "$S/report.sh" --runs "$WORK/runs" --out "$RUN/report.md" "$EXPERIMENT")
 SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md"
              -- "${QUICKSTART_ARGS[@]}")
 
 if [ "$DRY_RUN" = 1 ]; then
   show() { printf '%q ' "$@" | sed 's/ $//'; echo; }
-  [ "$INSTALL" = 0 ] || show bash "$S/install.sh"
+  [ "$NO_INSTALL" = 1 ] || show bash "$S/install.sh"
   show "${PREPARE_CMD[@]}"
   # train.sh checks the config with every override and prints fairseq-train's command; evaluate.sh
   # reads the config a run recorded, so before training it can only be shown
@@ -130,7 +116,7 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 # torch threads for training and evaluation: not more than the cores other trainings leave
 set_threads
-if [ "$INSTALL" = 1 ]; then
+if [ "$NO_INSTALL" = 0 ]; then
   log "1/6 install (skipped when already done)"
   bash "$S/install.sh"
   # shellcheck disable=SC1091

@@ -32,21 +32,7 @@ USAGE
 
 DATA_ROOT=${DATA_ROOT:-data-bin}; RUNS=${RUNS:-work/runs}; ONLY=(); PREPARE_ARGS=""; IWSLT_ARGS=""; EVAL_ARGS=""
 REPORT_ONLY=0; DRY_RUN=0; TRAIN_ARGS=()
-while [ $# -gt 0 ]; do
-  case $1 in
-    --data-root) DATA_ROOT=$2; shift 2;;
-    --runs) RUNS=$2; shift 2;;
-    --only) ONLY+=("$2"); shift 2;;
-    --prepare-args) PREPARE_ARGS=$2; shift 2;;
-    --iwslt-args) IWSLT_ARGS=$2; shift 2;;
-    --eval-args) EVAL_ARGS=$2; shift 2;;
-    --report-only) REPORT_ONLY=1; shift;;
-    --dry-run) DRY_RUN=1; shift;;
-    -h|--help) usage; exit 0;;
-    --) shift; TRAIN_ARGS=("$@"); break;;
-    *) usage >&2; die "unknown option: $1";;
-  esac
-done
+read_options "data-root runs only prepare-args iwslt-args eval-args" "report-only dry-run" TRAIN_ARGS -- "$@"
 for n in "${ONLY[@]}"; do
   printf '%s\n' "${EXPERIMENTS[@]}" | grep -qx -- "$n" || die "'$n' is not an experiment of this table"
 done

@@ -192,67 +192,38 @@ check_resume() {
   log "resuming from $last (update $done_updates)"
 }
 
-# A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start
-# stays in train_run.open, and the next run books it as "killed", ending at train.log's last write.
-# A run that could not append its line (a full disk) renamed train_run.open to
-# train_run.open.END.OUTCOME instead (a rename needs no free space): booked here as it ended.
+# Runs earlier calls could not book (killed outright, or a full disk): booked now, and a killed one
+# said (harness/run_ledger.py keeps train_runs.tsv)
 book_killed_run() {
-  local open=$OUT/train_run.open start world dev end outcome f rest
-  for f in "$OUT"/train_run.open.*.*; do
-    [ -f "$f" ] || continue
-    read -r start world dev < "$f"
-    rest=${f##*/train_run.open.}; end=${rest%%.*}; outcome=${rest#*.}
-    printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" "$outcome" >> "$OUT/train_runs.tsv"
-    rm -f "$f"
-  done
-  [ -f "$open" ] || return 0
-  read -r start world dev < "$open"
-  end=$(stat -c %Y "$OUT/train.log" 2>/dev/null || echo "$start")
-  printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$world" "$dev" killed >> "$OUT/train_runs.tsv"
-  rm -f "$open"
-  log "the run started $(date -d "@$start" '+%F %T') was killed outright (kill -9, out of memory, power cut) at its last log" \
-    "line, $(date -d "@$end" '+%F %T'): booked as killed in $OUT/train_runs.tsv; $(saved_note)"
-}
-
-# What the run has kept: checkpoint_last.pt and its update (train.log's last "... @ N updates" save line)
-saved_note() {
-  local n
-  [ -f "$OUT/checkpoints/checkpoint_last.pt" ] || { echo "no checkpoint saved yet"; return 0; }
-  n=$(grep -o '@ [0-9]* updates' "$OUT/train.log" 2>/dev/null | tail -n1 | tr -cd 0-9 || true)
-  echo "kept $OUT/checkpoints/checkpoint_last.pt${n:+ (update $n)}"
+  local note
+  note=$(python3 -m harness.run_ledger book-killed "$OUT")
+  [ -z "$note" ] || log "$note"
 }
 
 run_training() {
-  local start rc=0 device_name
+  local rc=0 device_name
   device_name=$(device_name)
   log "train $EXPERIMENT on $WORLD x $device_name -> $OUT"
   # fairseq logs to stdout: unbuffered, so train.log is current while it runs
   export PYTHONUNBUFFERED=1
-  start=$(date +%s)
-  echo "$start $WORLD $device_name" > "$OUT/train_run.open"
   # each run's wall time and device count, for the report's device-hours; a run stopped
   # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
-  record_run() {
-    local end; end=$(date +%s)
-    if printf '%s\t%s\t%s\t%s\t%s\n' "$start" "$end" "$WORLD" "$device_name" "$1" >> "$OUT/train_runs.tsv" 2>/dev/null; then
-      rm -f "$OUT/train_run.open"
-    else  # a full disk: keep the outcome in the open record's name, booked by the next run
-      mv -f "$OUT/train_run.open" "$OUT/train_run.open.$end.$1" 2>/dev/null || true
-    fi
-  }
+  python3 -m harness.run_ledger open "$OUT" "$WORLD" "$device_name"
   # SIGTERM/SIGINT (scripts/lib.sh's supervise sends SIGTERM to fairseq-train too): book the
   # run as interrupted, whatever fairseq-train's exit code was, and say what was kept
   stopped() {  # EXIT_CODE
     trap '' TERM INT
-    record_run interrupted
-    STEP=""; log "interrupted: $(saved_note); rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
+    python3 -m harness.run_ledger close "$OUT" interrupted
+    STEP=""; log "interrupted: $(python3 -m harness.run_ledger saved "$OUT"); rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
     exit "$1"
   }
   trap 'stopped 143' TERM
   trap 'stopped 130' INT
   if [ ${#CMDS[@]} -gt 1 ]; then
     local pids=() r pid
-    trap 'kill "${pids[@]}" 2>/dev/null || true; on_exit' EXIT
+    # on any exit the ranks are stopped as supervise stops a tree (harness/proc.py): SIGTERM to each
+    # rank's tree, SIGKILL to what is left after TFIXUP_STOP_SECONDS; on_exit then sees the exit status
+    trap 'exit_rc=$?; python3 -m harness.proc stop "${pids[@]}" || true; on_exit "$exit_rc"' EXIT
     for ((r = 0; r < ${#CMDS[@]}; r++)); do
       if [ "$r" = 0 ]; then
         "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[$r]}" > >(tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH") 2>&1 & pids+=($!)
@@ -267,7 +238,7 @@ run_training() {
     "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH" || rc=$?
   fi
   trap - TERM INT
-  record_run "$rc"
+  python3 -m harness.run_ledger close "$OUT" "$rc"
   # the cause and the next command, in one line (NaN, bad data, a corrupt checkpoint, ...)
   [ "$rc" = 0 ] || die "$(python3 -m harness train-failure --log "$OUT/train.log" --exit "$rc" \
     --run "$OUT" -- bash "$0" "${ARGS[@]}")"

@@ -1,8 +1,10 @@
 """harness.proc, the one process-tree stopper: the whole tree gets the signal, and what ignores it is
 killed after the grace period."""
 
+import os
 import signal
 import subprocess
+import sys
 import time
 
 from conftest import group_left, kill_group
@@ -27,6 +29,26 @@ def test_stop_tree_signals_every_descendant_and_kills_what_ignores_it():
         time.sleep(0.05)
     assert not [p for p in tree if p in proc._parents()]
 
+
+
+def test_stop_command_stops_several_trees_at_once():
+    """`python -m harness.proc stop PID...` (train.sh's ranks on exit): every tree gets SIGTERM and what
+    ignores it is killed after TFIXUP_STOP_SECONDS."""
+    # each: a shell and a sleep that ignores TERM
+    tops = [subprocess.Popen(["bash", "-c", "bash -c 'trap \"\" TERM; sleep 600' & wait"]) for _ in range(2)]
+    deadline = time.monotonic() + 120
+    while any(len(proc.tree_pids(t.pid)) < 2 for t in tops) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trees = [p for t in tops for p in proc.tree_pids(t.pid)]
+    assert len(trees) >= 4
+    subprocess.run([sys.executable, "-m", "harness.proc", "stop", *(str(t.pid) for t in tops)], check=True,
+                   env={**os.environ, "TFIXUP_STOP_SECONDS": "1"})
+    for t in tops:
+        t.wait(timeout=120)
+    deadline = time.monotonic() + 120
+    while [p for p in trees if p in proc._parents()] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in trees if p in proc._parents()]
 
 def _supervised(tmp_path):
     """`python -m harness.proc supervise -- bash ...` (what scripts/lib.sh's supervise execs) over a

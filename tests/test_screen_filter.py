@@ -1,8 +1,8 @@
-"""What the scripts show of a live training (scripts/pipeline-lib.sh's ``quiet``): each line as
-it comes, not in blocks at the end (mawk, Debian's awk, reads pipes in blocks unless told not
-to), progress as short readable lines (not fairseq's JSON) with an ETA from MAX_UPDATE or, for
-epoch-bounded runs, from MAX_EPOCH; the model's structure and fairseq's data-loader notes only
-in the log."""
+"""What the scripts show of a live training (scripts/pipeline-lib.sh's ``quiet``, which runs
+harness/fairseq_log.py's): each line as it comes, not in blocks at the end (a reader of a pipe that
+buffers shows progress minutes late), progress as short readable lines (not fairseq's JSON) with an
+ETA from MAX_UPDATE or, for epoch-bounded runs, from MAX_EPOCH; the model's structure and fairseq's
+data-loader notes only in the log."""
 
 import os
 import pathlib
