@@ -61,7 +61,7 @@ def cmd_results(args, _):
         "data": eval_data(args.data), "train_data": record.get("data"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **scores,
-        **report.read_train_runs(os.path.join(args.run, "train_runs.tsv")),
+        **report.read_train_runs(args.run),
         "config": v, "config_file": cfg.path, "train_commands": record["train_commands"],
     }
     result["bleu"] = report.paper_comparable_bleu(result)

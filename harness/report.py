@@ -7,26 +7,24 @@ import pathlib
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from harness import config
+from harness import config, run_ledger
 
 METRIC_NAMES = {"tok": "tok BLEU", "tok_cs": "tok BLEU (compound split)", "detok": "sacreBLEU"}
 
 
-def read_train_runs(path: str) -> Dict:
-    """Sum the training segments train.sh logged (start end world_size device rc per line)."""
+def read_train_runs(out: str) -> Dict:
+    """Sum the training segments train.sh booked in OUT's run ledger (harness/run_ledger.py)."""
     wall = dev_hours = 0.0
     devices = set()
     segments = 0
-    if os.path.exists(path):
-        for line in pathlib.Path(path).read_text().splitlines():
-            parts = line.split("\t")
-            if len(parts) < 4 or not parts[0].isdigit():
-                continue
-            seconds = max(0, int(parts[1]) - int(parts[0]))
-            wall += seconds / 3600
-            dev_hours += seconds * int(parts[2]) / 3600
-            devices.add(parts[3])
-            segments += 1
+    for parts in run_ledger.rows(out):
+        if len(parts) < 4:
+            continue
+        seconds = max(0, int(parts[1]) - int(parts[0]))
+        wall += seconds / 3600
+        dev_hours += seconds * int(parts[2]) / 3600
+        devices.add(parts[3])
+        segments += 1
     return {"train_wall_hours": wall, "device_hours": dev_hours,
             "device": ", ".join(sorted(devices)) or "unknown", "train_segments": segments}
 

@@ -26,6 +26,16 @@ OPEN = "train_run.open"
 LEDGER = "train_runs.tsv"
 
 
+def rows(out) -> list:
+    """OUT/train_runs.tsv's rows, one per train.sh call: [START, END, WORLD, DEVICE, OUTCOME] (OUTCOME "0" for a run
+    that ended by itself); none without the file. The one reader of the ledger."""
+    path = os.path.join(out, LEDGER)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n").split("\t") for line in f if line.strip() and line[0].isdigit()]
+
+
 def _opened(path: str) -> list:
     """START WORLD DEVICE of an open record (the device is the rest of the line)."""
     with open(path, encoding="utf-8") as f:

@@ -34,7 +34,7 @@ import statistics
 import sys
 
 from harness.bench import common, quality, runs as runlib
-from harness import score
+from harness import run_ledger, score
 from tfixup import atomic
 
 MODES = {
@@ -114,7 +114,7 @@ def execute(run: runlib.Run, qrun: runlib.Run, out: pathlib.Path, threads: int) 
 def _finished(run_dir: pathlib.Path) -> bool:
     """RUN_DIR's training ended by itself (train.sh booked outcome 0 last) and left its checkpoints:
     a quality run interrupted on its way to the cap is resumed as the quality run, not continued."""
-    booked = quality.booked_runs(run_dir)
+    booked = run_ledger.rows(run_dir)
     return bool(booked) and booked[-1][-1] == "0" and (run_dir / "checkpoints" / "checkpoint_last.pt").is_file()
 
 

@@ -39,7 +39,7 @@ import time
 
 from harness.bench import common, runs as runlib
 from harness.bench.unigram import unigram_level
-from harness import fairseq_log, score
+from harness import fairseq_log, run_ledger, score
 from tfixup import atomic, methods
 
 # The study's configs: T-Fixup's and Pre-LN's own, every other method the Post-LN config with its METHOD.
@@ -149,17 +149,10 @@ def _sh(script: str, *args) -> list:
     return ["bash", str(common.REPO / "scripts" / script), *map(str, args)]
 
 
-def booked_runs(out: pathlib.Path) -> list:
-    """train.sh's booking of its calls on OUT, train_runs.tsv: [start, end, world, device, outcome] each
-    (outcome "0" for a run that ended by itself); none without that file."""
-    booked = out / "train_runs.tsv"
-    return [line.split("\t") for line in booked.read_text().splitlines() if line.strip()] if booked.exists() else []
-
-
 def train_wall(out: pathlib.Path, fallback: float) -> tuple:
     """(seconds, segments) of training: a run interrupted and resumed trained in several
     train.sh calls, each booked in train_runs.tsv (start, end, ...); without that file, `fallback`."""
-    rows = booked_runs(out)
+    rows = run_ledger.rows(out)
     if not rows:
         return round(fallback, 1), 1
     return float(sum(int(r[1]) - int(r[0]) for r in rows)), len(rows)
