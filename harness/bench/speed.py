@@ -209,11 +209,16 @@ def train_peak(model: str, size: str, data: str, cfg: dict, device: str, dtype: 
             "train_peak_mib": (after - before) / 1024}
 
 
+def fresh_process() -> concurrent.futures.Executor:
+    """Where ``memory`` runs each train_peak: a fresh process (spawn: no memory inherited from this one)."""
+    return concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+
 def memory(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, threads: int) -> dict:
-    """train_peak of each model, each in a fresh process (spawn: no memory inherited from this one)."""
+    """train_peak of each model, each in a fresh process (``fresh_process``)."""
     out = {}
     for m in MODELS:
-        with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with fresh_process() as pool:
             try:
                 out[m] = pool.submit(train_peak, m, size, str(data), cfg, device, dtype, threads).result()
             except Exception as e:  # one line naming the run, not the worker's traceback
