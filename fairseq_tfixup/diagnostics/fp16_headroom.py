@@ -47,7 +47,7 @@ def attention_logit_max(module, query, key) -> float:
     h = module.num_heads
     q = q.reshape(q.shape[0], q.shape[1] * h, -1).transpose(0, 1)  # (B*H, Tq, dh)
     k = k.reshape(k.shape[0], k.shape[1] * h, -1).transpose(0, 1)
-    return float(q.bmm(k.transpose(1, 2)).abs().max())
+    return float(q.bmm(k.transpose(1, 2)).detach().abs().max())
 
 
 class Headroom:
