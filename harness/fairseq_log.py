@@ -141,12 +141,12 @@ def last_value(text: str, key: str, kinds=KINDS) -> str:
     return str(max(found)[1]) if found else "?"
 
 
-
 def last_saved_update(text: str) -> str:
     """The update of the last checkpoint fairseq-train saved ("Saved checkpoint ... (epoch E @ N updates,
     ..."), as logged; "" when none was."""
     found = re.findall(r"@ ([0-9]*) updates", text)
     return found[-1] if found else ""
+
 
 # ---------------------------------------------------------------- what the scripts show of a training
 #
