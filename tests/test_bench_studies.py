@@ -210,6 +210,25 @@ def test_depth_trained_means_below_the_unigram_level(tmp_path, monkeypatch):
     assert res["deepest_trained"] == {"tfixup": 200, "postln": None}
 
 
+def test_depth_on_cpu_leaves_the_other_methods_deep_runs_out_and_says_what_they_cost(tmp_path):
+    """Past cpu_depth layers per side a CPU plan keeps the paper's three methods, what is recorded and what
+    --only names; a GPU plan keeps every run; the report lists what was left out with its estimated hours."""
+    args = depth.parser().parse_args(["--data", str(tmp_path), "--out", "-"])
+    cfg = depth.make_config(args)
+    every = depth.make_runs(cfg, tmp_path)
+    kept, left = depth.cpu_budget(cfg, every, recorded={"dyt-100"}, only=["rezero-200"])
+    assert {r.id for r in kept} | set(left) == {r.id for r in every} and not {r.id for r in kept} & set(left)
+    assert {"tfixup-200", "postln-100", "preln-100", "dyt-100", "rezero-200", "admin-50"} <= {r.id for r in kept}
+    assert {"admin-100", "dyt-200", "tfixup_zb-100"} <= set(left)
+    assert all(r.meta["depth"] > cfg["cpu_depth"] and r.meta["method"] not in depth.CORE
+               for r in every if r.id in left)
+    assert depth.cpu_budget(dict(cfg, device="cuda"), every, set()) == (every, [])
+    records = {i: dict(id=i, method=m, depth=100, updates=600, wall_s=w, device="cpu")
+               for i, m, w in (("tfixup-100", "tfixup", 3600), ("postln-100", "postln", 7200),
+                               ("preln-100", "preln", 1800))}
+    assert depth.estimated_hours(records, 100, 600) == 1.0 and depth.estimated_hours(records, 200, 300) is None
+
+
 def test_batch_scaling_factor(tmp_path, monkeypatch):
     monkeypatch.setattr(batch.common, "data_description", lambda d: "synthetic")
     monkeypatch.setattr(batch.common, "data_counts", lambda d: {"valid": 1})

@@ -16,8 +16,14 @@ updates. A run counts as **trained** when its final valid loss ends at least
 computed from the data), not when its loss merely dropped: every model leaves
 its random start quickly, and a model at the unigram level has learnt word
 frequencies only. The budget is set so that the shallow models leave the
-unigram stage; the deepest runs get fewer updates (``--deep-updates``) to keep
-the study within about 90 minutes of this machine, and the report says so.
+unigram stage; the deepest runs get fewer updates (``--deep-updates``), and the
+report says so.
+
+On CPU the study runs every method up to ``cpu_depth`` (50) layers per side and
+only the paper's three deeper: a 100-layer run costs about an hour of one core,
+a 200-layer one up to two, and the other methods' deep runs would add about ten
+CPU-hours. The report lists those runs with their estimated cost; ``--device
+cuda`` runs them (as does naming one in ``--only``).
 
 Resumable: finished runs are recorded under OUT/depth/runs/.
 
@@ -42,16 +48,35 @@ CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at ev
 
 MODES = {
     "smoke": dict(depths=[2], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
-                  ln_free_from=1000, valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
+                  ln_free_from=1000, cpu_depth=1000, valid_every=4, max_tokens=512, valid_lines=50,
+                  test_lines=10),
     "default": dict(depths=[6, 20, 50, 100, 200], methods=None, updates=600, deep_updates=300,
-                    deep_from=200, ln_free_from=200, valid_every=50, max_tokens=1024, valid_lines=1000,
-                    test_lines=0),
+                    deep_from=200, ln_free_from=200, cpu_depth=50, valid_every=50, max_tokens=1024,
+                    valid_lines=1000, test_lines=0),
 }
 
 
 def planned(cfg: dict, m: str, depth: int) -> bool:
     """From ``ln_free_from`` layers per side on, only the paper's three methods and the LayerNorm-free ones."""
     return depth < cfg["ln_free_from"] or m in CORE or methods.method(ARMS[m].method).layernorm_free
+
+
+def cpu_budget(cfg: dict, runs: list, recorded: set, only: list = None) -> tuple:
+    """(runs to plan, ids left out) on CPU: past ``cpu_depth`` layers per side only the paper's three
+    methods, besides any run already recorded (on either device) or named in ONLY. On a GPU: every run."""
+    if cfg.get("device", "cpu") != "cpu":
+        return runs, []
+    keep = [r for r in runs if r.meta["depth"] <= cfg["cpu_depth"] or r.meta["method"] in CORE
+            or r.id in recorded or r.id in (only or [])]
+    return keep, [r.id for r in runs if r not in keep]
+
+
+def estimated_hours(records: dict, depth: int, updates: int):
+    """One CPU thread's hours for a run of DEPTH layers per side and UPDATES updates: the median wall time
+    of the CPU runs recorded alike (None where there is none)."""
+    walls = sorted(r["wall_s"] for r in records.values() if r["depth"] == depth and r["updates"] == updates
+                   and r.get("wall_s") and r.get("device", "cpu") == "cpu")
+    return round(walls[len(walls) // 2] / 3600, 2) if walls else None
 
 
 def budget(cfg: dict, depth: int) -> int:
@@ -92,12 +117,18 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
     deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
                for m in (cfg["methods"] or list(ARMS))}
+    left_out = []
+    for run_id in cfg.get("out_of_budget", []):
+        m, depth = run_id.rsplit("-", 1)
+        updates = budget(cfg, int(depth))
+        left_out.append({"id": run_id, "method": m, "depth": int(depth), "updates": updates,
+                         "cpu_hours": estimated_hours(records, int(depth), updates)})
     return {
         "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
         "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
         "config": cfg, "unigram_level": level, "trained_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
-        "deepest_trained": deepest, "rows": rows, "records": records,
+        "deepest_trained": deepest, "rows": rows, "out_of_budget": left_out, "records": records,
     }
 
 
@@ -118,6 +149,16 @@ def report(res: dict) -> str:
         + "\n\nDeepest model that trained (layers per side): "
         + ", ".join(f"{ARMS[m].label} {d if d is not None else 'none'}" for m, d in res["deepest_trained"].items())
         + "\n"))
+    left = res.get("out_of_budget") or []
+    if left:
+        hours = sum(r["cpu_hours"] or 0 for r in left)
+        text += (f"\n## Not run on CPU ({len(left)} runs, about {hours:.0f} CPU-hours)\n\n"
+                 f"Past {cfg['cpu_depth']} layers per side this machine runs only the paper's three methods; each "
+                 "run below would take the hours shown on one CPU thread (the median wall time of the runs recorded "
+                 "at its depth). `--device cuda` runs them, as does naming one in `--only`.\n\n"
+                 + common.md_table(["run", "layers per side", "method", "updates", "CPU-hours (estimated)"],
+                                   [[r["id"], r["depth"], ARMS[r["method"]].label, r["updates"], r["cpu_hours"]]
+                                    for r in left]) + "\n")
     return text
 
 
@@ -194,6 +235,11 @@ def plan(data, mode: str = "default") -> list:
 
 def main(argv=None):
     args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
+    store = pathlib.Path(args.out) / ("depth" + args.tag) / "runs"
+    records = runlib.load_records(store).values()
+    recorded = {r.id for r in all_runs if any(r.recorded_by(rec) for rec in records)}
+    all_runs, cfg["out_of_budget"] = cpu_budget(cfg, all_runs, recorded, args.only)
+    cfg["n_runs"] = len(all_runs)
     runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only,
                      only=args.only)
