@@ -225,14 +225,14 @@ def md_table(headers: list, rows: list) -> str:
 
 
 def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str:
-    """The section on T-Fixup against every warmup method, on each of its schedules and on its better one:
+    """The section on T-Fixup against every method, on each of its schedules and on its better one:
     INTRO, then a table of HEADERS with a row per group of runs (a key of PER_METHOD) and method: the key,
     the method's label and ``cells(method, entry)``; "" without any."""
     if not per_method:
         return ""
     rows = [[k, methods.method(name).label, *cells(name, v)] for k, group in per_method.items()
             for name, v in group.items()]
-    return ("## T-Fixup against every warmup method, on each of its schedules and on its better one\n\n" + intro
+    return ("## T-Fixup against every method, on each of its schedules and on its better one\n\n" + intro
             + md_table(headers, rows) + "\n\n")
 
 

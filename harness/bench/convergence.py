@@ -204,11 +204,10 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
-    schedule_arms = {}  # a method with an arm on a warmup schedule -> its arms on every schedule (not P = W)
+    schedule_arms = {}  # each baseline of the main group -> its arms on every schedule (not P = W)
     for arm in ARMS.values():
-        if arm.schedule in WARMUPS:
-            schedule_arms[arm.method] = [a.name for a in ARMS.values()
-                                         if a.method == arm.method and a.schedule in methods.SCHEDULES]
+        if arm.group == "main" and arm.method != "tfixup" and arm.schedule in methods.SCHEDULES:
+            schedule_arms.setdefault(arm.method, []).append(arm.name)
     for group in ("main", "long"):
         for lr in cfg["lrs"]:
             here = [r for r in rows if r["group"] == group and r["lr"] == lr]
@@ -221,10 +220,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
                                               **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
             for name, candidates in schedule_arms.items():
-                arms, _ = versus(records, here, tfixup, candidates)
-                warm = [a for a in arms if ARMS[a].schedule in WARMUPS]
-                if warm:  # its better schedule: the better of the warmups (without warmup it is a column of its own)
-                    better = min(warm, key=lambda a: arms[a]["baseline_best_valid_mean"])
+                arms, better = versus(records, here, tfixup, candidates)  # better: of every schedule it ran
+                if better:
                     per_method.setdefault(f"{group} lr {lr:g}", {})[name] = {"arms": arms, "better": better}
     sgd_choice = {}
     for m in (a.name for a in ARMS.values() if a.method == "sgd"):
@@ -287,8 +284,9 @@ def report(res: dict) -> str:
     text += common.versus_methods_md(
         res.get("per_method"),
         "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds both have (the "
-        "better schedule: the better warmup, the lower mean best valid loss). Without warmup: the methods the study "
-        "also runs without it (Post-LN, Pre-LN, the LayerNorm-free ones).\n\n",
+        "better schedule: the lowest mean best valid loss of every schedule the method ran, with or without warmup). "
+        "Without warmup: the methods trained so in their papers and those the study also runs without it "
+        "(Post-LN, Pre-LN, the LayerNorm-free ones).\n\n",
         ["runs", "method", "best valid, warmup", "T-Fixup's ratio to it", "best valid, matched warmup",
          "T-Fixup's ratio to it", "better schedule", "T-Fixup's ratio to the better", "best valid, no warmup",
          "T-Fixup's ratio to it"], _versus_cells)
@@ -312,13 +310,13 @@ def report(res: dict) -> str:
 
 
 def _versus_cells(name: str, v: dict) -> list:
-    """A method's cells in the T-Fixup-against-every-warmup-method table: on each warmup, on the better one,
-    without warmup."""
+    """A method's cells in the T-Fixup-against-every-method table: on each warmup, on the better schedule (of
+    all it ran), without warmup."""
     cells = []
     for kind in WARMUPS:
         arm = v["arms"].get(name + common.SUFFIX[kind])
         cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
-    cells += [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +"), _ratio_text(v["arms"][v["better"]])]
+    cells += [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +,"), _ratio_text(v["arms"][v["better"]])]
     arm = v["arms"].get(name + common.SUFFIX["nowarmup"])
     return cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)])
 

@@ -268,16 +268,16 @@ def reach_bleu(rec: dict, base) -> tuple:
 
 
 def versus_methods(records: dict) -> dict:
-    """corpus -> warmup method -> T-Fixup (seed 1) against the method on each schedule it has run (its
-    config's warmup, the matched one; seed 1): the method's best valid BLEU and test BLEU, T-Fixup's
-    updates to that best valid BLEU / the method's, the test BLEU gap (tokenized); and its better
+    """corpus -> method -> T-Fixup (seed 1) against the method on each schedule it has run (its row's:
+    fairseq's warmup or none; the matched warmup; seed 1): the method's best valid BLEU and test BLEU,
+    T-Fixup's updates to that best valid BLEU / the method's, the test BLEU gap (tokenized); and its better
     schedule, chosen on valid (the higher best valid BLEU)."""
     out = {}
     for rec in records.values():
         if rec["method"] != "tfixup" or rec.get("seed", 1) != 1:
             continue
         for name in methods.studied("quality"):
-            if not methods.method(name).warmup:
+            if name == "tfixup":
                 continue
             arms = {arm: versus(rec, records.get(run_id(rec["corpus"], arm))) for arm in (name, f"{name}_matched")}
             arms = {arm: v for arm, v in arms.items() if v}
@@ -388,7 +388,8 @@ def report(res: dict) -> str:
         "T-Fixup's updates to reach the method's best valid BLEU / the method's updates to it; gap: T-Fixup's test "
         "BLEU (tok) minus the method's. The better schedule is chosen on seed 1's valid (the higher best valid BLEU); "
         "- : not run on that schedule.\n\n",
-        ["corpus", "method", "test BLEU, config's warmup", "T-Fixup vs it", "test BLEU, matched warmup",
+        ["corpus", "method", "test BLEU, config's schedule (warmup, or none in its paper)", "T-Fixup vs it",
+         "test BLEU, matched warmup",
          "T-Fixup vs it", "better schedule (valid)", "T-Fixup vs the better"], _versus_cells)
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
     text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
@@ -401,14 +402,16 @@ def report(res: dict) -> str:
 
 
 def _versus_cells(name: str, v: dict) -> list:
-    """A method's cells in the T-Fixup-against-every-warmup-method table: on its config's warmup, on the
-    matched one, on the better one (with its further seeds)."""
+    """A method's cells in the T-Fixup-against-every-method table: on its config's schedule (fairseq's warmup,
+    or none for a method trained without in its paper), on the matched warmup, on the better one (with its
+    further seeds)."""
     cells = []
     for arm in (name, f"{name}_matched"):
         a = v["arms"].get(arm)
         cells += [None, None] if a is None else [a["test_bleu_tok"], _versus_text(a)]
     more = "".join(f"; seed {k}: {_versus_text(a)}" for k, a in v.get("better_seeds", {}).items())
-    better = "matched warmup" if ARMS[v["better"]].schedule == "matched" else "the config's warmup"
+    better = {"matched": "matched warmup", "nowarmup": "no warmup"}.get(ARMS[v["better"]].schedule,
+                                                                       "the config's warmup")
     return cells + [better, _versus_text(v["arms"][v["better"]]) + more]
 
 
