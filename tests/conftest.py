@@ -29,6 +29,25 @@ def run_script(*cmd, env=None, config=None, **kw):
                           env={**os.environ, **(TINY_RUN if config is None else config), **(env or {})}, **kw)
 
 
+def fairseq_command(tool: str, *args) -> str:
+    """``fairseq-TOOL ARGS`` (train, generate, preprocess, eval_lm) run by its own entry point
+    (fairseq_cli.TOOL.cli_main, what the console script calls) in this process, where fairseq is imported
+    already (a process per command paid fairseq's import again: ~4 s of CPU); its log and output. What it
+    raises propagates: a refusal is the plugin's ``Refused``, which the console prints as one line
+    (tfixup/errors.py; tests/test_one_line_refusals.py runs the console script itself)."""
+    import importlib
+    import sys
+    from unittest import mock
+
+    from harness import fairseq_log
+
+    main = importlib.import_module(f"fairseq_cli.{tool}").cli_main
+    argv = [f"fairseq-{tool.replace('_', '-')}", *(str(a) for a in args)]
+    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", argv):
+        main()
+    return log_text.getvalue()
+
+
 def last_error(proc, *words):
     """The run failed and its last stderr line is one error naming WORDS."""
     assert proc.returncode != 0, proc.stderr[-2000:]

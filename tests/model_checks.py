@@ -2,13 +2,10 @@
 full forward pass, a state-dict round trip, and a short fairseq-train run on the real IWSLT'14 sample."""
 
 import math
-import sys
-from unittest import mock
 
 import torch
 
-from conftest import USER_DIR, build_model
-from harness import fairseq_log
+from conftest import USER_DIR, build_model, fairseq_command
 from harness.fairseq_log import records
 
 # a model small enough for a few dozen CPU updates in seconds
@@ -58,15 +55,8 @@ def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
 
 
 def fairseq_train(data, args) -> str:
-    """``fairseq-train DATA ARGS`` run by fairseq-train's own entry point (fairseq_cli.train.cli_main, what the
-    console script calls) in this process, where fairseq is imported already (a process per run paid
-    fairseq's ~6 s import again; tests/test_cli.py runs the console script itself, in its own process);
-    its log."""
-    from fairseq_cli import train
-
-    with fairseq_log.captured() as log_text, mock.patch.object(sys, "argv", ["fairseq-train", str(data), *args]):
-        train.cli_main()
-    return log_text.getvalue()
+    """``fairseq-train DATA ARGS`` in this process (conftest.fairseq_command); its log."""
+    return fairseq_command("train", data, *args)
 
 
 def falling_losses(log, count: int, by: float = 0.5) -> list:

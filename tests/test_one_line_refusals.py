@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import USER_DIR, last_error
+from conftest import USER_DIR, fairseq_command, last_error
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,8 @@ def made_up_bin(tmp_path_factory):
         for lang in ("de", "en"):
             (root / f"{split}.{lang}").write_text(
                 "".join(" ".join(rng.choice("abcdefgh") for _ in range(5)) + "\n" for _ in range(n)))
-    subprocess.run(["fairseq-preprocess", "-s", "de", "-t", "en", "--trainpref", str(root / "train"),
-                    "--validpref", str(root / "valid"), "--destdir", str(root / "bin"), "--workers", "1"],
-                   check=True, capture_output=True)
+    fairseq_command("preprocess", "-s", "de", "-t", "en", "--trainpref", root / "train", "--validpref",
+                    root / "valid", "--destdir", root / "bin", "--workers", "1")
     return root / "bin"
 
 
@@ -37,14 +36,11 @@ def train(data, *flags):
                           capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-@pytest.mark.parametrize("flags, words", [
-    (["--encoder-normalize-before"], "transformer_tfixup has no LayerNorm: --encoder-normalize-before cannot be used"),
-    (["--fp16", "--cpu"], "--fp16 needs a CUDA GPU (fairseq's FP16 optimizer keeps its fp32 copy there) and --cpu "
-                          "is given: drop --fp16"),
-])
-def test_fairseq_train_refuses_in_one_line(made_up_bin, flags, words):
-    proc = train(made_up_bin, *flags)
-    last_error(proc, words)
+def test_fairseq_train_refuses_in_one_line(made_up_bin):
+    """The console script itself: its last line is the refusal alone, without a traceback (the other
+    refusals are checked in process, where the plugin raises them: the tests below and the like)."""
+    proc = train(made_up_bin, "--encoder-normalize-before")
+    last_error(proc, "transformer_tfixup has no LayerNorm: --encoder-normalize-before cannot be used")
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
@@ -82,9 +78,8 @@ def test_a_language_model_split_the_data_bin_lacks_names_the_ones_it_has(tmp_pat
 
     for split in ("train", "valid"):
         (tmp_path / f"{split}.txt").write_text("a b c d\nb c d e\n" * 5)
-    subprocess.run(["fairseq-preprocess", "--only-source", "--trainpref", str(tmp_path / "train.txt"), "--validpref",
-                    str(tmp_path / "valid.txt"), "--destdir", str(tmp_path / "bin"), "--workers", "1"],
-                   check=True, capture_output=True)
+    fairseq_command("preprocess", "--only-source", "--trainpref", tmp_path / "train.txt", "--validpref",
+                    tmp_path / "valid.txt", "--destdir", tmp_path / "bin", "--workers", "1")
     args = options.parse_args_and_arch(options.get_eval_lm_parser(), [
         str(tmp_path / "bin"), "--user-dir", str(USER_DIR), "--task", "language_modeling", "--path", "x.pt"])
     task = tasks.setup_task(convert_namespace_to_omegaconf(args).task)

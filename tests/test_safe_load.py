@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, write_dicts
+from conftest import REPO, USER_DIR, fairseq_command, write_dicts
 from harness import recover
 
 
@@ -50,10 +50,11 @@ def test_refused_after_importing_the_plugin(crafted):
 
 
 def test_refused_by_fairseq_generate_with_the_plugin(crafted, dict_dir):
+    """fairseq-generate's own entry point, in process (conftest.fairseq_command)."""
     path, marker = crafted
-    proc = subprocess.run(["fairseq-generate", str(dict_dir), "--user-dir", str(USER_DIR), "--path", str(path),
-                           "--task", "translation", "-s", "de", "-t", "en", "--cpu"], capture_output=True, text=True)
-    assert proc.returncode != 0 and "Weights only load failed" in proc.stderr
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        fairseq_command("generate", dict_dir, "--user-dir", USER_DIR, "--path", path, "--task", "translation",
+                        "-s", "de", "-t", "en", "--cpu")
     assert not marker.exists()
 
 
