@@ -287,12 +287,28 @@ def shown_as(v: float, n: Number) -> bool:
 _TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_min|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
 
 
-def matches(n: Number, values: List[Value]) -> List[Value]:
+class Pool(NamedTuple):
+    """The record values a doc's numbers are looked up in, sorted by value, with their keys for bisect;
+    the same for the values that hold a time (``_TIME_KEY``)."""
+    values: List[Value]
+    keys: List[float]
+    times: List[Value]
+    time_keys: List[float]
+
+    @classmethod
+    def of(cls, values: List[Value]) -> "Pool":
+        times = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
+        return cls(values, [v.value for v in values], times, [v.value for v in times])
+
+    def reading(self, n: Number) -> tuple:
+        """(values, keys) N may show: a time (s, min, h) only from a record of time."""
+        return (self.times, self.time_keys) if n.time else (self.values, self.keys)
+
+
+def matches(n: Number, pool: Pool) -> List[Value]:
     """The record values (sorted by value) that N shows, in any of its unit readings; a time (s, min, h) only
     from a record of time (its key names it: wall_s, train_wall_hours, ...)."""
-    if n.time:
-        values = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
-    keys = [v.value for v in values]
+    values, keys = pool.reading(n)
     out = []
     for scale in n.scale:
         lo, hi = (n.value - n.error * 1.01) / scale - 1e-12, (n.value + n.error * 1.01) / scale + 1e-12
@@ -318,23 +334,21 @@ def derived(n: Number, operands: List[tuple]) -> bool:
     return any(a != b and (near(abs(a - b)) or (b and near(a / b))) for a in vals for b in vals)
 
 
-def nearest(n: Number, values: List[Value], k: int = 3) -> List[Value]:
-    if n.time:
-        values = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
-    keys = [v.value for v in values]
+def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
+    values, keys = pool.reading(n)
     i = bisect.bisect_left(keys, n.value)
     return sorted(values[max(0, i - k):i + k], key=lambda v: abs(v.value - n.value))[:k]
 
 
-def _in_scope(records: Dict[str, List[Value]], scope: tuple) -> List[Value]:
+def _in_scope(records: Dict[str, List[Value]], scope: tuple) -> Pool:
     files = [f for f in records if not scope or any(f == s or (s.endswith("/") and f.startswith(s)) for s in scope)]
-    return sorted(v for f in files for v in records[f])
+    return Pool.of(sorted(v for f in files for v in records[f]))
 
 
 def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
     """(number, its nearest record values) for every number of FILES that no record holds."""
     records, counts = record_values(repo / "results"), study_counts(repo / "results")
-    pools: Dict[tuple, List[Value]] = {}
+    pools: Dict[tuple, Pool] = {}
     out = []
     for rel in files:
         nums = numbers(repo / rel, str(rel), repo)
