@@ -56,14 +56,16 @@ def last_error(proc, *words):
     return last
 
 
-# The longest test files, longest first (as timed with pytest --durations on a 2-core machine).
-# scripts/test.sh hands whole files to its workers in collection order (--dist loadfile
-# --no-loadscope-reorder): started last, a long file kept one worker busy alone at the end.
-# The first two files do not wait for each other: only the first needs the shared IWSLT data-bin; the
-# second and third share the tiny main job (cpu_main_job), made by whichever asks first.
-LONGEST_FIRST = ["test_pipeline_chain.py", "test_docs_commands.py", "test_translate.py", "test_bench_studies.py",
-                 "test_cli.py", "test_faults.py", "test_bench_smoke.py", "test_lm.py", "test_baselines_deepnorm.py",
-                 "test_diagnostics.py", "test_run_faults.py", "test_literals.py", "test_safe_load.py"]
+# The test files, longest first (as timed with pytest's junit durations on a 2-core machine; the rest are
+# a few seconds each). scripts/test.sh hands whole files to its workers in this order (--dist loadfile
+# --no-loadscope-reorder), each to the first free worker: longest first keeps the two busy to the end.
+# The first two files do not wait for each other: the first makes the tiny main job (cpu_main_job), the
+# second the shared IWSLT data-bin; the files after them that need either find it made.
+LONGEST_FIRST = ["test_docs_commands.py", "test_pipeline_chain.py", "test_faults.py", "test_bench_studies.py",
+                 "test_run_faults.py", "test_methods.py", "test_cli.py", "test_lm.py", "test_diagnostics.py",
+                 "test_translate.py", "test_literals.py", "test_safe_load.py", "test_pipeline_data.py",
+                 "test_table_rows.py", "test_bench_hf.py", "test_scheduler.py", "test_one_line_refusals.py",
+                 "test_bench_lr.py", "test_noise.py", "test_bench_smoke.py"]
 
 
 def pytest_collection_modifyitems(items):
@@ -178,6 +180,16 @@ def cpu_main_job(shared_data, tmp_path_factory):
 
     root = shared_across_workers(tmp_path_factory, "cpu_main_job", make)
     return root / "qs", (root / "stdout").read_text(), (root / "untracked").read_text().split()
+
+
+@pytest.fixture(scope="session")
+def main_job_bin(cpu_main_job) -> pathlib.Path:
+    """The tiny main job's data-bin: real Multi30k De-En pairs (1000 to train) with 1000 BPE merges, a
+    vocabulary of about 800 words, where a tiny model's update is a few times cheaper than on the IWSLT
+    sample's 10k."""
+    work, _, _ = cpu_main_job
+    (data,) = (work / "data-bin").iterdir()
+    return data
 
 
 def write_dicts(path: pathlib.Path, size: int = 500, joined: bool = False) -> pathlib.Path:

@@ -1,7 +1,7 @@
 """Every method row of tfixup/methods.py, from its row alone: its fairseq architectures are registered for
 every size preset with that preset's sizes, its model decodes incrementally as in a full pass and survives a
-state-dict round trip, and it trains through fairseq-train --user-dir on the real data (its own optimizer and
-warmup, through the project's one command builder). A new row is tested here with no code naming it."""
+state-dict round trip, and it trains through fairseq-train --user-dir on real data, the main job's Multi30k
+data-bin (its own optimizer and warmup, through the project's one command builder). A new row is tested here with no code naming it."""
 
 import pytest
 from fairseq.models import ARCH_MODEL_REGISTRY
@@ -56,8 +56,8 @@ def test_incremental_decoding_and_a_state_dict_round_trip_keep_the_models_functi
 
 
 @pytest.mark.parametrize("method", TRAINED_HERE)
-def test_every_method_trains_through_fairseq_train(iwslt_bin, method):
-    log = train_briefly(iwslt_bin, method)
+def test_every_method_trains_through_fairseq_train(main_job_bin, method):
+    log = train_briefly(main_job_bin, method)
     model = ARCH_MODEL_REGISTRY[methods.method(method).arch].__name__
     assert f"{model}(" in log  # fairseq-train built the method's own model (it logs the model)
     assert f"'optimizer': {{'_name': '{methods.method(method).optimizer}'" in log
