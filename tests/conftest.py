@@ -48,6 +48,28 @@ def fairseq_command(tool: str, *args) -> str:
     return log_text.getvalue()
 
 
+@pytest.fixture
+def fairseq_train_here(monkeypatch):
+    """A study's fairseq-train runs (harness.bench.runs.run_logged) made in this process by fairseq-train's
+    own entry point (fairseq_command), their log written where the study reads it: a study's smoke without a
+    fairseq import per run. One run at a time (--jobs 1). The studies' own subprocess path is tested by the
+    convergence smoke (tests/test_bench_studies.py)."""
+    import traceback
+
+    from harness.bench import runs as runlib
+
+    def run_logged(cmd, log, env):
+        assert str(cmd[0]) == "fairseq-train", cmd
+        try:
+            text, rc = fairseq_command("train", *cmd[1:]), 0
+        except (Exception, SystemExit):  # as the console script would end: its traceback, a failed exit
+            text, rc = traceback.format_exc(), 1
+        pathlib.Path(log).write_text(text)
+        return rc
+
+    monkeypatch.setattr(runlib, "run_logged", run_logged)
+
+
 def last_error(proc, *words):
     """The run failed and its last stderr line is one error naming WORDS."""
     assert proc.returncode != 0, proc.stderr[-2000:]

@@ -2,8 +2,6 @@
 range and T-Fixup's ratio at the best lrs on known records, and a --smoke run end to end on the real data."""
 
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -102,12 +100,11 @@ def test_device_words():
         lr.devices(["gpu"])
 
 
-def test_smoke_runs_end_to_end(tmp_path, iwslt_bin):
+def test_smoke_runs_end_to_end(tmp_path, iwslt_bin, monkeypatch, fairseq_train_here):
+    """The study's main() on the real data, its runs trained in this process (conftest.fairseq_train_here)."""
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TFIXUP_BENCH_WORK=str(tmp_path / "work"))
-    subprocess.run([sys.executable, "-m", "harness.bench.lr", "--smoke", "--out", str(out), "--data",
-                    str(iwslt_bin), "--jobs", "2", "--rounds", "1"], cwd=REPO, check=True, env=env,
-                   capture_output=True, text=True, timeout=900)
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    assert lr.main(["--smoke", "--out", str(out), "--data", str(iwslt_bin), "--jobs", "1", "--rounds", "1"]) == 0
     res = json.loads((out / "lr.json").read_text())
     assert res["runs_recorded"] == 2 and (out / "lr.png").read_bytes()[:4] == b"\x89PNG"
     assert all(r["device"] == "cpu" for r in res["records"].values())

@@ -5,14 +5,12 @@ LayerNorm removal, the tied embedding scaled once, refusals, training with fairs
 
 import json
 import math
-import os
 import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import REPO, USER_DIR, shared_across_workers
+from conftest import USER_DIR, shared_across_workers
 from model_checks import fairseq_train, falling_losses
 from harness import fairseq_log
 from harness.bench import lm
@@ -237,12 +235,11 @@ def test_lm_unigram_level_is_the_best_unigram_models_cross_entropy(lm_bin, share
     assert level["train_fit_ppl"] == pytest.approx(2 ** level["train_fit"], rel=1e-3)
 
 
-def test_study_smoke_end_to_end(lm_bin, tmp_path):
+def test_study_smoke_end_to_end(lm_bin, tmp_path, monkeypatch, fairseq_train_here):
+    """The study's main() on the real data, its runs trained in this process (conftest.fairseq_train_here)."""
     out = tmp_path / "out"
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TFIXUP_BENCH_WORK=str(tmp_path / "work"))
-    proc = subprocess.run([sys.executable, "-m", "harness.bench.lm", "--smoke", "--data", str(lm_bin), "--out",
-                           str(out)], cwd=REPO, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    assert lm.main(["--smoke", "--data", str(lm_bin), "--out", str(out), "--jobs", "1"]) == 0
     res = json.loads((out / "lm.json").read_text())
     assert res["complete"] and res["mode"] == "smoke" and "multi30k/train.en.gz" in res["data"]
     for key in ("command", "machine", "config", "unigram_level"):
