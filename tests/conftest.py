@@ -52,8 +52,8 @@ def fairseq_command(tool: str, *args) -> str:
 def fairseq_train_here(monkeypatch):
     """A study's fairseq-train runs (harness.bench.runs.run_logged) made in this process by fairseq-train's
     own entry point (fairseq_command), their log written where the study reads it: a study's smoke without a
-    fairseq import per run. One run at a time (--jobs 1). The studies' own subprocess path is tested by the
-    convergence smoke (tests/test_bench_studies.py)."""
+    fairseq import per run. One run at a time (--jobs 1). A run's own process is tested by
+    tests/test_bench_studies.py (a study stopped with its run, the plateau smoke through train.sh)."""
     import traceback
 
     from harness.bench import runs as runlib

@@ -410,11 +410,14 @@ def current_umask() -> int:
     return mask
 
 
-def test_convergence_smoke_then_resume(iwslt_bin, tmp_path):
+def test_convergence_smoke_then_resume(iwslt_bin, tmp_path, monkeypatch, fairseq_train_here):
+    """The study's main() on the real data, its runs trained in this process (conftest.fairseq_train_here;
+    a run's own process: test_sigterm_stops_a_study_and_its_runs, the plateau smoke's train.sh)."""
     out = tmp_path / "conv"
-    proc = subprocess.run(bench_cmd("convergence", iwslt_bin, out), cwd=REPO, env=BENCH_ENV,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "bench-work"))
+    argv = ["--smoke", "--data", str(iwslt_bin), "--out", str(out), "--jobs", "1"]
+    monkeypatch.setattr(sys, "argv", ["convergence.py", *argv])  # the command its report records
+    assert convergence.main(argv) == 0
     res = check_outputs(out, "convergence")
     lv = res["unigram_level"]
     assert 5 < lv["oracle"] <= lv["train_fit"] < 14  # bits per token for a ~6k-symbol vocabulary
