@@ -54,11 +54,6 @@ def assert_encoder_survives_state_dict_round_trip(model, vocab=500):
     torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-6)
 
 
-def fairseq_train(data, args) -> str:
-    """``fairseq-train DATA ARGS`` in this process (conftest.fairseq_command); its log."""
-    return fairseq_command("train", data, *args)
-
-
 def falling_losses(log, count: int, by: float = 0.5) -> list:
     """The COUNT training losses (bits) of LOG's train_inner lines: finite, the last BY below the first."""
     losses = [float(r["loss"]) for r in records(log, "train_inner")]
@@ -75,8 +70,8 @@ def train_briefly(data, method):
 
     recipe = methods.Recipe(method, 64, 128, 2, 2, 2, lr="1e-3", warmup=10, share="none", max_tokens=512,
                             max_update=UPDATES)
-    log = fairseq_train(data, [*methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0),
-                               "--disable-validation", "--no-save", "--log-interval", str(LOG_INTERVAL)])
+    log = fairseq_command("train", data, *methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0),
+                          "--disable-validation", "--no-save", "--log-interval", LOG_INTERVAL)
     assert [int(r["num_updates"]) for r in records(log, "train_inner")] == list(range(LOG_INTERVAL, UPDATES + 1,
                                                                                      LOG_INTERVAL))
     print(f"train loss (bits) every {LOG_INTERVAL} updates: {falling_losses(log, UPDATES // LOG_INTERVAL)}")
@@ -90,7 +85,8 @@ def train_lm_briefly(lm_bin, method, schedule: str = "auto") -> str:
 
     recipe = methods.Recipe(method, 64, 128, 4, 0, 2, lr="1e-3", schedule=schedule, warmup=5, max_tokens=512,
                             max_update=20, task="language_modeling", tokens_per_sample=32)
-    log = fairseq_train(lm_bin, [*methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0),
-                                 "--no-save", "--disable-validation", "--log-interval", "5"])
+    log = fairseq_command("train", lm_bin, *methods.train_args(recipe, USER_DIR, cpu=True, log_format="json",
+                                                               num_workers=0),
+                          "--no-save", "--disable-validation", "--log-interval", "5")
     falling_losses(log, 4)
     return log

@@ -218,7 +218,8 @@ def test_depth_on_cpu_leaves_the_other_methods_deep_runs_out_and_says_what_they_
     args = depth.parser().parse_args(["--data", str(tmp_path), "--out", "-"])
     cfg = depth.make_config(args)
     every = depth.make_runs(cfg, tmp_path)
-    kept, left = depth.cpu_budget(cfg, every, recorded={"dyt-100"}, only=["rezero-200"])
+    kept, left_runs = depth.cpu_budget(cfg, every, recorded={"dyt-100"}, only=["rezero-200"])
+    left = {r.id for r in left_runs}
     assert {r.id for r in kept} | set(left) == {r.id for r in every} and not {r.id for r in kept} & set(left)
     assert {"tfixup-200", "postln-100", "preln-100", "dyt-100", "rezero-200", "admin-50"} <= {r.id for r in kept}
     assert {"admin-100", "dyt-200", "tfixup_zb-100"} <= set(left)

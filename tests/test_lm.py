@@ -10,8 +10,8 @@ import subprocess
 import pytest
 import torch
 
-from conftest import USER_DIR, shared_across_workers
-from model_checks import fairseq_train, falling_losses
+from conftest import USER_DIR, fairseq_command, shared_across_workers
+from model_checks import falling_losses
 from harness import fairseq_log
 from harness.bench import lm
 from tfixup import methods, tfixup_init
@@ -159,8 +159,8 @@ def test_fairseq_train_trains_it_on_real_text_without_warmup(lm_bin):
                             task="language_modeling", tokens_per_sample=32)
     args = methods.train_args(recipe, USER_DIR, cpu=True, log_format="json", num_workers=0)
     assert args[args.index("--lr-scheduler") + 1] == "inverse_sqrt_nowarmup" and "--warmup-updates" not in args
-    log = fairseq_train(lm_bin, [*args, "--no-save", "--log-interval", "5", "--validate-interval-updates", "30",
-                                 "--validate-interval", "100000"])
+    log = fairseq_command("train", lm_bin, *args, "--no-save", "--log-interval", "5", "--validate-interval-updates", "30",
+                          "--validate-interval", "100000")
     assert "T-Fixup LM: no LayerNorm; 3 layers" in log and "tied: scaled once" in log
     falling_losses(log, 6, by=1.0)
     valid = [float(r["valid_loss"]) for r in fairseq_log.records(log, "valid")]

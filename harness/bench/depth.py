@@ -62,13 +62,13 @@ def planned(cfg: dict, m: str, depth: int) -> bool:
 
 
 def cpu_budget(cfg: dict, runs: list, recorded: set, only: list = None) -> tuple:
-    """(runs to plan, ids left out) on CPU: past ``cpu_depth`` layers per side only the paper's three
+    """(runs to plan, runs left out) on CPU: past ``cpu_depth`` layers per side only the paper's three
     methods, besides any run already recorded (on either device) or named in ONLY. On a GPU: every run."""
     if cfg.get("device", "cpu") != "cpu":
         return runs, []
     keep = [r for r in runs if r.meta["depth"] <= cfg["cpu_depth"] or r.meta["method"] in CORE
             or r.id in recorded or r.id in (only or [])]
-    return keep, [r.id for r in runs if r not in keep]
+    return keep, [r for r in runs if r not in keep]
 
 
 def estimated_hours(records: dict, depth: int, updates: int):
@@ -117,12 +117,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
     deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
                for m in (cfg["methods"] or list(ARMS))}
-    left_out = []
-    for run_id in cfg.get("out_of_budget", []):
-        m, depth = run_id.rsplit("-", 1)
-        updates = budget(cfg, int(depth))
-        left_out.append({"id": run_id, "method": m, "depth": int(depth), "updates": updates,
-                         "cpu_hours": estimated_hours(records, int(depth), updates)})
+    left_out = [{**r, "cpu_hours": estimated_hours(records, r["depth"], r["updates"])}
+                for r in cfg.get("out_of_budget", [])]
     return {
         "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
         "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
@@ -238,7 +234,8 @@ def main(argv=None):
     store = pathlib.Path(args.out) / ("depth" + args.tag) / "runs"
     records = runlib.load_records(store).values()
     recorded = {r.id for r in all_runs if any(r.recorded_by(rec) for rec in records)}
-    all_runs, cfg["out_of_budget"] = cpu_budget(cfg, all_runs, recorded, args.only)
+    all_runs, left = cpu_budget(cfg, all_runs, recorded, args.only)
+    cfg["out_of_budget"] = [{"id": r.id, **r.meta} for r in left]  # the run's method, depth and updates
     cfg["n_runs"] = len(all_runs)
     runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
                      plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only,
