@@ -34,6 +34,7 @@ and the nearest record values.
 
 import argparse
 import bisect
+import collections
 import decimal
 import json
 import math
@@ -460,8 +461,54 @@ def _range(m) -> str:
     return f"{lo:g}-{hi:g}" + ("" if m.get("grid_closed") else "+")
 
 
+def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """One line per HuggingFace family of the hf study (results/bench/hf.json): T-Fixup against the stock
+    model, translation in test BLEU beside the fairseq plugin, the language models at their deepest recorded
+    depth in best valid perplexity (every seed) and T-Fixup's updates to the warmup baseline's best."""
+    from harness.bench import hf
+
+    res = _load(results, "hf")
+    planned_ = collections.Counter(s["family"] for s in hf.make_specs(res["config"])) if res else {}
+    report = f" ([report]({os.path.relpath(results / 'bench' / 'hf.md', doc_dir)}))"
+    lines = []
+    for fam, name in hf.FAMILIES.items():
+        rows = [r for r in res.get("rows", []) if r["family"] == fam]
+        head = f"- **{name}**"
+        if not rows:
+            how = os.path.relpath(results.parent / "docs" / "beyond-fairseq.md", doc_dir)
+            lines.append(f"{head}: no run recorded yet ([the study]({how}#the-evidence-study-harnessbenchhfpy)).")
+            continue
+        part = "" if len(rows) >= planned_.get(fam, 0) else f" (PARTIAL: {len(rows)} of {planned_[fam]} runs)"
+        depth = max(r["layers"] for r in rows)
+        at = [r for r in rows if r["layers"] == depth]
+
+        def arm(a, key, fmt):
+            vals = [fmt(r[key]) if r["status"] == "ok" and r.get(key) is not None else r["status"]
+                    for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
+            return f"{hf.ARMS[a].label}: {' / '.join(vals)}" if vals else None
+
+        if fam == "marian":
+            key = "test_bleu_detok" if all(r.get("test_bleu_detok") is not None for r in at) else "test_bleu_tok"
+            what = "test sacreBLEU" if key == "test_bleu_detok" else "test BLEU (tokenized)"
+            cells = [arm(a, key, lambda v: f"{v:.1f}") for a in hf.ARMS]
+            fs = res.get("fairseq") or {}
+            fskey = "test_bleu_detok" if key == "test_bleu_detok" else "test_bleu_tok"
+            extra = " (the fairseq plugin, same recipe: " + ", ".join(
+                f"{hf.ARMS[a].label.split(',')[0].replace('stock', 'Post-LN')} {v[fskey]:.1f}"
+                for a, v in fs.items()) + ")" if fs else ""
+            lines.append(f"{head}, {depth}+{depth} layers, {what}: {'; '.join(c for c in cells if c)}{extra}{part}{report}.")
+            continue
+        what = "masked-token valid perplexity" if fam == "bert" else "best valid perplexity"
+        cells = [arm(a, "best_ppl", lambda v: f"{v:.1f}") for a in hf.ARMS]
+        ratios = [r["ratio_to_baseline"] for r in at if r["arm"] == "tfixup" and r.get("ratio_to_baseline") is not None]
+        tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} of its "
+                "updates") if ratios else ""
+        lines.append(f"{head}, {depth} layers, {what}: {'; '.join(c for c in cells if c)}{tail}{part}{report}.")
+    return "\n".join(lines)
+
+
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
-BLOCKS = {"studies": block_studies, "headline": block_headline}
+BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from harness import docs  # noqa: E402
 from harness.bench import hf  # noqa: E402
 
 
@@ -62,7 +63,9 @@ def test_export_keeps_fairseqs_ids_and_text(exported):
 def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path, monkeypatch, capsys):
     data, _ = exported
     monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
-    out = tmp_path / "out"
+    # README's "beyond" block before any run: each family says it has none
+    assert docs.block_beyond(tmp_path, tmp_path).count("no run recorded yet") == len(hf.FAMILIES)
+    out = tmp_path / "bench"  # the layout of results/bench, for the block below
     assert hf.main(["--smoke", "--out", str(out), "--data", str(data), "--in-process"]) == 0
     runs = {p.stem: json.loads(p.read_text()) for p in (out / "hf" / "runs").glob("*.json")}
     assert sorted(runs) == sorted(hf.run_id(s) for s in hf.make_specs(hf.make_config("smoke")))
@@ -86,6 +89,12 @@ def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path,
     md = (out / "hf.md").read_text()
     assert "## Translation: Marian" in md and "## Masked language model: BERT" in md and "PARTIAL" not in md
     assert (out / "hf.png").stat().st_size > 0
+    # README's "beyond" block: one measured line per family, from the report
+    block = docs.block_beyond(tmp_path, tmp_path).splitlines()
+    assert [line.split("**")[1] for line in block] == list(hf.FAMILIES.values())
+    assert all("T-Fixup, no warmup: " in line and "stock + matched warmup: " in line for line in block), block
+    assert "BLEU" in block[0] and "fairseq plugin" not in block[0]  # smoke mode: no fairseq reference
+    assert "PARTIAL" not in "".join(block) and "no run recorded" not in "".join(block)
     # a second start runs nothing; --only names the study's runs
     before = {rid: (out / "hf" / "runs" / f"{rid}.json").stat().st_mtime_ns for rid in runs}
     capsys.readouterr()
