@@ -31,6 +31,7 @@ the other device counts (runs.Run.recorded_by), and the report says which device
     python -m harness.bench.lr --out results/bench --data work/data-bin/iwslt14-v1000 --jobs 2
 """
 
+import collections
 import math
 import pathlib
 import statistics
@@ -185,8 +186,10 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                                "ratio_mean": round(statistics.mean(got), 3) if got else None,
                                "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
                                "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
-        used = sorted({r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda") for r in recs.values()})
-        parts[part] = {"device": ", ".join(used) or cfg["device"][part], "unigram_level": levels[part],
+        used = collections.Counter(r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda")
+                                   for r in recs.values())
+        parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
+                       "unigram_level": levels[part],
                        "stuck_threshold": round(threshold, 4), "methods": per_arm,
                        "tfixup_arm": ref, "versus": versus, "data": data_text(part, data[part]),
                        "config": cfg[part]}
@@ -222,7 +225,9 @@ def report(res: dict) -> str:
         text += (f"## {'Translation (the convergence setting)' if part == 'translation' else 'Language model'}: "
                  f"{size}, {c['updates']} updates, W = {c['warmup']}, valid every {c['valid_every']} updates\n\n"
                  f"Data: {p['data']}. Unigram level {p['unigram_level']['train_fit']} bits; a run trains below "
-                 f"{p['stuck_threshold']}.\n\n")
+                 f"{p['stuck_threshold']}. Runs on: " + (", ".join(
+                     f"{d} ({n} runs)" for d, n in sorted(p.get("runs_per_device", {}).items())) or p["device"])
+                 + " (each record names its device).\n\n")
         rows = []
         for arm, m in p["methods"].items():
             rng = m["lr_range"]
