@@ -481,29 +481,27 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         part = "" if len(rows) >= planned_.get(fam, 0) else f" (PARTIAL: {len(rows)} of {planned_[fam]} runs)"
         depth = max(r["layers"] for r in rows)
         at = [r for r in rows if r["layers"] == depth]
-
-        def arm(a, key, fmt):
-            vals = [fmt(r[key]) if r["status"] == "ok" and r.get(key) is not None else r["status"]
-                    for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
-            return f"{hf.ARMS[a].label}: {' / '.join(vals)}" if vals else None
-
         if fam == "marian":
             key = "test_bleu_detok" if all(r.get("test_bleu_detok") is not None for r in at) else "test_bleu_tok"
-            what = "test sacreBLEU" if key == "test_bleu_detok" else "test BLEU (tokenized)"
-            cells = [arm(a, key, lambda v: f"{v:.1f}") for a in hf.ARMS]
+            what, size = ("test sacreBLEU" if key == "test_bleu_detok" else "test BLEU (tokenized)"), f"{depth}+{depth}"
             fs = res.get("fairseq") or {}
-            fskey = "test_bleu_detok" if key == "test_bleu_detok" else "test_bleu_tok"
-            extra = " (the fairseq plugin, same recipe: " + ", ".join(
-                f"{hf.ARMS[a].label.split(',')[0].replace('stock', 'Post-LN')} {v[fskey]:.1f}"
+            tail = " (the fairseq plugin, same recipe: " + ", ".join(
+                f"{hf.ARMS[a].label.split(',')[0].replace('stock', 'Post-LN')} {v[key]:.1f}"
                 for a, v in fs.items()) + ")" if fs else ""
-            lines.append(f"{head}, {depth}+{depth} layers, {what}: {'; '.join(c for c in cells if c)}{extra}{part}{report}.")
-            continue
-        what = "masked-token valid perplexity" if fam == "bert" else "best valid perplexity"
-        cells = [arm(a, "best_ppl", lambda v: f"{v:.1f}") for a in hf.ARMS]
-        ratios = [r["ratio_to_baseline"] for r in at if r["arm"] == "tfixup" and r.get("ratio_to_baseline") is not None]
-        tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} of its "
-                "updates") if ratios else ""
-        lines.append(f"{head}, {depth} layers, {what}: {'; '.join(c for c in cells if c)}{tail}{part}{report}.")
+        else:
+            key, size = "best_ppl", depth
+            what = "masked-token valid perplexity" if fam == "bert" else "best valid perplexity"
+            ratios = [r["ratio_to_baseline"] for r in at
+                      if r["arm"] == "tfixup" and r.get("ratio_to_baseline") is not None]
+            tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} of "
+                    "its updates") if ratios else ""
+        cells = []
+        for a, spec in hf.ARMS.items():
+            vals = [f"{r[key]:.1f}" if r["status"] == "ok" and r.get(key) is not None else r["status"]
+                    for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
+            if vals:
+                cells.append(f"{spec.label}: {' / '.join(vals)}")
+        lines.append(f"{head}, {size} layers, {what}: {'; '.join(cells)}{tail}{part}{report}.")
     return "\n".join(lines)
 
 
