@@ -118,7 +118,7 @@ def test_wide_and_smoke_together_are_refused_with_one_line(capsys):
 
 def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_flags():
     """tfixup_zb (transformer_tfixup with --tfixup-zero-attn-bias --tfixup-scale-positions) runs without
-    warmup in the convergence and depth studies (as a LayerNorm-free method, to the depth study's deepest
+    warmup only (a T-Fixup variant is not asked whether it needs warmup) in the convergence and depth studies (as a LayerNorm-free method, to the depth study's deepest
     depth), and in no other."""
     conv = [r for r in convergence.plan(IWSLT) if r.meta["method"].startswith("tfixup_zb")]
     deep = [r for r in depth.plan(IWSLT) if r.meta["method"] == "tfixup_zb"]
@@ -128,5 +128,5 @@ def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_f
         i = run.args.index("--arch")
         assert run.args[i + 1] == "transformer_tfixup"
         assert {"--tfixup-zero-attn-bias", "--tfixup-scale-positions"} <= set(run.args)
-    assert all("inverse_sqrt_nowarmup" in r.args for r in deep)
+    assert all("inverse_sqrt_nowarmup" in r.args for r in conv + deep)  # T-Fixup's variant: no warmup question
     assert not any(r.meta["method"].startswith("tfixup_zb") for r in quality.plan({"multi30k": MULTI30K}))

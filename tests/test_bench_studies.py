@@ -664,3 +664,27 @@ def test_progress_lines_read_the_log_where_a_run_trains(tmp_path, capsys):
     timer.join()
     err = capsys.readouterr()
     assert "running: p-run (update 321)" in err.out + err.err
+
+
+def test_two_commands_sharing_a_study_never_train_one_run_twice(tmp_path, capsys):
+    """A run another command holds (its lock taken) is left to it, and one that another command recorded
+    after this one made its list is not trained again; the rest run and are recorded."""
+    from harness.bench import runs as runlib
+
+    work, store = tmp_path / "work", tmp_path / "store"
+    held, late, free = (runlib.Run(i, {}, [], "data") for i in ("held", "late", "free"))
+    trained = []
+
+    def execute(run):
+        trained.append(run.id)
+        if run.id == "free":  # meanwhile another command records "late"
+            atomic.write_json(store / "late.json", {"id": "late", "key": late.key(), "status": "ok"})
+        return {"id": run.id, "key": run.key(), "status": "ok"}
+
+    with runlib.locked(work / ".locks" / "held.lock"):
+        records = runlib.run_all([held, free, late], store, execute, work=work, jobs=1)
+    assert trained == ["free"] and set(records) == {"free"}
+    assert sorted(p.stem for p in store.glob("*.json")) == ["free", "late"]
+    out = capsys.readouterr()
+    assert "held: running in another command" in out.out + out.err
+    assert "late: recorded by another command meanwhile" in out.out + out.err

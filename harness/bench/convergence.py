@@ -49,7 +49,7 @@ def study_arms() -> dict:
     with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with the matched warmup and
     without (group fig3c), one trained without warmup without it; then the study's own arms: the
     paper's question, does it train without warmup, asked of Post-LN and Pre-LN and of every
-    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup, the method under test: each on all
+    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup and its variants: each on all
     three schedules (DyT, trained with warmup, also without; ReZero, trained without, also with both
     warmups); and T-Fixup with P = W. In the figure a method trained both ways has its no-warmup curve
     dash-dotted."""
@@ -67,7 +67,9 @@ def study_arms() -> dict:
             if methods.method(name).warmup:
                 add(name, kind, group)
     main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
-    question = ["postln", "preln"] + [n for n in main if methods.method(n).layernorm_free and n != "tfixup"]
+    # T-Fixup and its variants (its arch with flags) are the method under test: trained without warmup only
+    question = ["postln", "preln"] + [n for n in main if methods.method(n).layernorm_free
+                                      and methods.method(n).arch != methods.method("tfixup").arch]
     for name in question:
         for kind in methods.SCHEDULES:
             if name + common.SUFFIX[kind] not in out:

@@ -10,10 +10,17 @@ train/valid curves, the status and the wall time.
 
 Ctrl-C or SIGTERM stops every child process group and leaves no record for the
 interrupted runs (their work dirs stay, so the next start redoes them cleanly).
+
+Several commands may share one study (e.g. ``--only`` lists on two cores): each run is claimed with a
+lock (WORK/.locks/<run id>.lock) before it starts, so no run is trained twice at once, and the report
+files are rewritten under one lock (STORE/../.report.lock) from every record on disk, so the last
+writer's report holds every run recorded by then.
 """
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import math
@@ -182,6 +189,23 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+@contextlib.contextmanager
+def locked(path: pathlib.Path, wait: bool = True):
+    """Hold an exclusive lock on PATH (flock; released when the block ends or the process dies);
+    yields False, without waiting, when ``wait`` is off and another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: int = 2, on_record=None,
             heartbeat_s: float = 60.0, run_dir=None) -> dict:
     """Run what the store lacks, ``jobs`` at a time; ``execute(run) -> record``.
@@ -202,8 +226,21 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
         return records
     old_term = signal.signal(signal.SIGTERM, _terminate)
     t0, done = time.time(), 0
+
+    def claimed(r):
+        """Run R unless another command holds it or recorded it meanwhile (None: left to that one)."""
+        with locked(work / ".locks" / f"{r.id}.lock", wait=False) as mine:
+            if not mine:
+                common.log(f"{r.id}: running in another command; left to it")
+                return None
+            rec = load_records(store).get(r.id)
+            if rec is not None and r.recorded_by(rec):
+                common.log(f"{r.id}: recorded by another command meanwhile")
+                return None
+            return execute(r)
+
     pool = concurrent.futures.ThreadPoolExecutor(jobs)
-    futures = {pool.submit(execute, r): r for r in todo}
+    futures = {pool.submit(claimed, r): r for r in todo}
     pending = set(futures)
     try:
         while pending:
@@ -217,6 +254,8 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
                     rec = fut.result()
                 except Exception as e:  # a bug or a full disk in one run: say so, keep the others going
                     common.log(f"{r.id}: failed to run ({type(e).__name__}: {e}); not recorded")
+                    continue
+                if rec is None:
                     continue
                 if rec.get("status") in FAILED:  # not a result: the next start tries it again
                     tail = " | ".join(rec.get("error_tail", [])[-2:])
@@ -333,14 +372,15 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
 
     added = []  # runs recorded by this command
 
-    def write(records):
-        res = summarise({k: v for k, v in records.items() if k in ids})
-        common.write_outputs(out, stem, res, plot, report(res), caption)
+    def write():
+        with locked(out / stem / ".report.lock"):  # every record on disk now, one writer at a time
+            res = summarise({k: v for k, v in load_records(store).items() if k in ids})
+            common.write_outputs(out, stem, res, plot, report(res), caption)
         return res
 
     def recorded(_):
         added.append(1)
-        write(load_records(store))
+        write()
 
     one = execute or (lambda r, w: train(r, w, threads))
     run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
@@ -348,7 +388,7 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     # the report changes only with its runs: a command that recorded nothing leaves the committed report
     # (its date, machine and command) as it is, unless asked to rewrite it or it is not there yet
     if added or report_only or not (out / f"{stem}.md").exists():
-        res = write(load_records(store))
+        res = write()
     else:
         res = summarise({k: v for k, v in load_records(store).items() if k in ids})
         common.log(f"no new runs: {out / stem}.{{json,md,png}} left as they are (--report-only rewrites them)")
