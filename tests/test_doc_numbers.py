@@ -23,6 +23,16 @@ def test_generated_blocks_are_what_the_records_make():
     assert docs.stale(docs.DOCS) == [], "run: python -m harness.docs write"
 
 
+def test_the_headline_compares_t_fixup_with_baselines_only():
+    """T-Fixup's variants (its arch with flags, e.g. tfixup_zb) are the method under test: README's headline
+    table, T-Fixup against each baseline, has no row for them (README's own paragraph reports them)."""
+    from tfixup import methods
+
+    block = docs.block_headline(docs.REPO / "results", docs.REPO)
+    labels = {line.split("|")[1].strip() for line in block.splitlines()[2:]}
+    assert labels and not labels & {m.label for n, m in methods.METHODS.items() if methods.is_tfixup(n)}
+
+
 # ---------------------------------------------------------------- the rules, on a doc and records of a test's own
 
 

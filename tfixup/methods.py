@@ -94,6 +94,11 @@ def method(name: str) -> Method:
     return METHODS[name]
 
 
+def is_tfixup(name: str) -> bool:
+    """T-Fixup or a variant of it (its arch with flags): the method under test, never a baseline."""
+    return method(name).arch == METHODS["tfixup"].arch
+
+
 def studied(study: str) -> List[str]:
     """The methods a study runs, in the table's order."""
     return [name for name, m in METHODS.items() if study in m.studies]

@@ -67,9 +67,8 @@ def study_arms() -> dict:
             if methods.method(name).warmup:
                 add(name, kind, group)
     main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
-    # T-Fixup and its variants (its arch with flags) are the method under test: trained without warmup only
-    question = ["postln", "preln"] + [n for n in main if methods.method(n).layernorm_free
-                                      and methods.method(n).arch != methods.method("tfixup").arch]
+    question = ["postln", "preln"] + [n for n in main
+                                      if methods.method(n).layernorm_free and not methods.is_tfixup(n)]
     for name in question:
         for kind in methods.SCHEDULES:
             if name + common.SUFFIX[kind] not in out:
