@@ -7,7 +7,9 @@ The measurement of ``harness.stack_update_size`` (same fixed batch of Multi30k E
 outputs, same log-log slope against the number of layers N), on models built by ``transformers`` from a config
 (dropout 0, eager attention, float64), each family in two forms:
 
-* ``tfixup``: ``apply_tfixup(model)`` (tfixup/hf.py: every norm gone, (6N)^-1/4);
+* ``tfixup``: ``apply_tfixup(model, input_scale=False)`` (tfixup/hf.py: every norm gone, (6N)^-1/4; the token
+  embedding's output without the sqrt(d) multiplier apply_tfixup gives by default, a constant factor on the
+  stack's input whose effect on these slopes is not measured);
 * ``stock``: the model as HuggingFace initialises it, norms kept (GPT-2 and Llama: pre-norm with a final norm;
   BERT: Post-LN);
 * ``tfixup-attention``, ``tfixup-mlp``: T-Fixup, with the step taken on the attention blocks' parameters only,
@@ -81,8 +83,8 @@ def build(family: str, method: str, vocab: int, dim: int, ffn: int, heads: int, 
     model = hf_model(family, vocab, dim, ffn, heads, layers)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
-    if method.startswith("tfixup"):
-        apply_tfixup(model)
+    if method.startswith("tfixup"):  # the stack's input at the scalar analysis's unit, as §7.5 measured it
+        apply_tfixup(model, input_scale=False)
     if "-" in method:  # one part stepped: the others get no gradient, and one_sgd_step leaves them
         part = PARTS[method.split("-", 1)[1]]
         for name, p in model.named_parameters():

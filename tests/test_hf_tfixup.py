@@ -298,3 +298,26 @@ def test_readme_huggingface_block_runs_as_written():
     exec(blocks[0], scope)
     n = scope["model"].config.num_hidden_layers
     assert len(scope["scaled"]) == 5 * n + 1 and norm_modules(scope["model"]) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_without_an_embedding_multiplier_gets_fairseqs_sqrt_d(family):
+    """BERT, RoBERTa, GPT-2 and the Llama family have no embedding multiplier: apply_tfixup multiplies the token
+    embedding's output by sqrt(d), as fairseq's embed_scale does (the tied output projection reads the weight
+    itself, unmultiplied); Marian and BART keep their config's own; input_scale=False leaves it out."""
+    model = build(family)
+    apply_tfixup(model)
+    embedding = model.get_input_embeddings()
+    ids = torch.tensor([[3, 4, 5]])
+    factor = getattr(embedding, "tfixup_input_scale", 1.0)
+    assert factor == (1.0 if family in ("marian", "bart") else pytest.approx(D ** 0.5)), family
+    torch.testing.assert_close(embedding(ids), embedding.weight[ids] * factor)
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is embedding.weight:  # tied: the head's logits use the bare weight
+        h = torch.randn(1, D)
+        torch.testing.assert_close(head(h)[..., :VOCAB], (h @ embedding.weight.T)[..., :VOCAB]
+                                   + (head.bias[:VOCAB] if getattr(head, "bias", None) is not None else 0))
+    plain = build(family)
+    apply_tfixup(plain, input_scale=False)
+    assert not hasattr(plain.get_input_embeddings(), "tfixup_input_scale")
+    torch.testing.assert_close(plain.get_input_embeddings()(ids), plain.get_input_embeddings().weight[ids])

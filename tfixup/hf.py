@@ -20,6 +20,12 @@ pre-norm stacks and the masked-LM head's norm); value, output and MLP weights ar
 embeddings are drawn N(0, d^-1/2) (padding row zero) and scaled. Untouched: q/k projections, attention
 biases, positional and token-type embeddings, an untied output projection, and the model's embedding
 multiplier (Marian/BART's sqrt(d) when ``scale_embedding`` is set, as fairseq keeps its own).
+
+The families with no embedding multiplier of their own (BERT, RoBERTa, GPT-2, the Llama family) get fairseq's:
+the token embedding's output is multiplied by sqrt(d) (a forward hook on that module; the tied output
+projection reads the weight itself, unmultiplied, as in fairseq), so the stack's input is the paper's model's,
+per-element Theta(1) times the factor, not sqrt(d) smaller (docs/derivation.md, section 4).
+``input_scale=False`` leaves it out.
 """
 
 import dataclasses
@@ -64,6 +70,17 @@ class Draw:
 class Plan:
     norms: List[Tuple[nn.Module, str]]  # (parent, attribute): set to nn.Identity()
     draws: List[Draw]
+    inputs: List[nn.Module] = dataclasses.field(default_factory=list)  # token embeddings to multiply by sqrt(d)
+
+
+class InputScale:
+    """A forward hook: the token embedding's output times ``scale`` (fairseq's ``embed_scale``, sqrt(d))."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def __call__(self, module, args, output):
+        return output * self.scale
 
 
 def is_hf_model(model: nn.Module) -> bool:
@@ -73,9 +90,10 @@ def is_hf_model(model: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def apply_tfixup(model: nn.Module) -> Dict[str, float]:
+def apply_tfixup(model: nn.Module, input_scale: bool = True) -> Dict[str, float]:
     """T-Fixup on a HuggingFace model, in place; returns parameter name -> the scale it was multiplied by.
-    Everything is checked before anything changes: a refused model is left as it was."""
+    Everything is checked before anything changes: a refused model is left as it was. ``input_scale``: give a
+    family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
     if model_type in FUSED_QKV:
@@ -120,6 +138,9 @@ def apply_tfixup(model: nn.Module) -> Dict[str, float]:
         if draw.how != "zeros":
             view.mul_(draw.scale)
             done[names[id(draw.weight)] + draw.label] = draw.scale
+    for embedding in plan.inputs if input_scale else ():
+        embedding.tfixup_input_scale = embedding.weight.shape[1] ** 0.5
+        embedding.register_forward_hook(InputScale(embedding.tfixup_input_scale))
     return done
 
 
@@ -212,7 +233,7 @@ def _bert(model: nn.Module) -> Plan:
                   Draw(_linear(layer.attention.output.dense, "attention.output.dense").weight, "xavier", scale)]
         draws += _mlp(scale, [layer.intermediate.dense, layer.output.dense])
     draws.append(_token_embedding(base.embeddings.word_embeddings, scale))
-    return Plan(_norms(model), draws)
+    return Plan(_norms(model), draws, inputs=[base.embeddings.word_embeddings])
 
 
 def _gpt2(model: nn.Module) -> Plan:
@@ -234,7 +255,7 @@ def _gpt2(model: nn.Module) -> Plan:
                   Draw(_linear(layer.attn.c_proj, "attn.c_proj").weight, "xavier", scale)]
         draws += _mlp(scale, [layer.mlp.c_fc, layer.mlp.c_proj])
     draws.append(_token_embedding(base.wte, scale))
-    return Plan(_norms(model), draws)
+    return Plan(_norms(model), draws, inputs=[base.wte])
 
 
 def _llama(model: nn.Module) -> Plan:
@@ -256,7 +277,7 @@ def _llama(model: nn.Module) -> Plan:
                   Draw(_linear(layer.self_attn.o_proj, "self_attn.o_proj").weight, "xavier", scale)]
         draws += _mlp(scale, [mlp.gate_proj, mlp.up_proj, mlp.down_proj])
     draws.append(_token_embedding(base.embed_tokens, scale))
-    return Plan(_norms(model), draws)
+    return Plan(_norms(model), draws, inputs=[base.embed_tokens])
 
 
 FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {

@@ -74,7 +74,11 @@ ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfAr
         # Marian's control for the cross-framework check: T-Fixup leaves q, k and the q/k/v biases as the
         # framework drew them (transformers: N(0, 0.02) and zeros; fairseq: Xavier-uniform with gain 2^-1/2,
         # std 0.0625 at d = 128, and nn.Linear's uniform biases); this arm draws them as fairseq does
-        "tfixup_fsqk": HfArm("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup")}
+        "tfixup_fsqk": HfArm("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup"),
+        # the causal LMs' control for apply_tfixup's sqrt(d) input multiplier (fairseq's embed_scale, which
+        # GPT-2 and Llama lack): T-Fixup without it, the stack's input sqrt(d) smaller than the paper's model's
+        "tfixup_noscale": HfArm("T-Fixup, no warmup, without the sqrt(d) input multiplier", "nowarmup")}
+NO_MULTIPLIER = ("gpt2", "llama", "bert")  # families that get apply_tfixup's input multiplier
 BASELINE = "stock_matched"
 
 MODES = {
@@ -84,7 +88,7 @@ MODES = {
                        train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
-                   families=["gpt2", "llama"], arms=["tfixup", BASELINE]),
+                   families=["gpt2", "llama"], arms=["tfixup", BASELINE], shallow_arms=["tfixup_noscale"]),
         "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
                      max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
                      arms=["tfixup", BASELINE]),
@@ -97,7 +101,8 @@ MODES = {
                        train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=25,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
-                   valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"]),
+                   valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"],
+                   shallow_arms=["tfixup_noscale"]),
         "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=25, warmup=250, lr=5e-4,
                      batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
                      arms=["tfixup", BASELINE, "stock"]),
@@ -236,11 +241,11 @@ def build_model(spec: dict, vocab: dict):
             type_vocab_size=1, pad_token_id=PAD, tie_word_embeddings=True))
 
 
-def with_tfixup(model) -> dict:
+def with_tfixup(model, input_scale: bool = True) -> dict:
     """T-Fixup on a stock model: the project's one call. Returns what it scaled (name -> factor)."""
     from tfixup import apply_tfixup
 
-    return apply_tfixup(model)
+    return apply_tfixup(model, input_scale=input_scale)
 
 
 def fairseq_qk_(model) -> int:
@@ -626,7 +631,7 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
     out = {"norm_modules_stock": norm_modules(model)}
     if spec["arm"].startswith("tfixup"):
-        out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model).items()}
+        out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model, spec.get("input_scale", True)).items()}
     if spec["arm"] == "tfixup_fsqk":
         out["qk_redrawn"] = fairseq_qk_(model)
     out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
@@ -662,13 +667,17 @@ def make_specs(cfg: dict) -> list:
     causal LMs deepest first, then BERT."""
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
     specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
-    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms")}
+    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms", "shallow_arms")}
     for depth in sorted(lm["depths"], reverse=True):
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
+            arms = lm["arms"] + (lm.get("shallow_arms", []) if depth == min(lm["depths"]) and seed == 1 else [])
             for fam in lm["families"]:
-                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in lm["arms"]]
+                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k != "arms"})
               for arm in bert["arms"]]
+    for spec in specs:  # apply_tfixup's option, where the family has no embedding multiplier of its own
+        if spec["family"] in NO_MULTIPLIER and spec["arm"].startswith("tfixup"):
+            spec["input_scale"] = spec["arm"] != "tfixup_noscale"
     return specs
 
 
@@ -813,7 +822,10 @@ def report(res: dict) -> str:
          f"on the stock model (its norms removed, its weights redrawn and scaled), no warmup, "
          f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}; **stock + matched warmup**: the model as transformers "
          f"builds it, linear warmup from 1e-7 over W updates onto the same curve; **stock, no warmup**: that "
-         f"model on T-Fixup's schedule. Valid loss in bits per token, perplexity = 2^loss.\n\n"))
+         f"model on T-Fixup's schedule. GPT-2, Llama and BERT have no embedding multiplier of their own: "
+         f"`apply_tfixup` gives them fairseq's sqrt(d) on the token embedding's output (the paper's model's input); "
+         f"**T-Fixup without the sqrt(d) input multiplier** (`apply_tfixup(model, input_scale=False)`, the causal "
+         f"LMs at their shallowest depth) is the control. Valid loss in bits per token, perplexity = 2^loss.\n\n"))
     text += ("## Translation: Marian against the fairseq plugin\n\n"
              f"MarianMTModel {m['d']}-{m['ffn']}-{m['heads']}, {m['layers']}+{m['layers']} layers, ReLU, decoder "
              f"input and output embedding shared, {m['max_tokens']} tokens per update, {m['epochs']} epochs, "
@@ -892,7 +904,8 @@ def _reached(r: dict):
 
 ARM_STYLE = {"tfixup": dict(color=methods.method("tfixup").color),
              "stock_matched": dict(color=methods.method("postln").color),
-             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink")}
+             "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink"),
+             "tfixup_noscale": dict(color="tab:orange")}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
