@@ -139,17 +139,18 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
-def test_default_plan_is_the_studys_26_runs():
+def test_default_plan_is_the_studys_28_runs():
     """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
-    and 6 (with the input-multiplier control, T-Fixup without it), BERT at 6: the longest first. Every T-Fixup
+    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it), BERT at 6: the longest first. Every T-Fixup
     run of a family without an embedding multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 26
+    assert len(ids) == len(set(ids)) == 28
     assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
-    assert [i for i in ids if "noscale" in i] == ["gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
-    assert sum("-L24-" in i for i in ids) == 12 and ids[-1] == "bert-L6-stock-s1"
+    assert [i for i in ids if "noscale" in i] == ["gpt2-L24-tfixup_noscale-s1", "llama-L24-tfixup_noscale-s1",
+                                                  "gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
+    assert sum("-L24-" in i for i in ids) == 14 and ids[-1] == "bert-L6-stock-s1"
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")

@@ -88,7 +88,7 @@ MODES = {
                        train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
-                   families=["gpt2", "llama"], arms=["tfixup", BASELINE], shallow_arms=["tfixup_noscale"]),
+                   families=["gpt2", "llama"], arms=["tfixup", BASELINE], control_arms=["tfixup_noscale"]),
         "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
                      max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
                      arms=["tfixup", BASELINE]),
@@ -102,7 +102,7 @@ MODES = {
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=25,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
                    valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"],
-                   shallow_arms=["tfixup_noscale"]),
+                   control_arms=["tfixup_noscale"]),
         "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=25, warmup=250, lr=5e-4,
                      batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
                      arms=["tfixup", BASELINE, "stock"]),
@@ -667,10 +667,10 @@ def make_specs(cfg: dict) -> list:
     causal LMs deepest first, then BERT."""
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
     specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
-    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms", "shallow_arms")}
+    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms", "control_arms")}
     for depth in sorted(lm["depths"], reverse=True):
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
-            arms = lm["arms"] + (lm.get("shallow_arms", []) if depth == min(lm["depths"]) and seed == 1 else [])
+            arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
                 specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k != "arms"})
@@ -825,7 +825,7 @@ def report(res: dict) -> str:
          f"model on T-Fixup's schedule. GPT-2, Llama and BERT have no embedding multiplier of their own: "
          f"`apply_tfixup` gives them fairseq's sqrt(d) on the token embedding's output (the paper's model's input); "
          f"**T-Fixup without the sqrt(d) input multiplier** (`apply_tfixup(model, input_scale=False)`, the causal "
-         f"LMs at their shallowest depth) is the control. Valid loss in bits per token, perplexity = 2^loss.\n\n"))
+         f"LMs' first seed at each depth) is the control. Valid loss in bits per token, perplexity = 2^loss.\n\n"))
     text += ("## Translation: Marian against the fairseq plugin\n\n"
              f"MarianMTModel {m['d']}-{m['ffn']}-{m['heads']}, {m['layers']}+{m['layers']} layers, ReLU, decoder "
              f"input and output embedding shared, {m['max_tokens']} tokens per update, {m['epochs']} epochs, "
