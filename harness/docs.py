@@ -463,13 +463,28 @@ def _range(m) -> str:
 
 def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """One line per HuggingFace family of the hf study (results/bench/hf.json): T-Fixup against the stock
-    model, translation in test BLEU beside the fairseq plugin, the language models at their deepest recorded
-    depth in best valid perplexity (every seed) and T-Fixup's updates to the warmup baseline's best."""
+    model, translation in test BLEU beside the fairseq plugin, the language models at each recorded depth in
+    best valid perplexity (every seed; a diverged run says so) and T-Fixup's updates to the warmup baseline's
+    best."""
     from harness.bench import hf
 
     res = _load(results, "hf")
     planned_ = collections.Counter(s["family"] for s in hf.make_specs(res["config"])) if res else {}
     report = f" ([report]({os.path.relpath(results / 'bench' / 'hf.md', doc_dir)}))"
+
+    def value(r, key):
+        if r["status"] == "nan":
+            return f"diverged (NaN by update {r['updates']})"
+        return f"{r[key]:.1f}" if r["status"] == "ok" and r.get(key) is not None else r["status"]
+
+    def cells(at, key):
+        out = []
+        for a, spec in hf.ARMS.items():
+            vals = [value(r, key) for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
+            if vals:
+                out.append(f"{spec.label}: {' / '.join(vals)}")
+        return "; ".join(out)
+
     lines = []
     for fam, name in hf.FAMILIES.items():
         rows = [r for r in res.get("rows", []) if r["family"] == fam]
@@ -479,29 +494,26 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             lines.append(f"{head}: no run recorded yet ([the study]({how}#the-evidence-study-harnessbenchhfpy)).")
             continue
         part = "" if len(rows) >= planned_.get(fam, 0) else f" (PARTIAL: {len(rows)} of {planned_[fam]} runs)"
-        depth = max(r["layers"] for r in rows)
-        at = [r for r in rows if r["layers"] == depth]
         if fam == "marian":
-            key = "test_bleu_detok" if all(r.get("test_bleu_detok") is not None for r in at) else "test_bleu_tok"
-            what, size = ("test sacreBLEU" if key == "test_bleu_detok" else "test BLEU (tokenized)"), f"{depth}+{depth}"
+            depth = max(r["layers"] for r in rows)
+            key = "test_bleu_detok" if all(r.get("test_bleu_detok") is not None for r in rows) else "test_bleu_tok"
+            what = "test sacreBLEU" if key == "test_bleu_detok" else "test BLEU (tokenized)"
             fs = res.get("fairseq") or {}
             tail = " (the fairseq plugin, same recipe: " + ", ".join(
                 f"{hf.ARMS[a].label.split(',')[0].replace('stock', 'Post-LN')} {v[key]:.1f}"
                 for a, v in fs.items()) + ")" if fs else ""
-        else:
-            key, size = "best_ppl", depth
-            what = "masked-token valid perplexity" if fam == "bert" else "best valid perplexity"
+            lines.append(f"{head}, {depth}+{depth} layers, {what}: {cells(rows, key)}{tail}{part}{report}.")
+            continue
+        what = "masked-token valid perplexity" if fam == "bert" else "best valid perplexity"
+        per_depth = []
+        for depth in sorted({r["layers"] for r in rows}):
+            at = [r for r in rows if r["layers"] == depth]
             ratios = [r["ratio_to_baseline"] for r in at
                       if r["arm"] == "tfixup" and r.get("ratio_to_baseline") is not None]
-            tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} of "
-                    "its updates") if ratios else ""
-        cells = []
-        for a, spec in hf.ARMS.items():
-            vals = [f"{r[key]:.1f}" if r["status"] == "ok" and r.get(key) is not None else r["status"]
-                    for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
-            if vals:
-                cells.append(f"{spec.label}: {' / '.join(vals)}")
-        lines.append(f"{head}, {size} layers, {what}: {'; '.join(cells)}{tail}{part}{report}.")
+            tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} "
+                    "of its updates") if ratios else ""
+            per_depth.append(f"{depth} layers: {cells(at, 'best_ppl')}{tail}")
+        lines.append(f"{head}, {what}. {'. '.join(per_depth)}{part}{report}.")
     return "\n".join(lines)
 
 
