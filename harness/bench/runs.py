@@ -233,7 +233,11 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
             if not mine:
                 common.log(f"{r.id}: running in another command; left to it")
                 return None
-            rec = load_records(store).get(r.id)
+            path = store / f"{r.id}.json"  # this run's record only, not the whole store's
+            try:
+                rec = json.loads(path.read_text()) if path.exists() else None
+            except ValueError:  # unreadable: as load_records treats it, no record
+                rec = None
             if rec is not None and r.recorded_by(rec):
                 common.log(f"{r.id}: recorded by another command meanwhile")
                 return None
