@@ -75,11 +75,14 @@ def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path,
         assert "-m harness.bench.hf one --spec" in rec["run_command"]
         assert rec["machine"]["device"] == "cpu" and rec["machine"]["date_utc"] and "Multi30k" in rec["data"]
         assert rec["valid_curve"] and rec["updates"] == (3 if rec["family"] == "marian" else 4)
-        if rec["arm"].startswith("tfixup"):  # every normalisation module gone, the weights T-Fixup scales reported
+        if rec["arm"] == "tfixup_mlpnorm":  # Llama's control: the RMSNorm before each MLP kept, no other
+            assert rec["norm_modules"] == rec["config"]["layers"] and rec["tfixup_scaled"]
+        elif rec["arm"].startswith("tfixup"):  # every normalisation module gone, the weights T-Fixup scales reported
             assert rec["norm_modules"] == 0 and rec["tfixup_scaled"]
         else:
             assert rec["norm_modules"] == rec["norm_modules_stock"] > 0 and "tfixup_scaled" not in rec
     assert runs["marian-L1-tfixup_fsqk-s1"]["qk_redrawn"] == 3  # encoder self, decoder self and cross attention
+    assert runs["llama-L2-tfixup_nogate-s1"]["ungated"] == 2 and "ungated" not in runs["llama-L2-tfixup-s1"]
     marian = runs["marian-L1-tfixup-s1"]["test"]
     assert len(marian["hypotheses"]) == marian["sentences"] == 4 and marian["bleu_tok"] >= 0
     assert marian["sacrebleu_signature"].startswith("nrefs:1|case:lc")
@@ -139,18 +142,22 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
-def test_default_plan_is_the_studys_28_runs():
+def test_default_plan_is_the_studys_32_runs():
     """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
-    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it), BERT at 6: the longest first. Every T-Fixup
-    run of a family without an embedding multiplier says whether apply_tfixup gave it one."""
+    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it; Llama's with its two
+    gated-MLP controls), BERT at 6: the longest first. Every T-Fixup run of a family without an embedding
+    multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 28
+    assert len(ids) == len(set(ids)) == 32
+    assert [i for i in ids if "mlpnorm" in i or "nogate" in i] == [
+        "llama-L24-tfixup_mlpnorm-s1", "llama-L24-tfixup_nogate-s1", "llama-L6-tfixup_mlpnorm-s1",
+        "llama-L6-tfixup_nogate-s1"]
     assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "noscale" in i] == ["gpt2-L24-tfixup_noscale-s1", "llama-L24-tfixup_noscale-s1",
                                                   "gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
-    assert sum("-L24-" in i for i in ids) == 14 and ids[-1] == "bert-L6-stock-s1"
+    assert sum("-L24-" in i for i in ids) == 16 and ids[-1] == "bert-L6-stock-s1"
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")

@@ -44,6 +44,7 @@ import shutil
 import statistics
 import sys
 import time
+import types
 from typing import NamedTuple
 
 from harness.bench import common, runs as runlib
@@ -77,7 +78,12 @@ ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfAr
         "tfixup_fsqk": HfArm("T-Fixup, no warmup, q/k as fairseq draws them", "nowarmup"),
         # the causal LMs' control for apply_tfixup's sqrt(d) input multiplier (fairseq's embed_scale, which
         # GPT-2 and Llama lack): T-Fixup without it, the stack's input sqrt(d) smaller than the paper's model's
-        "tfixup_noscale": HfArm("T-Fixup, no warmup, without the sqrt(d) input multiplier", "nowarmup")}
+        "tfixup_noscale": HfArm("T-Fixup, no warmup, without the sqrt(d) input multiplier", "nowarmup"),
+        # Llama's controls for its gated MLP, down(silu(gate x) * up x), of degree 2 in its input where the
+        # paper's blocks are of degree 1 (docs/derivation.md, section 7.4): T-Fixup with the RMSNorm before each
+        # MLP kept, and T-Fixup on the same model with each MLP computing down(silu(up x)), its gate unused
+        "tfixup_mlpnorm": HfArm("T-Fixup, no warmup, the RMSNorm before each gated MLP kept", "nowarmup"),
+        "tfixup_nogate": HfArm("T-Fixup, no warmup, the MLP without its gate", "nowarmup")}
 NO_MULTIPLIER = ("gpt2", "llama", "bert")  # families that get apply_tfixup's input multiplier
 BASELINE = "stock_matched"
 
@@ -88,7 +94,8 @@ MODES = {
                        train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
         "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
-                   families=["gpt2", "llama"], arms=["tfixup", BASELINE], control_arms=["tfixup_noscale"]),
+                   families=["gpt2", "llama"], arms=["tfixup", BASELINE], control_arms=["tfixup_noscale"],
+                   gate_arms=["tfixup_mlpnorm", "tfixup_nogate"]),
         "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
                      max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
                      arms=["tfixup", BASELINE]),
@@ -102,7 +109,7 @@ MODES = {
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=25,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
                    valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"],
-                   control_arms=["tfixup_noscale"]),
+                   control_arms=["tfixup_noscale"], gate_arms=["tfixup_mlpnorm", "tfixup_nogate"]),
         "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=25, warmup=250, lr=5e-4,
                      batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
                      arms=["tfixup", BASELINE, "stock"]),
@@ -268,6 +275,16 @@ def fairseq_qk_(model) -> int:
 
 
 # ---------------------------------------------------------------- batches
+
+
+def ungate_(model) -> int:
+    """Each Llama MLP computes down(silu(up x)), its gate_proj left unused (the tfixup_nogate control); how many."""
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.up_proj(x)))
+
+    for layer in model.model.layers:
+        layer.mlp.forward = types.MethodType(forward, layer.mlp)
+    return len(model.model.layers)
 
 
 def pad_rows(rows: list, pad: int = PAD):
@@ -631,9 +648,15 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
     out = {"norm_modules_stock": norm_modules(model)}
     if spec["arm"].startswith("tfixup"):
+        kept = [(layer, layer.post_attention_layernorm) for layer in model.model.layers] \
+            if spec["arm"] == "tfixup_mlpnorm" else []
         out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model, spec.get("input_scale", True)).items()}
+        for layer, norm in kept:
+            layer.post_attention_layernorm = norm
     if spec["arm"] == "tfixup_fsqk":
         out["qk_redrawn"] = fairseq_qk_(model)
+    if spec["arm"] == "tfixup_nogate":
+        out["ungated"] = ungate_(model)
     out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
     tr = Trainer(model, spec, dev)
     t0 = time.time()
@@ -667,12 +690,14 @@ def make_specs(cfg: dict) -> list:
     causal LMs deepest first, then BERT."""
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
     specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
-    lm_keys = {k: v for k, v in lm.items() if k not in ("depths", "deep_seeds", "families", "arms", "control_arms")}
+    lm_keys = {k: v for k, v in lm.items()
+               if k not in ("depths", "deep_seeds", "families", "arms", "control_arms", "gate_arms")}
     for depth in sorted(lm["depths"], reverse=True):
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
             arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
-                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms]
+                extra = lm.get("gate_arms", []) if fam == "llama" and seed == 1 else []
+                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms + extra]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k != "arms"})
               for arm in bert["arms"]]
     for spec in specs:  # apply_tfixup's option, where the family has no embedding multiplier of its own
@@ -869,7 +894,11 @@ def report(res: dict) -> str:
              f"updates, lr {lm['lr']:g}, W = {lm['warmup']}; valid every {lm['valid_every']} updates on every valid "
              f"token. Updates to the baseline's best: the first update at which an arm's valid loss is at or below the "
              f"best of the stock model on the matched warmup (the same seed); ratio: that over the baseline's own. Largest "
-             f"rise: the most the valid loss went up from one validation to the next (0: it never rose).\n\n")
+             f"rise: the most the valid loss went up from one validation to the next (0: it never rose). Llama's "
+             f"controls for its gated MLP, down(silu(gate x) * up x), which is of degree 2 in its input where the "
+             f"paper's blocks are of degree 1 (first seed at each depth): **the RMSNorm before each gated MLP kept** "
+             f"(T-Fixup otherwise as above), and **the MLP without its gate** (each MLP computes down(silu(up x)), "
+             f"gate_proj unused, T-Fixup as above): diagnoses, not baselines.\n\n")
     cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
             "largest rise of valid loss (bits)"]
     text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
@@ -905,7 +934,8 @@ def _reached(r: dict):
 ARM_STYLE = {"tfixup": dict(color=methods.method("tfixup").color),
              "stock_matched": dict(color=methods.method("postln").color),
              "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink"),
-             "tfixup_noscale": dict(color="tab:orange")}
+             "tfixup_noscale": dict(color="tab:orange"), "tfixup_mlpnorm": dict(color="tab:olive"),
+             "tfixup_nogate": dict(color="tab:cyan")}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
