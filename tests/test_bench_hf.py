@@ -75,8 +75,9 @@ def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path,
         assert "-m harness.bench.hf one --spec" in rec["run_command"]
         assert rec["machine"]["device"] == "cpu" and rec["machine"]["date_utc"] and "Multi30k" in rec["data"]
         assert rec["valid_curve"] and rec["updates"] == (3 if rec["family"] == "marian" else 4)
-        if rec["arm"] == "tfixup_mlpnorm":  # Llama's control: the RMSNorm before each MLP kept, no other
-            assert rec["norm_modules"] == rec["config"]["layers"] and rec["tfixup_scaled"]
+        if rec["arm"] in ("tfixup_mlpnorm", "tfixup_headnorm"):  # the controls: the norms they keep, no other
+            kept = rec["config"]["layers"] if rec["arm"] == "tfixup_mlpnorm" else 1
+            assert rec["norm_modules"] == kept and rec["tfixup_scaled"]
         elif rec["arm"].startswith("tfixup"):  # every normalisation module gone, the weights T-Fixup scales reported
             assert rec["norm_modules"] == 0 and rec["tfixup_scaled"]
         else:
@@ -142,14 +143,14 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
-def test_default_plan_is_the_studys_32_runs():
+def test_default_plan_is_the_studys_33_runs():
     """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
     and 6 (the first seed of each with the input-multiplier control, T-Fixup without it; Llama's with its two
-    gated-MLP controls), BERT at 6: the longest first. Every T-Fixup run of a family without an embedding
+    gated-MLP controls), BERT at 6 (with its head's-norm control): the longest first. Every T-Fixup run of a family without an embedding
     multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 32
+    assert len(ids) == len(set(ids)) == 33
     assert [i for i in ids if "mlpnorm" in i or "nogate" in i] == [
         "llama-L24-tfixup_mlpnorm-s1", "llama-L24-tfixup_nogate-s1", "llama-L6-tfixup_mlpnorm-s1",
         "llama-L6-tfixup_nogate-s1"]
@@ -157,7 +158,7 @@ def test_default_plan_is_the_studys_32_runs():
     assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "noscale" in i] == ["gpt2-L24-tfixup_noscale-s1", "llama-L24-tfixup_noscale-s1",
                                                   "gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
-    assert sum("-L24-" in i for i in ids) == 16 and ids[-1] == "bert-L6-stock-s1"
+    assert sum("-L24-" in i for i in ids) == 16 and ids[-2:] == ["bert-L6-stock-s1", "bert-L6-tfixup_headnorm-s1"]
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")
