@@ -162,3 +162,24 @@ def test_default_plan_is_the_studys_33_runs():
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")
+
+
+def test_trace_records_each_blocks_stream_and_branches_per_update(exported, tmp_path):
+    """harness/hf_trace.py: the study's runs (here its smoke Llama), every block's stream and branch RMS on each
+    update's batch; the report and figure written; an arm the study lacks named with the runs it has."""
+    from harness import hf_trace
+
+    data, _ = exported
+    res = hf_trace.main(["--smoke", "--out", str(tmp_path), "--data", str(data), "--layers", "2", "--updates", "3",
+                         "--arms", "tfixup,tfixup_nogate,tfixup_mlpnorm"])
+    assert [r["id"] for r in res["arms"]] == ["llama-L2-tfixup-s1", "llama-L2-tfixup_nogate-s1",
+                                              "llama-L2-tfixup_mlpnorm-s1"]
+    assert [r["norm_modules"] for r in res["arms"]] == [0, 0, 2]
+    for r in res["arms"]:
+        assert r["status"] == "ok" and [s["update"] for s in r["steps"]] == [1, 2, 3]
+        assert all(len(s[k]) == 2 and all(v > 0 for v in s[k]) for s in r["steps"] for k in ("stream", "attention", "mlp"))
+    md = (tmp_path / "hf_trace.md").read_text()
+    assert "`python -m harness.hf_trace --smoke" in md and md.count("| 3 |") == 3 and "hf_trace.png" in md
+    assert (tmp_path / "hf_trace.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="no run llama-L2-stock-s1; its causal LM runs: gpt2-L2-tfixup-s1"):
+        hf_trace.main(["--smoke", "--out", str(tmp_path), "--data", str(data), "--layers", "2", "--arms", "stock"])

@@ -215,6 +215,33 @@ def test_applied_twice_is_refused_and_embeddings_arg_is_refused():
     assert_unchanged(fresh, before)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_keep_mlp_norm_keeps_the_norm_before_each_gated_mlp_only(family):
+    """keep_mlp_norm: the Llama family keeps each post_attention_layernorm (the RMSNorm before its gated MLP),
+    loses every other norm, and is scaled as without it; other families refuse it unchanged; a second call
+    is refused although a norm is left."""
+    model, plain = build(family, 3), build(family, 3)
+    torch.manual_seed(0)
+    scaled = apply_tfixup(model, keep_mlp_norm=True)
+    torch.manual_seed(0)
+    assert scaled == apply_tfixup(plain)
+    kept = [n for n, m in model.named_modules() if "norm" in type(m).__name__.lower()]
+    assert kept == [f"model.layers.{i}.post_attention_layernorm" for i in range(3)]
+    weights, plain_weights = dict(model.named_parameters()), dict(plain.named_parameters())
+    assert all(torch.equal(weights[n], plain_weights[n]) for n in scaled)  # the same draws
+    before = state(model)
+    for again in (dict(), dict(keep_mlp_norm=True)):
+        with pytest.raises(ValueError, match="applied to it already"):
+            apply_tfixup(model, **again)
+        assert_unchanged(model, before)
+    gpt2 = build("gpt2", 2)
+    before = state(gpt2)
+    with pytest.raises(ValueError, match=r"keep_mlp_norm keeps the RMSNorm before the gated MLP of the Llama family "
+                                         r"\(llama, qwen2, mistral\); GPT2LMHeadModel \(model type 'gpt2'\) has none"):
+        apply_tfixup(gpt2, keep_mlp_norm=True)
+    assert_unchanged(gpt2, before)
+
+
 def test_gpt2_block_as_a_pair_names_the_way_forward():
     model = build("gpt2", 2)
     before = state(model)

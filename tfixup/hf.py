@@ -26,6 +26,11 @@ the token embedding's output is multiplied by sqrt(d) (a forward hook on that mo
 projection reads the weight itself, unmultiplied, as in fairseq), so the stack's input is the paper's model's,
 per-element Theta(1) times the factor, not sqrt(d) smaller (docs/derivation.md, section 4).
 ``input_scale=False`` leaves it out.
+
+``keep_mlp_norm=True`` (the Llama family only) keeps each layer's ``post_attention_layernorm``, the RMSNorm
+before its gated MLP, and removes the others: the gated MLP is of degree 2 in its input, and without that norm a
+deep stack's stream can grow without bound in one forward pass once training has grown the weights
+(docs/derivation.md, section 7.6). Not T-Fixup's "no norm anywhere": an option where plain T-Fixup diverges.
 """
 
 import dataclasses
@@ -90,10 +95,11 @@ def is_hf_model(model: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def apply_tfixup(model: nn.Module, input_scale: bool = True) -> Dict[str, float]:
+def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool = False) -> Dict[str, float]:
     """T-Fixup on a HuggingFace model, in place; returns parameter name -> the scale it was multiplied by.
     Everything is checked before anything changes: a refused model is left as it was. ``input_scale``: give a
-    family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``)."""
+    family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``).
+    ``keep_mlp_norm``: the Llama family keeps the RMSNorm before each gated MLP (see the module's text)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
     if model_type in FUSED_QKV:
@@ -107,7 +113,13 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True) -> Dict[str, float]
     except AttributeError as e:  # a class of this model type laid out otherwise (another transformers version?)
         raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not laid out as tfixup.hf reads it "
                          f"({e}); {_DESCRIBE}") from None
-    if not plan.norms:
+    if keep_mlp_norm:
+        if model_type not in LLAMA_LIKE:
+            raise ValueError(f"apply_tfixup: keep_mlp_norm keeps the RMSNorm before the gated MLP of the Llama family "
+                             f"({', '.join(LLAMA_LIKE)}); {name} (model type {model_type!r}) has none: leave it out")
+        kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
+        plan.norms = [(parent, attr) for parent, attr in plan.norms if (id(parent), attr) not in kept]
+    if not plan.norms or getattr(model, "tfixup_applied", False):
         raise ValueError(f"apply_tfixup: {name} has no LayerNorm or RMSNorm left: T-Fixup was applied to it already "
                          f"(applying it twice would scale its weights twice); build the model again from its config")
     for draw in plan.draws:  # shapes read before any change
@@ -141,6 +153,7 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True) -> Dict[str, float]
     for embedding in plan.inputs if input_scale else ():
         embedding.tfixup_input_scale = embedding.weight.shape[1] ** 0.5
         embedding.register_forward_hook(InputScale(embedding.tfixup_input_scale))
+    model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
     return done
 
 

@@ -59,7 +59,8 @@ class Layer:
 @torch.no_grad()
 def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
                  decoder_embeddings: Iterable[nn.Module] = (), layers: Optional[Sequence[Layer]] = None,
-                 decoder_layers: Optional[Sequence[Layer]] = None, input_scale: bool = True) -> Dict[str, float]:
+                 decoder_layers: Optional[Sequence[Layer]] = None, input_scale: bool = True,
+                 keep_mlp_norm: bool = False) -> Dict[str, float]:
     """Apply T-Fixup to ``model`` in place; returns parameter name -> the scale it was multiplied by.
 
     ``embeddings``: the input token embeddings (``nn.Embedding``, or any module with a 2-D ``weight`` of
@@ -69,13 +70,17 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     before anything is changed: a refused model is left as it was. ``input_scale`` (HuggingFace models): a
     model type with no embedding multiplier gets fairseq's sqrt(d) on its token embedding's output
     (tfixup/hf.py); a model built here owns its forward, and multiplies by sqrt(d) itself as fairseq does.
+    ``keep_mlp_norm`` (HuggingFace Llama-family models): keep the RMSNorm before each gated MLP (tfixup/hf.py).
     """
     embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
     if hf.is_hf_model(model) and layers is None and decoder_layers is None:
         if embeddings or decoder_embeddings:
             raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace model whose embeddings "
                              "apply_tfixup finds itself: call apply_tfixup(model) without embeddings=")
-        return hf.apply_tfixup(model, input_scale)  # tfixup/hf.py: the families it knows, or one line naming the way
+        return hf.apply_tfixup(model, input_scale, keep_mlp_norm)  # tfixup/hf.py: its families, or the way forward
+    if keep_mlp_norm:
+        raise ValueError(f"apply_tfixup: keep_mlp_norm is for HuggingFace Llama-family models; {type(model).__name__} "
+                         "is described by layers=: keep the norms you want by not replacing them")
     if hf.is_hf_model(model) and getattr(model.config, "model_type", None) in hf.SUPPORTED:
         raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace {model.config.model_type} model, "
                          "whose layers apply_tfixup reads itself: call apply_tfixup(model) without layers=")

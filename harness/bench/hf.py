@@ -82,6 +82,7 @@ ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfAr
         # Llama's controls for its gated MLP, down(silu(gate x) * up x), of degree 2 in its input where the
         # paper's blocks are of degree 1 (docs/derivation.md, section 7.4): T-Fixup with the RMSNorm before each
         # MLP kept, and T-Fixup on the same model with each MLP computing down(silu(up x)), its gate unused
+        # (apply_tfixup(model, keep_mlp_norm=True))
         "tfixup_mlpnorm": HfArm("T-Fixup, no warmup, the RMSNorm before each gated MLP kept", "nowarmup"),
         "tfixup_nogate": HfArm("T-Fixup, no warmup, the MLP without its gate", "nowarmup"),
         # BERT's control for its masked-LM head (dense, GELU, LayerNorm, then the tied output projection): T-Fixup
@@ -251,11 +252,11 @@ def build_model(spec: dict, vocab: dict):
             type_vocab_size=1, pad_token_id=PAD, tie_word_embeddings=True))
 
 
-def with_tfixup(model, input_scale: bool = True) -> dict:
+def with_tfixup(model, input_scale: bool = True, keep_mlp_norm: bool = False) -> dict:
     """T-Fixup on a stock model: the project's one call. Returns what it scaled (name -> factor)."""
     from tfixup import apply_tfixup
 
-    return apply_tfixup(model, input_scale=input_scale)
+    return apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm)
 
 
 def fairseq_qk_(model) -> int:
@@ -281,10 +282,8 @@ def fairseq_qk_(model) -> int:
 
 
 def kept_norms(model, arm: str) -> list:
-    """(module, attribute, norm) of the norms a control arm keeps through apply_tfixup: the RMSNorm before each
-    of Llama's gated MLPs (tfixup_mlpnorm), BERT's masked-LM head's LayerNorm (tfixup_headnorm); else none."""
-    if arm == "tfixup_mlpnorm":
-        return [(layer, "post_attention_layernorm", layer.post_attention_layernorm) for layer in model.model.layers]
+    """(module, attribute, norm) of the norms a control arm keeps through apply_tfixup where apply_tfixup has no
+    option for it: BERT's masked-LM head's LayerNorm (tfixup_headnorm); else none."""
     if arm == "tfixup_headnorm":
         head = model.cls.predictions.transform
         return [(head, "LayerNorm", head.LayerNorm)]
@@ -648,6 +647,28 @@ def norm_modules(model) -> int:
     return sum(1 for m in model.modules() if "norm" in type(m).__name__.lower())
 
 
+def make_model(spec: dict, data: pathlib.Path):
+    """The run's model as its arm makes it (seeded; the stock model, T-Fixup on it, a control's change) and
+    what was done to it."""
+    import torch
+
+    torch.manual_seed(spec["seed"])
+    model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
+    out = {"norm_modules_stock": norm_modules(model)}
+    if spec["arm"].startswith("tfixup"):
+        kept = kept_norms(model, spec["arm"])
+        scaled = with_tfixup(model, spec.get("input_scale", True), keep_mlp_norm=spec["arm"] == "tfixup_mlpnorm")
+        out["tfixup_scaled"] = {k: round(v, 6) for k, v in scaled.items()}
+        for owner, name, norm in kept:
+            setattr(owner, name, norm)
+    if spec["arm"] == "tfixup_fsqk":
+        out["qk_redrawn"] = fairseq_qk_(model)
+    if spec["arm"] == "tfixup_nogate":
+        out["ungated"] = ungate_(model)
+    out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
+    return model, out
+
+
 def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     """Build, (T-Fixup,) train and evaluate one run in this process; what it measured."""
     import importlib.metadata
@@ -657,20 +678,8 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     import torch
 
     torch.set_num_threads(threads)
-    torch.manual_seed(spec["seed"])
     dev = torch.device(device)
-    model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
-    out = {"norm_modules_stock": norm_modules(model)}
-    if spec["arm"].startswith("tfixup"):
-        kept = kept_norms(model, spec["arm"])
-        out["tfixup_scaled"] = {k: round(v, 6) for k, v in with_tfixup(model, spec.get("input_scale", True)).items()}
-        for owner, name, norm in kept:
-            setattr(owner, name, norm)
-    if spec["arm"] == "tfixup_fsqk":
-        out["qk_redrawn"] = fairseq_qk_(model)
-    if spec["arm"] == "tfixup_nogate":
-        out["ungated"] = ungate_(model)
-    out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
+    model, out = make_model(spec, data)
     tr = Trainer(model, spec, dev)
     t0 = time.time()
     out.update(TRAIN[spec["family"]](spec, data, tr))

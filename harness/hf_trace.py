@@ -1,0 +1,179 @@
+"""The residual stream of a causal LM of the hf study over its first updates, block by block: where T-Fixup's
+24-layer Llama blows up, and what its gated-MLP controls change (docs/derivation.md, section 7.6).
+
+    python -m harness.hf_trace --out results/hf
+
+Each arm is the hf study's run (harness/bench/hf.py: the same model, initialisation, data, batches, optimizer
+and schedule), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
+update's batch, the RMS of every block's output (the stream after block l) and of its attention's and its MLP's
+output (the two branches that block adds). Writes hf_trace.{json,md,png} under --out.
+"""
+
+import argparse
+import math
+import os
+import pathlib
+import sys
+import time
+
+from harness.bench import common, hf
+
+ARMS = ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock")
+# each family's blocks and the attention and MLP module of a block
+BLOCKS = {"llama": (lambda m: m.model.layers, "self_attn", "mlp"), "gpt2": (lambda m: m.transformer.h, "attn", "mlp")}
+
+
+def rms(t) -> float:
+    """The root mean square of a module's output (its first element if a tuple), None where it is not finite."""
+    t = t[0] if isinstance(t, tuple) else t
+    v = t.detach().double().pow(2).mean().sqrt().item()
+    return v if math.isfinite(v) else None
+
+
+def trace(spec: dict, data: pathlib.Path) -> dict:
+    """SPEC's run for spec["updates"] updates (no validation); per update: train bits, and the stream's, the
+    attention branch's and the MLP branch's RMS at every block."""
+    import torch
+
+    model, made = hf.make_model(spec, data)
+    blocks, attn, mlp = BLOCKS[spec["family"]]
+    now = {}
+
+    def hook(key, i):
+        def record(module, args, output):
+            if module.training:  # the update's forward pass
+                now.setdefault(key, {})[i] = rms(output)
+        return record
+
+    for i, block in enumerate(blocks(model)):
+        block.register_forward_hook(hook("stream", i))
+        getattr(block, attn).register_forward_hook(hook("attention", i))
+        getattr(block, mlp).register_forward_hook(hook("mlp", i))
+    tr = hf.Trainer(model, spec, torch.device("cpu"))
+    steps, original = [], tr.step
+
+    def step(loss_fn, batch):
+        now.clear()
+        ok = original(loss_fn, batch)
+        bits = tr.train_curve[-1][1] if ok else None
+        steps.append({"update": len(steps) + 1, "bits": bits,
+                      **{k: [v[i] for i in sorted(v)] for k, v in now.items()}})
+        top, _ = largest(steps[-1].get("stream", []))
+        print(f"[hf-trace] {hf.run_id(spec)} update {len(steps)}: train bits {bits}, largest stream RMS "
+              f"{'not finite' if top is None else f'{top:.3g}'}", flush=True)
+        return ok
+
+    tr.step = step
+    hf.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9}, data, tr)
+    return {"id": hf.run_id(spec), "arm": spec["arm"], "label": hf.ARMS[spec["arm"]].label, "status": tr.status,
+            "updates": tr.updates, "norm_modules": made["norm_modules"], "steps": steps}
+
+
+def spec_of(mode: str, family: str, layers: int, arm: str, seed: int, updates: int) -> dict:
+    """The hf study's spec of that run (in MODE), cut to UPDATES updates."""
+    specs = hf.make_specs(hf.make_config(mode))
+    for s in specs:
+        if (s["family"], s["layers"], s["arm"], s["seed"]) == (family, layers, arm, seed):
+            return {**s, "updates": updates}
+    known = ", ".join(hf.run_id(s) for s in specs if s["family"] in BLOCKS)
+    raise SystemExit(f"error: the hf study has no run {family}-L{layers}-{arm}-s{seed}; its causal LM runs: {known}")
+
+
+def largest(values: list):
+    """(value, block) of the largest finite value, or (None, None)."""
+    finite = [(v, i) for i, v in enumerate(values) if v is not None]
+    return max(finite) if finite else (None, None)
+
+
+def report(res: dict) -> str:
+    text = (f"# The residual stream over the first updates: {res['family']}, {res['layers']} layers\n\n"
+            f"- command: `{res['command']}`\n- machine: {res['machine']['cpu']} ({res['machine']['cores']} cores), "
+            f"torch {res['machine']['torch']}, 1 thread\n- date: {res['machine']['date_utc']}\n- data: {res['data']}\n"
+            f"- runs: the hf study's (harness/bench/hf.py) of each arm, seed {res['seed']}, for their first "
+            f"{res['updates']} updates; RMS on each update's batch, in its forward pass\n\n")
+    for r in res["arms"]:
+        rows = []
+        for s in r["steps"]:
+            (sv, sl), (av, al), (mv, ml) = (largest(s.get(k, [])) for k in ("stream", "attention", "mlp"))
+            top = (s.get("stream") or [None])[-1]
+            rows.append([s["update"], s["bits"], top, sv, None if sl is None else sl + 1, av,
+                         None if al is None else al + 1, mv, None if ml is None else ml + 1])
+        end = (f"not finite at update {len(r['steps'])}" if r["status"] == "nan"
+               else f"{r['updates']} updates, finite")
+        text += (f"## {r['label']} (`{r['id']}`): {end}\n\n" + common.md_table(
+            ["update", "train bits", "stream RMS after the last block", "largest stream RMS", "at block",
+             "largest attention branch RMS", "at block", "largest MLP branch RMS", "at block"], rows) + "\n\n")
+    return text
+
+
+def plot(res: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(2, len(res["arms"]))
+    rows = math.ceil(len(res["arms"]) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.flat[len(res["arms"]):]:
+        ax.axis("off")
+    for ax, r in zip(axes.flat, res["arms"]):
+        steps = r["steps"]
+        picks = sorted({1, *range(5, len(steps), 5), len(steps)} & set(range(1, len(steps) + 1)))
+        cmap = plt.get_cmap("viridis")
+        for k, u in enumerate(picks):
+            s = steps[u - 1]
+            colour = cmap(k / max(1, len(picks) - 1))
+            x = range(1, len(s.get("stream", [])) + 1)
+            ax.plot(x, [v if v is not None else float("nan") for v in s.get("stream", [])], color=colour,
+                    label=f"update {u}: stream")
+            ax.plot(x, [v if v is not None else float("nan") for v in s.get("mlp", [])], color=colour, ls=":",
+                    label=f"update {u}: MLP branch")
+        ax.set_yscale("log")
+        ax.set_title(f"{r['label']}\n({'not finite at update ' + str(len(steps)) if r['status'] == 'nan' else 'finite'})",
+                     fontsize=8)
+        ax.set_xlabel("block")
+        ax.set_ylabel("RMS on the update's batch")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6, ncol=2)
+    common.save_titled_figure(path, fig, f"{res['family']}, {res['layers']} layers: the residual stream after each "
+                              "block (solid) and the MLP branch (dotted) over the first updates")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m harness.hf_trace", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="writes hf_trace.{json,md,png} here")
+    p.add_argument("--data", default="work/hf-data", help="the hf study's exported data (python -m harness.bench.hf "
+                   "--export)")
+    p.add_argument("--family", default="llama", choices=sorted(BLOCKS))
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms of the hf study")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--updates", type=int, default=20)
+    p.add_argument("--smoke", dest="mode", action="store_const", const="smoke", default="default",
+                   help="the study's smoke sizes (for the tests)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    a = parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    data = hf.check_data(pathlib.Path(a.data))
+    specs = [spec_of(a.mode, a.family, a.layers, arm, a.seed, a.updates) for arm in a.arms.split(",")]
+    import torch
+
+    torch.set_num_threads(1)
+    t0 = time.time()
+    res = {"command": "python -m harness.hf_trace " + " ".join(sys.argv[1:] if argv is None else argv),
+           "machine": common.machine(), "data": hf.data_description(data), "family": a.family, "layers": a.layers,
+           "seed": a.seed, "updates": a.updates, "arms": [trace(s, data) for s in specs]}
+    res["seconds"] = round(time.time() - t0, 1)
+    out = pathlib.Path(a.out)
+    common.write_outputs(out, "hf_trace", res, plot, report(res), "the stream's RMS after each block")
+    print(f"[hf-trace] wrote {out}/hf_trace.{{json,md,png}} ({res['seconds']} s)")
+    return res
+
+
+if __name__ == "__main__":
+    main()
