@@ -143,22 +143,22 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
-def test_default_plan_is_the_studys_33_runs():
+def test_default_plan_is_the_studys_35_runs():
     """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
-    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it; Llama's with its two
-    gated-MLP controls), BERT at 6 (with its head's-norm control): the longest first. Every T-Fixup run of a family without an embedding
+    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it; every Llama seed with
+    its two gated-MLP controls), BERT at 6 (with its head's-norm control): the longest first. Every T-Fixup run of a family without an embedding
     multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 33
+    assert len(ids) == len(set(ids)) == 35
     assert [i for i in ids if "mlpnorm" in i or "nogate" in i] == [
-        "llama-L24-tfixup_mlpnorm-s1", "llama-L24-tfixup_nogate-s1", "llama-L6-tfixup_mlpnorm-s1",
-        "llama-L6-tfixup_nogate-s1"]
+        "llama-L24-tfixup_mlpnorm-s1", "llama-L24-tfixup_nogate-s1", "llama-L24-tfixup_mlpnorm-s2",
+        "llama-L24-tfixup_nogate-s2", "llama-L6-tfixup_mlpnorm-s1", "llama-L6-tfixup_nogate-s1"]
     assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
     assert [i for i in ids if "noscale" in i] == ["gpt2-L24-tfixup_noscale-s1", "llama-L24-tfixup_noscale-s1",
                                                   "gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
-    assert sum("-L24-" in i for i in ids) == 16 and ids[-2:] == ["bert-L6-stock-s1", "bert-L6-tfixup_headnorm-s1"]
+    assert sum("-L24-" in i for i in ids) == 18 and ids[-2:] == ["bert-L6-stock-s1", "bert-L6-tfixup_headnorm-s1"]
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")

@@ -718,7 +718,7 @@ def make_specs(cfg: dict) -> list:
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
             arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
-                extra = lm.get("gate_arms", []) if fam == "llama" and seed == 1 else []
+                extra = lm.get("gate_arms", []) if fam == "llama" else []
                 specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms + extra]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k not in ("arms", "control_arms")})
               for arm in bert["arms"] + bert.get("control_arms", [])]
@@ -918,7 +918,7 @@ def report(res: dict) -> str:
              f"best of the stock model on the matched warmup (the same seed); ratio: that over the baseline's own. Largest "
              f"rise: the most the valid loss went up from one validation to the next (0: it never rose). Llama's "
              f"controls for its gated MLP, down(silu(gate x) * up x), which is of degree 2 in its input where the "
-             f"paper's blocks are of degree 1 (first seed at each depth): **the RMSNorm before each gated MLP kept** "
+             f"paper's blocks are of degree 1 (every seed at each depth): **the RMSNorm before each gated MLP kept** "
              f"(T-Fixup otherwise as above), and **the MLP without its gate** (each MLP computes down(silu(up x)), "
              f"gate_proj unused, T-Fixup as above): diagnoses, not baselines.\n\n")
     cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
