@@ -80,9 +80,9 @@ ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfAr
         # GPT-2 and Llama lack): T-Fixup without it, the stack's input sqrt(d) smaller than the paper's model's
         "tfixup_noscale": HfArm("T-Fixup, no warmup, without the sqrt(d) input multiplier", "nowarmup"),
         # Llama's controls for its gated MLP, down(silu(gate x) * up x), of degree 2 in its input where the
-        # paper's blocks are of degree 1 (docs/derivation.md, section 7.4): T-Fixup with the RMSNorm before each
-        # MLP kept, and T-Fixup on the same model with each MLP computing down(silu(up x)), its gate unused
-        # (apply_tfixup(model, keep_mlp_norm=True))
+        # paper's blocks are of degree 1 (docs/derivation.md, section 7.6): T-Fixup with the RMSNorm before each
+        # MLP kept (apply_tfixup(model, keep_mlp_norm=True)), and T-Fixup on the same model with each MLP
+        # computing down(silu(up x)), its gate unused
         "tfixup_mlpnorm": HfArm("T-Fixup, no warmup, the RMSNorm before each gated MLP kept", "nowarmup"),
         "tfixup_nogate": HfArm("T-Fixup, no warmup, the MLP without its gate", "nowarmup"),
         # BERT's control for its masked-LM head (dense, GELU, LayerNorm, then the tied output projection): T-Fixup
