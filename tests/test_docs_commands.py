@@ -113,6 +113,7 @@ COVERED = {
     "pip install --no-deps .": ("install", 'pip_logged --no-deps "$TFIXUP_ROOT"'),
     # docs/derivation.md
     "python -m harness.hf_update_size --out results/hf": ("flags",),
+    "python -m harness.hf_trace --out results/hf": ("flags",),
     "python -m harness.hf_update_size --out results/hf --stem hf_update_size_parts --families llama,gpt2 "
     "--methods tfixup-attention,tfixup-mlp": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
