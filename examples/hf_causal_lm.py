@@ -1,11 +1,13 @@
 """A causal language model from HuggingFace (Llama, or GPT-2) with T-Fixup: no norm, no warmup.
 
     python examples/hf_causal_lm.py --model llama
+    python examples/hf_causal_lm.py --model llama --layers 24 --keep-mlp-norm
 
 Builds a ``LlamaForCausalLM`` (RMSNorm, SwiGLU, rotary positions, grouped KV heads) or a ``GPT2LMHeadModel``
 from a config (random weights, nothing downloaded), applies T-Fixup with one call, and trains it on the
 English side of Multi30k with an ordinary PyTorch loop at the full learning rate from the first step. Prints
-the valid perplexity beside the unigram level (word frequencies alone).
+the valid perplexity beside the unigram level (word frequencies alone). ``--keep-mlp-norm`` (Llama): keep the
+RMSNorm before each gated MLP, for deep stacks, where T-Fixup alone can diverge (docs/beyond-fairseq.md).
 """
 
 import argparse
@@ -46,6 +48,8 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--keep-mlp-norm", action="store_true",
+                   help="Llama: keep the RMSNorm before each gated MLP (apply_tfixup(model, keep_mlp_norm=True))")
     a = options(p, argv)
     context, batch = 32, 32
 
@@ -56,9 +60,11 @@ def main(argv=None):
     unigram = math.exp(-(freq / freq.sum()).log()[valid[:, 1:]].mean().item())
 
     model = build(a.model, len(vocab), a.dim, a.layers, context)
-    scaled = apply_tfixup(model)  # the norms go; value, output, MLP and embedding weights are scaled
+    scaled = apply_tfixup(model, keep_mlp_norm=a.keep_mlp_norm)  # the norms go; value, output, MLP, embedding scaled
+    kept = sum("norm" in type(m).__name__.lower() for m in model.modules())
     print(f"{type(model).__name__}, {a.layers} layers, d={a.dim}, vocab {len(vocab)}; T-Fixup scaled {len(scaled)} "
-          f"weights; unigram level: valid perplexity {unigram:.1f}")
+          f"weights{f', kept {kept} RMSNorms (one before each gated MLP)' if a.keep_mlp_norm else ''}; unigram "
+          f"level: valid perplexity {unigram:.1f}")
 
     def loss_on(rows):  # each position predicts the next id
         logits = model(input_ids=rows[:, :-1]).logits

@@ -186,6 +186,7 @@ COVERED = {
     "python examples/hf_translation.py": ("example",),
     "python examples/hf_causal_lm.py --model llama": ("example",),
     "python examples/hf_causal_lm.py --model gpt2": ("example",),
+    "python examples/hf_causal_lm.py --model llama --layers 24 --keep-mlp-norm": ("example",),
     "python examples/hf_masked_lm.py": ("example",),
     "python -m harness.bench.hf export --out work/hf-data": ("flags",),
     # docs/measurements.md: the lr study's fairseq bundle for a GPU machine without a package index

@@ -41,6 +41,13 @@ def test_causal_lm_example_trains_without_norms(model, capsys):
     out = capsys.readouterr().out
     assert {"llama": "LlamaForCausalLM", "gpt2": "GPT2LMHeadModel"}[model] in out and "T-Fixup scaled" in out
     assert "unigram level" in out and out.count("valid perplexity") == 6  # header, step 0, four steps
+    assert "T-Fixup scaled" in out and "kept" not in out
+
+
+def test_causal_lm_example_keeps_the_norm_before_each_gated_mlp(capsys):
+    example("hf_causal_lm").main([*TINY, "--model", "llama", "--keep-mlp-norm"])
+    out = capsys.readouterr().out
+    assert "kept 2 RMSNorms (one before each gated MLP);" in out and out.count("valid perplexity") == 6  # 2 layers
 
 
 def test_masked_lm_example_trains_bert_without_layernorm(capsys):
