@@ -163,6 +163,7 @@ def unchanged(model, before) -> bool:
     ("two attentions in one stack", r"has 2 attentions"),
     ("not a linear", r"an attention must be nn\.MultiheadAttention or a \(value, output\) pair"),
     ("custom encoder in nn.Transformer", r"the encoder is a custom Linear, not torch's"),
+    ("keep_mlp_norm on a described stack", r"keep_mlp_norm is for HuggingFace Llama-family models; Custom is described"),
 ])
 def test_refusals_are_one_line_and_change_nothing(case, message):
     torch.manual_seed(0)
@@ -192,6 +193,8 @@ def test_refusals_are_one_line_and_change_nothing(case, message):
             kwargs["layers"][0] = Layer(attention=[(b.v, b.o), (b.v, b.o)])
         elif case == "not a linear":
             kwargs["layers"][0] = Layer(attention=[model.blocks[0]])
+        elif case == "keep_mlp_norm on a described stack":
+            kwargs["keep_mlp_norm"] = True
     before = snapshot(model)
     with pytest.raises(ValueError) as err:
         apply_tfixup(model, **kwargs)
