@@ -508,10 +508,13 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         per_depth = []
         for depth in sorted({r["layers"] for r in rows}):
             at = [r for r in rows if r["layers"] == depth]
-            ratios = [r["ratio_to_baseline"] for r in at
-                      if r["arm"] == "tfixup" and r.get("ratio_to_baseline") is not None]
-            tail = (f"; T-Fixup reaches the warmup baseline's best in {' / '.join(f'{v:.2f}x' for v in ratios)} "
-                    "of its updates") if ratios else ""
+            tail = ""
+            for arm, who in (("tfixup", "T-Fixup"), ("tfixup_mlpnorm", "T-Fixup with the gated MLPs' norm kept")):
+                ratios = [r["ratio_to_baseline"] for r in sorted(at, key=lambda r: r["seed"])
+                          if r["arm"] == arm and r.get("ratio_to_baseline") is not None]
+                if ratios:
+                    tail += (f"; {who} reaches the warmup baseline's best in "
+                             f"{' / '.join(f'{v:.2f}x' for v in ratios)} of its updates")
             per_depth.append(f"{depth} layers: {cells(at, 'best_ppl')}{tail}")
         lines.append(f"{head}, {what}. {'. '.join(per_depth)}{part}{report}.")
     return "\n".join(lines)
