@@ -120,8 +120,9 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
         kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
         plan.norms = [(parent, attr) for parent, attr in plan.norms if (id(parent), attr) not in kept]
     if not plan.norms or getattr(model, "tfixup_applied", False):
-        raise ValueError(f"apply_tfixup: {name} has no LayerNorm or RMSNorm left: T-Fixup was applied to it already "
-                         f"(applying it twice would scale its weights twice); build the model again from its config")
+        raise ValueError(f"apply_tfixup: {name}: T-Fixup was applied to it already (no norm left that it removes, or "
+                         f"tfixup_applied set; applying it twice would scale its weights twice); build the model again "
+                         f"from its config")
     for draw in plan.draws:  # shapes read before any change
         if draw.how == "xavier" and _view(draw).dim() != 2:
             raise ValueError(f"apply_tfixup: {name}: a {tuple(_view(draw).shape)} weight where a matrix was expected")

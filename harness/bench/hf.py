@@ -281,25 +281,6 @@ def fairseq_qk_(model) -> int:
 # ---------------------------------------------------------------- batches
 
 
-def kept_norms(model, arm: str) -> list:
-    """(module, attribute, norm) of the norms a control arm keeps through apply_tfixup where apply_tfixup has no
-    option for it: BERT's masked-LM head's LayerNorm (tfixup_headnorm); else none."""
-    if arm == "tfixup_headnorm":
-        head = model.cls.predictions.transform
-        return [(head, "LayerNorm", head.LayerNorm)]
-    return []
-
-
-def ungate_(model) -> int:
-    """Each Llama MLP computes down(silu(up x)), its gate_proj left unused (the tfixup_nogate control); how many."""
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.up_proj(x)))
-
-    for layer in model.model.layers:
-        layer.mlp.forward = types.MethodType(forward, layer.mlp)
-    return len(model.model.layers)
-
-
 def pad_rows(rows: list, pad: int = PAD):
     import torch
 
@@ -645,6 +626,25 @@ TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": tr
 def norm_modules(model) -> int:
     """Normalisation modules left in the model (LayerNorm, RMSNorm, ...)."""
     return sum(1 for m in model.modules() if "norm" in type(m).__name__.lower())
+
+
+def kept_norms(model, arm: str) -> list:
+    """(module, attribute, norm) of the norms a control arm keeps through apply_tfixup where apply_tfixup has no
+    option for it: BERT's masked-LM head's LayerNorm (tfixup_headnorm); else none."""
+    if arm == "tfixup_headnorm":
+        head = model.cls.predictions.transform
+        return [(head, "LayerNorm", head.LayerNorm)]
+    return []
+
+
+def ungate_(model) -> int:
+    """Each Llama MLP computes down(silu(up x)), its gate_proj left unused (the tfixup_nogate control); how many."""
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.up_proj(x)))
+
+    for layer in model.model.layers:
+        layer.mlp.forward = types.MethodType(forward, layer.mlp)
+    return len(model.model.layers)
 
 
 def make_model(spec: dict, data: pathlib.Path):
