@@ -171,16 +171,24 @@ def _progress(run_dir: pathlib.Path) -> str:
     return "starting" if updates == "?" else f"update {float(updates):.0f}"
 
 
+def read_record(path: pathlib.Path):
+    """The run record at PATH; None where there is none or it is unreadable (said in a line)."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        common.log(f"ignoring unreadable run record {path}: {e}")
+        return None
+
+
 def load_records(store: pathlib.Path) -> dict:
     """id -> record, for every record in the store."""
     records = {}
     for f in sorted(pathlib.Path(store).glob("*.json")):
-        try:
-            rec = json.loads(f.read_text())
-        except ValueError as e:
-            common.log(f"ignoring unreadable run record {f}: {e}")
-            continue
-        records[rec["id"]] = rec
+        rec = read_record(f)
+        if rec is not None:
+            records[rec["id"]] = rec
     return records
 
 
@@ -233,11 +241,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
             if not mine:
                 common.log(f"{r.id}: running in another command; left to it")
                 return None
-            path = store / f"{r.id}.json"  # this run's record only, not the whole store's
-            try:
-                rec = json.loads(path.read_text()) if path.exists() else None
-            except ValueError:  # unreadable: as load_records treats it, no record
-                rec = None
+            rec = read_record(store / f"{r.id}.json")  # this run's record only, not the whole store's
             if rec is not None and r.recorded_by(rec):
                 common.log(f"{r.id}: recorded by another command meanwhile")
                 return None
