@@ -131,7 +131,7 @@ MODES = {
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
                    families=["gpt2", "llama"], arms=["tfixup", BASELINE], control_arms=["tfixup_noscale"],
                    gate_arms=["tfixup_mlpnorm", "tfixup_nogate"], new_arms=NEW_LLAMA_ARMS,
-                   lr_grid=dict(depth=2, lrs=[1e-3, 2e-3], min_lr=1e-3, max_lr=2e-3, seeds=[1], arms=LR_ARMS),
+                   lr_grid=dict(depth=2, lrs=[1e-3, 2e-3], min_lr=1e-3, max_lr=2e-3, seeds=[1], arms=["giadam"]),
                    deeper=dict(depth=3, seeds=[1], arms=["tfixup_sigmoid"])),
         "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
                      max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
