@@ -1166,6 +1166,7 @@ def report(res: dict) -> str:
     text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
                                     r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"], r["largest_rise"]]
                                    for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
+    text += llama_report(res)
     text += ("## Masked language model: BERT\n\n"
              f"BertForMaskedLM {bert['d']}-{bert['ffn']}-{bert['heads']}, {bert['layers']} layers, dropout "
              f"{bert['dropout']}, on Multi30k's English sentences (<s> as [CLS], at most {bert['max_len']} tokens), "
@@ -1186,6 +1187,116 @@ def report(res: dict) -> str:
     if res["failed"]:
         text += "\n**Failed runs** (no result; the next start runs them again):\n\n" + "".join(
             f"- {k}: {' | '.join(v['error_tail'])}\n" for k, v in sorted(res["failed"].items()))
+    return text
+
+
+def llama_question(res: dict) -> dict:
+    """Llama's lr grid (config lm.lr_grid) as recorded: per method (arm), its grid (lr -> the first seed's row), its
+    best lr (the first seed's lowest best valid loss among runs that did not diverge), whether the grid is closed,
+    its rows at the best lr (every seed), and against the warmup baseline at ITS best lr (the same seed): the
+    updates to that baseline's best and their ratio to the baseline's own; norms left, warmup, extra parameters
+    (against the stock model). {} without a grid."""
+    g = res["config"]["lm"].get("lr_grid")
+    if not g:
+        return {}
+    rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
+    out = {}
+    for arm in g["arms"]:
+        mine = [r for r in rows if r["arm"] == arm]
+        first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
+        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
+        out[arm] = {"label": ARMS[arm].label, "grid": {lr: first.get(lr) for lr in grid}, "best_lr": b,
+                    "closed": closed, "at_best": sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])}
+    base = {r["seed"]: r for r in out.get(BASELINE, {}).get("at_best", [])}
+    for arm, m in out.items():
+        for r in m["at_best"]:
+            b_row = base.get(r["seed"])
+            b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
+            u = reach(res["records"][r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
+            r_out = {"seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"], "updates": r["updates"],
+                     "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
+                     "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
+            m.setdefault("seeds", []).append(r_out)
+        stock = next(iter(base.values()), None)
+        arm_spec = ARMS[arm]
+        m["norms"] = arm_spec.norms
+        m["warmup"] = ARMS[arm].schedule == "matched"
+        m["optimizer"] = arm_spec.optimizer
+        m["extra_parameters"] = (m["at_best"][0]["parameters"] - stock["parameters"]
+                                 if m["at_best"] and stock and m["at_best"][0].get("parameters") is not None else None)
+    return out
+
+
+def llama_verdict(q: dict) -> str:
+    """One sentence from the records: the method of the lowest best valid perplexity at its best lr (mean over
+    its seeds there), and whether each norm-free candidate trained at its best lr."""
+    done = {a: m for a, m in q.items() if m.get("seeds") and m["closed"]}
+    if len(done) < len(q):
+        return (f"{len(done)} of {len(q)} methods have a closed lr grid so far; the verdict waits for the rest.")
+    ok = {a: statistics.mean(s["best_ppl"] for s in m["seeds"] if s["status"] == "ok")
+          for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
+    top = min(ok, key=ok.get)
+    free = [f"{q[a]['label']}: {'trains' if all(s['status'] == 'ok' for s in q[a]['seeds']) else 'diverges'} at its "
+            f"best lr ({q[a]['best_lr']:g})" if q[a]["best_lr"] else f"{q[a]['label']}: diverges at every lr of its grid"
+            for a in NORM_FREE if a in q]
+    n = len(q[top]["seeds"])
+    return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
+            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g})."
+            + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else ""))
+
+
+def llama_table(q: dict) -> list:
+    """Rows of the table a LLaMA user reads (llama_question's): method, best lr, best valid perplexity per seed,
+    updates to the warmup baseline's best (ratio), norms left, warmup, extra parameters."""
+    def seeds(m, key, fmt):
+        vals = [fmt(s) if s["status"] == "ok" and s.get(key) is not None else
+                ("diverged" if s["status"] == "nan" else "not reached" if s["status"] == "ok" else s["status"])
+                for s in m.get("seeds", [])]
+        return " / ".join(vals) or "-"
+
+    rows = []
+    for arm, m in q.items():
+        lr = "-" if m["best_lr"] is None else f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)")
+        norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (DyT in each place)",
+                 "derf": "none (Derf in each place)"}[m["norms"]]
+        if arm == "tfixup_mlpnorm":
+            norms = "the RMSNorm before each gated MLP"
+        warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
+        rows.append([m["label"], lr, seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}"),
+                     seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
+                     norms, warm, m["extra_parameters"] if m["extra_parameters"] is not None else "-"])
+    return rows
+
+
+LLAMA_COLUMNS = ["method", "best lr", "best valid ppl (seed 1 / 2)", "updates to the warmup baseline's best (ratio)",
+                 "norms left", "warmup", "extra parameters"]
+
+
+def llama_report(res: dict) -> str:
+    q = llama_question(res)
+    if not q:
+        return ""
+    g = res["config"]["lm"]["lr_grid"]
+    grid_lrs = sorted({lr for m in q.values() for lr in m["grid"]})
+    text = (f"## The LLaMA question: each method at its own best lr, {g['depth']}-layer Llama\n\n"
+            f"Each method's lr grid starts at {', '.join(f'{x:g}' for x in g['lrs'])} and grows (doubled up to "
+            f"{g['max_lr']:g}, halved down to {g['min_lr']:g}) while its best lr, that of the lowest best valid loss "
+            f"of the first seed among runs that did not diverge, is at its edge; a second seed runs at the best lr. "
+            f"The warmup baseline is the stock model on the matched warmup at its own best lr. **DyT** / **Derf**: "
+            f"every RMSNorm replaced by gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta, a learned "
+            f"scalar on the token embedding's output from sqrt(d); DyT's alpha0 {DYT_ALPHA0['attention']:g} before "
+            f"attention, {DYT_ALPHA0['mlp']:g} before the MLP, {DYT_ALPHA0['final']:g} for the final one (the DyT "
+            f"LLaMA recipe's values at its narrowest width, 4096; this width is below its table), Derf's "
+            f"{DERF_ALPHA0:g} everywhere, s0 = {DERF_SHIFT0:g}; both on the stock recipe's matched warmup. **GI-Adam**: "
+            f"Adam's second moment starts at the first gradient squared (bias corrections kept), no warmup. The "
+            f"norm-free T-Fixup candidates (docs/derivation.md, section 7.7): `apply_tfixup(model, "
+            f"gated_mlp=\"sigmoid\")` (the gate bounded), `gated_mlp=\"scaled\"` (each gated MLP's output times "
+            f"1/N), and plain T-Fixup with GI-Adam.\n\n")
+    text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
+    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN):\n\n"
+    text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs], [
+        [m["label"]] + [("-" if m["grid"].get(x) is None else "diverged" if m["grid"][x]["status"] == "nan"
+                         else m["grid"][x]["best_ppl"]) for x in grid_lrs] for m in q.values()]) + "\n\n"
     return text
 
 
@@ -1213,15 +1324,18 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     panels = sorted({(r["family"], r["layers"]) for r in res["rows"]},
                     key=lambda p: (list(FAMILIES).index(p[0]), p[1]))
+    q = llama_question(res)
+    grid_panels = 2 if any(m["at_best"] for m in q.values()) else 0  # each method at its best lr; ppl against lr
+    n = len(panels) + grid_panels
     cols = 3
-    fig, axes = plt.subplots(max(1, math.ceil(len(panels) / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
-        max(1, len(panels)) / cols)), squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    fig, axes = plt.subplots(max(1, math.ceil(n / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
+        max(1, n) / cols)), squeeze=False)
+    for ax in axes.flat[n:]:
         ax.axis("off")
     for ax, (fam, layers) in zip(axes.flat, panels):
         for r in res["rows"]:
             rec = res["records"][r["id"]]
-            if (r["family"], r["layers"]) != (fam, layers) or not rec.get("valid_curve"):
+            if (r["family"], r["layers"]) != (fam, layers) or not rec.get("valid_curve") or r.get("lr_in_id"):
                 continue
             u, v = zip(*rec["valid_curve"])
             y = v if fam == "marian" else [min(2 ** x, 1e5) for x in v]
@@ -1237,7 +1351,38 @@ def plot(res: dict, path: pathlib.Path) -> None:
                       "masked-token valid perplexity" if fam == "bert" else "valid perplexity")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
+    if grid_panels:
+        plot_llama_question(res, q, axes.flat[len(panels)], axes.flat[len(panels) + 1])
     common.save_titled_figure(path, fig, "T-Fixup in transformers models on Multi30k: valid loss against updates")
+
+
+def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
+    """Two panels of the Llama lr grid: each method's valid perplexity at its best lr (every seed there), and the
+    first seed's best valid perplexity against lr (a cross: diverged)."""
+    depth = res["config"]["lm"]["lr_grid"]["depth"]
+    for arm, m in q.items():
+        for r in m["at_best"]:
+            rec = res["records"][r["id"]]
+            if rec.get("valid_curve"):
+                u, v = zip(*rec["valid_curve"])
+                curves.plot(u, [min(2 ** x, 1e5) for x in v], ls="-" if r["seed"] == 1 else ":", lw=1.3,
+                            label=f"{m['label']}, lr {m['best_lr']:g}" if r["seed"] == 1 else None, **ARM_STYLE[arm])
+        pts = sorted((lr, r["best_ppl"]) for lr, r in m["grid"].items() if r and r["status"] == "ok" and r["best_ppl"])
+        if pts:
+            by_lr.plot(*zip(*pts), marker="o", lw=1.3, label=m["label"], **ARM_STYLE[arm])
+        nan = [lr for lr, r in m["grid"].items() if r and r["status"] == "nan"]
+        if nan:
+            top = max([p for _, p in pts], default=100)
+            by_lr.plot(nan, [top] * len(nan), ls="none", marker="x", ms=7, **ARM_STYLE[arm])
+    curves.set_title(f"Llama, {depth} layers: each method at its best lr (dotted: seed 2)", fontsize=9)
+    by_lr.set_title(f"Llama, {depth} layers: best valid perplexity against lr (x: diverged)", fontsize=9)
+    for ax, x in ((curves, "updates"), (by_lr, "peak lr")):
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("valid perplexity")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    by_lr.set_xscale("log")
 
 
 # ---------------------------------------------------------------- CPU estimate
