@@ -1082,14 +1082,16 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
                  ratio_to_baseline=round(u / b_at, 3) if u is not None and b_at else None)
     order = list(FAMILIES)
     rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"]), r["lr"] or 0))
-    return {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-            "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
-            "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
-            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
-            "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
-            "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
-                       for k, v in failed.items() if k not in records},
-            "records": records}
+    res = {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+           "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
+           "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
+           "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+           "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
+           "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
+                      for k, v in failed.items() if k not in records},
+           "records": records}
+    res["llama_question"] = llama_question(res)
+    return res
 
 
 def label(r: dict) -> str:
@@ -1200,30 +1202,37 @@ def llama_question(res: dict) -> dict:
     if not g:
         return {}
     rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
-    out = {}
+    out, at_best = {}, {}
     for arm in g["arms"]:
         mine = [r for r in rows if r["arm"] == arm]
         first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
         grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
-        out[arm] = {"label": ARMS[arm].label, "grid": {lr: first.get(lr) for lr in grid}, "best_lr": b,
-                    "closed": closed, "at_best": sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])}
-    base = {r["seed"]: r for r in out.get(BASELINE, {}).get("at_best", [])}
+        if not closed:  # the best so far, said to be provisional ("grid open")
+            b = best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
+        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
+                    "grid": [{"lr": lr, **({k: first[lr][k] for k in ("id", "status", "best_ppl")} if lr in first
+                                           else {"id": None, "status": None, "best_ppl": None})} for lr in grid]}
+        at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
+    base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
     for arm, m in out.items():
-        for r in m["at_best"]:
+        for r in at_best[arm]:
             b_row = base.get(r["seed"])
             b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
             u = reach(res["records"][r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
-            r_out = {"seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"], "updates": r["updates"],
+            r_out = {"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
+                     "updates": r["updates"],
                      "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
                      "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
-            m.setdefault("seeds", []).append(r_out)
+            m["seeds"].append(r_out)
         stock = next(iter(base.values()), None)
         arm_spec = ARMS[arm]
-        m["norms"] = arm_spec.norms
+        m["norms"] = "removed" if arm.startswith("tfixup") else arm_spec.norms
+        m["norm_modules"] = m["seeds"][0]["norm_modules"] if m["seeds"] else None
         m["warmup"] = ARMS[arm].schedule == "matched"
         m["optimizer"] = arm_spec.optimizer
-        m["extra_parameters"] = (m["at_best"][0]["parameters"] - stock["parameters"]
-                                 if m["at_best"] and stock and m["at_best"][0].get("parameters") is not None else None)
+        mine = at_best[arm]
+        m["extra_parameters"] = (mine[0]["parameters"] - stock["parameters"]
+                                 if mine and stock and mine[0].get("parameters") is not None else None)
     return out
 
 
@@ -1257,10 +1266,12 @@ def llama_table(q: dict) -> list:
     rows = []
     for arm, m in q.items():
         lr = "-" if m["best_lr"] is None else f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)")
-        norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (DyT in each place)",
-                 "derf": "none (Derf in each place)"}[m["norms"]]
+        norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
+                 "derf": "none (a Derf in each place)"}[m["norms"]]
         if arm == "tfixup_mlpnorm":
             norms = "the RMSNorm before each gated MLP"
+        if m.get("norm_modules") is not None:
+            norms += f": {m['norm_modules']}"
         warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
         rows.append([m["label"], lr, seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}"),
                      seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
@@ -1273,11 +1284,11 @@ LLAMA_COLUMNS = ["method", "best lr", "best valid ppl (seed 1 / 2)", "updates to
 
 
 def llama_report(res: dict) -> str:
-    q = llama_question(res)
+    q = res.get("llama_question") or {}
     if not q:
         return ""
     g = res["config"]["lm"]["lr_grid"]
-    grid_lrs = sorted({lr for m in q.values() for lr in m["grid"]})
+    grid_lrs = sorted({c["lr"] for m in q.values() for c in m["grid"]})
     text = (f"## The LLaMA question: each method at its own best lr, {g['depth']}-layer Llama\n\n"
             f"Each method's lr grid starts at {', '.join(f'{x:g}' for x in g['lrs'])} and grows (doubled up to "
             f"{g['max_lr']:g}, halved down to {g['min_lr']:g}) while its best lr, that of the lowest best valid loss "
@@ -1294,9 +1305,12 @@ def llama_report(res: dict) -> str:
             f"1/N), and plain T-Fixup with GI-Adam.\n\n")
     text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
     text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN):\n\n"
-    text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs], [
-        [m["label"]] + [("-" if m["grid"].get(x) is None else "diverged" if m["grid"][x]["status"] == "nan"
-                         else m["grid"][x]["best_ppl"]) for x in grid_lrs] for m in q.values()]) + "\n\n"
+    def cell(m, x):
+        c = next((c for c in m["grid"] if c["lr"] == x and c["status"]), None)
+        return "-" if c is None else "diverged" if c["status"] == "nan" else c["best_ppl"]
+
+    text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs],
+                            [[m["label"]] + [cell(m, x) for x in grid_lrs] for m in q.values()]) + "\n\n"
     return text
 
 
@@ -1324,8 +1338,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     panels = sorted({(r["family"], r["layers"]) for r in res["rows"]},
                     key=lambda p: (list(FAMILIES).index(p[0]), p[1]))
-    q = llama_question(res)
-    grid_panels = 2 if any(m["at_best"] for m in q.values()) else 0  # each method at its best lr; ppl against lr
+    q = res.get("llama_question") or {}
+    grid_panels = 2 if any(m["seeds"] for m in q.values()) else 0  # each method at its best lr; ppl against lr
     n = len(panels) + grid_panels
     cols = 3
     fig, axes = plt.subplots(max(1, math.ceil(n / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
@@ -1361,16 +1375,16 @@ def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
     first seed's best valid perplexity against lr (a cross: diverged)."""
     depth = res["config"]["lm"]["lr_grid"]["depth"]
     for arm, m in q.items():
-        for r in m["at_best"]:
+        for r in m["seeds"]:
             rec = res["records"][r["id"]]
             if rec.get("valid_curve"):
                 u, v = zip(*rec["valid_curve"])
                 curves.plot(u, [min(2 ** x, 1e5) for x in v], ls="-" if r["seed"] == 1 else ":", lw=1.3,
                             label=f"{m['label']}, lr {m['best_lr']:g}" if r["seed"] == 1 else None, **ARM_STYLE[arm])
-        pts = sorted((lr, r["best_ppl"]) for lr, r in m["grid"].items() if r and r["status"] == "ok" and r["best_ppl"])
+        pts = sorted((c["lr"], c["best_ppl"]) for c in m["grid"] if c["status"] == "ok" and c["best_ppl"])
         if pts:
             by_lr.plot(*zip(*pts), marker="o", lw=1.3, label=m["label"], **ARM_STYLE[arm])
-        nan = [lr for lr, r in m["grid"].items() if r and r["status"] == "nan"]
+        nan = [c["lr"] for c in m["grid"] if c["status"] == "nan"]
         if nan:
             top = max([p for _, p in pts], default=100)
             by_lr.plot(nan, [top] * len(nan), ls="none", marker="x", ms=7, **ARM_STYLE[arm])
