@@ -196,6 +196,7 @@ COVERED = {
     "python -m harness.bench.hf --estimate --data work/hf-data": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --report-only": ("flags",),
+    "python -m harness.bench.hf --out results/bench --data work/hf-data --select llama-L24-*-s2": ("flags",),
 }
 
 
