@@ -309,3 +309,66 @@ def test_trace_checks_out_first_and_has_each_familys_arms(exported, tmp_path, mo
         hf_trace.main(["--smoke", "--out", str(tmp_path / "t"), "--data", str(data), "--layers", "2", "--arms", "tfixup"])
     assert e.value.code == 130 and "interrupted: nothing written" in capsys.readouterr().err
     assert not list((tmp_path / "t").iterdir())
+
+
+def test_the_llama_question_table_comes_from_the_records(tmp_path):
+    """Each method's best lr (its first seed's lowest best valid loss), both seeds there, updates to the warmup
+    baseline's best at the baseline's own best lr, norms left and extra parameters: in hf.json, the report and
+    README's generated block."""
+    cfg = hf.make_config("default")
+    bits = {"stock_matched": {5e-4: 5.6, 1e-3: 5.3, 2e-3: 5.4}, "tfixup_sigmoid": {5e-4: 5.2, 1e-3: 5.0, 2e-3: None}}
+    records = {}
+
+    def add(arm, lr, seed, best):
+        spec = next(s for s in hf.make_specs(cfg, records) if s["arm"] == arm and s["layers"] == 24
+                    and s["lr"] == lr and s["seed"] == seed)
+        rid = hf.run_id(spec)
+        curve = [[u, best + (1000 - u) / 1000] for u in range(25, 1001, 25)] if best else []
+        records[rid] = {"id": rid, "family": "llama", "arm": arm, "layers": 24, "seed": seed, "config": spec,
+                        "status": "ok" if best else "nan", "updates": 1000 if best else 40, "valid_curve": curve,
+                        "parameters": 1000 - (3200 if arm.startswith("tfixup") else 0),
+                        "norm_modules": 0 if arm.startswith("tfixup") else 49}
+
+    for arm, by_lr in bits.items():
+        for lr, b in by_lr.items():
+            add(arm, lr, 1, b)
+    add("stock_matched", 1e-3, 2, 5.25)
+    add("tfixup_sigmoid", 1e-3, 2, 5.1)
+    res = hf.summarise(cfg, records, None, len(records), {})
+    q = res["llama_question"]
+    assert q["stock_matched"]["best_lr"] == 1e-3 and q["stock_matched"]["closed"]
+    assert q["tfixup_sigmoid"]["best_lr"] == 1e-3 and [c["status"] for c in q["tfixup_sigmoid"]["grid"]] == [
+        "ok", "ok", "nan"]
+    s1, s2 = q["tfixup_sigmoid"]["seeds"]
+    assert (s1["best_ppl"], s2["best_ppl"]) == (32.0, round(2 ** 5.1, 2))
+    assert s1["to_baseline_best"] == 700 and s1["ratio"] == 0.7  # 5.0 + 0.3 <= 5.3 first at update 700
+    assert q["tfixup_sigmoid"]["extra_parameters"] == -3200 and q["tfixup_sigmoid"]["norm_modules"] == 0
+    assert q["dyt"]["seeds"] == [] and q["dyt"]["best_lr"] is None
+    rows = {r[0]: r for r in hf.llama_table(q)}
+    assert rows["T-Fixup, no warmup, the gate bounded (sigmoid)"][1:4] == ["0.001", "32.0 / 34.3", "700 (0.70x) / 850 (0.85x)"]
+    assert "waits for the rest" in hf.llama_verdict(q)
+    assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "hf.json").write_text(json.dumps(res))
+    block = docs.block_llama(tmp_path, tmp_path)
+    assert "| T-Fixup, no warmup, the gate bounded (sigmoid) | 0.001 | 32.0 / 34.3 |" in block and "hf.png" in block
+
+
+def test_apply_tfixups_gated_mlp_options_are_refused_in_one_line_where_they_do_not_apply():
+    import transformers
+
+    from tfixup import hf as tfixup_hf
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32))
+    with pytest.raises(ValueError, match="gated_mlp changes the gated MLP of the Llama family"):
+        tfixup_hf.apply_tfixup(gpt2, gated_mlp="sigmoid")
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=32))
+    with pytest.raises(ValueError, match="gated_mlp='tanh' is not one of 'sigmoid', 'scaled'"):
+        tfixup_hf.apply_tfixup(llama, gated_mlp="tanh")
+    assert not getattr(llama, "tfixup_applied", False)  # refused before any change
+    assert tfixup_hf.gated_mlp_scale(24) == 1 / 24
+    from tfixup import apply_tfixup  # the package's one call passes the option on
+
+    apply_tfixup(llama, gated_mlp="scaled")
+    assert all(layer.mlp.tfixup_output_scale == 0.5 for layer in llama.model.layers)

@@ -294,11 +294,9 @@ def build_model(spec: dict, vocab: dict):
 
 def with_tfixup(model, input_scale: bool = True, keep_mlp_norm: bool = False, gated_mlp=None) -> dict:
     """T-Fixup on a stock model: the project's one call. Returns what it scaled (name -> factor)."""
-    from tfixup import apply_tfixup, hf as tfixup_hf
+    from tfixup import apply_tfixup
 
-    if gated_mlp is not None:  # the Llama family's norm-free gated MLP: tfixup.hf's option
-        return tfixup_hf.apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm, gated_mlp=gated_mlp)
-    return apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm)
+    return apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm, gated_mlp=gated_mlp)
 
 
 def fairseq_qk_(model) -> int:
