@@ -1124,7 +1124,10 @@ def report(res: dict) -> str:
              f"and k weights (transformers: N(0, 0.02); fairseq: Xavier-uniform, gain 2^-1/2, std "
              f"{(2 / (2 * m['d'])) ** 0.5 * 2 ** -0.5:.4f} at d = {m['d']}) and the q, k, v biases (transformers: 0; "
              f"fairseq: nn.Linear's uniform draw), which leaves no difference between the two initialisations that "
-             f"this study knows of.\n\n")
+             f"this study knows of. **Stock + matched warmup, fairseq's initialisation**: the cross-initialisation "
+             f"control, the stock Post-LN Marian drawn as fairseq draws its transformer (token embeddings N(0, d^-1/2), "
+             f"q, k, v Xavier-uniform with gain 2^-1/2 and nn.Linear's biases, out_proj Xavier-uniform with a zero bias, "
+             f"fc1 and fc2 nn.Linear's own draw; transformers: N(0, 0.02) everywhere, zero biases).\n\n")
     trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
     fairseq = res.get("fairseq") or {}
@@ -1144,6 +1147,13 @@ def report(res: dict) -> str:
                      + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
                         f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
                         "final model).\n\n"))
+    inits = {r["arm"]: r for r in res["rows"] if r["family"] == "marian" and r["arm"] in (BASELINE, "stock_fsinit")
+             and r.get("test_bleu_tok") is not None}
+    if len(inits) == 2:
+        a, b = inits["stock_fsinit"], inits[BASELINE]
+        bleu, bits = a["test_bleu_tok"] - b["test_bleu_tok"], a["best_valid"] - b["best_valid"]
+        text += (f"The stock Marian with fairseq's initialisation minus with transformers': **{bleu:+.2f} BLEU** "
+                 f"(tokenized), {bits:+.3f} bits of best valid loss.\n\n")
     sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")}
                   | {fs["signature"] for fs in fairseq.values()})
     if sigs:
