@@ -11,14 +11,21 @@ subword-nmt are not installed (a GPU machine: copy the folder there).
                and output embedding shared, dictionaries apart, 4096 tokens per update, dropout 0.3, label
                smoothing 0.1, lr 5e-4, 10 epochs): T-Fixup without warmup against stock Marian (LayerNorm) on
                the matched warmup (W = 400, the quality study's), and T-Fixup with q, k and the attention
-               biases drawn as fairseq draws them (what T-Fixup leaves to the framework). Test: the final
+               biases drawn as fairseq draws them (what T-Fixup leaves to the framework); the stock model drawn
+               as fairseq draws its transformer (the cross-initialisation control). Test: the final
                model, beam 4, length penalty 0.3, BPE removed, tokenized BLEU and sacreBLEU as
                harness/score.py scores fairseq's output; beside the fairseq plugin's runs of the quality
                study (results/bench/quality/runs/multi30k-{tfixup,postln_matched}.json).
   causal LM    GPT2LMHeadModel and LlamaForCausalLM (RMSNorm, SwiGLU, rotary positions, 2 KV heads of 4) at 6
                and 24 layers on the English side (one stream in blocks of 64 tokens, 1024 tokens per update,
                as harness/bench/lm.py): T-Fixup without warmup, the stock model on the matched warmup, the
-               stock model without warmup; two seeds at 24 layers.
+               stock model without warmup; two seeds at 24 layers. Llama also: DyT and Derf in place of every
+               RMSNorm, the stock model with GI-Adam, and the norm-free T-Fixup candidates for its gated MLP
+               (docs/derivation.md, section 7.7), at 6 and 24 layers; at 24 each method on an lr grid grown from the
+               records (5e-4, 1e-3, 2e-3, doubled or halved while the best lr is at an edge) with a second seed at
+               its best lr ("the LLaMA question"); the candidates, plain T-Fixup, keep_mlp_norm and the warmup
+               baseline at 48 layers, two seeds. A run's id names its lr where it is not the mode's
+               (llama-L24-dyt-lr0.002-s1).
   masked LM    BertForMaskedLM, 6 layers, on the English sentences: the same three arms; perplexity of the
                masked tokens of valid (15 %, the same masks for every run).
 
@@ -26,12 +33,15 @@ Every run: Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's adam), n
 lr*sqrt(P/(P+t)), P = 4000; the matched warmup rises linearly over W updates onto that curve
 (tfixup/schedules.py). Each run is a subprocess (``one``) on --device, its record written when it ends:
 OUT/hf/runs/RUN.json (command, machine, date, data, the resolved config); a run that fails leaves
-OUT/hf/failed/RUN.json with its error instead, the others go on, and the next start tries it again.
+OUT/hf/failed/RUN.json with its error instead, the others go on, and the next start tries it again. The lr grid
+grows from the records, so a command runs in rounds (--rounds) until its runs call for no more; --select GLOB runs
+the planned runs whose ids match.
 
     python -m harness.bench.hf export --out work/hf-data        # here, once (fairseq)
     python -m harness.bench.hf --estimate --data work/hf-data   # CPU seconds per update of each run type
     python -m harness.bench.hf --smoke --out /tmp/hf --data work/hf-data
     python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8
+    python -m harness.bench.hf --out results/bench --data work/hf-data --select 'llama-L24-*-s2'
 """
 
 import argparse
