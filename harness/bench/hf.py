@@ -1089,7 +1089,8 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
         r.update(baseline_best_ppl=round(2 ** b_best, 2) if b_best is not None else None, updates_to_baseline_best=u,
                  ratio_to_baseline=round(u / b_at, 3) if u is not None and b_at else None)
     order = list(FAMILIES)
-    rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"]), r["lr"] or 0))
+    rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"]),
+                             r["lr"] or 0))
     res = {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
            "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
            "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
@@ -1135,8 +1136,9 @@ def report(res: dict) -> str:
              f"{(2 / (2 * m['d'])) ** 0.5 * 2 ** -0.5:.4f} at d = {m['d']}) and the q, k, v biases (transformers: 0; "
              f"fairseq: nn.Linear's uniform draw), which leaves no difference between the two initialisations that "
              f"this study knows of. **Stock + matched warmup, fairseq's initialisation**: the cross-initialisation "
-             f"control, the stock Post-LN Marian drawn as fairseq draws its transformer (token embeddings N(0, d^-1/2), "
-             f"q, k, v Xavier-uniform with gain 2^-1/2 and nn.Linear's biases, out_proj Xavier-uniform with a zero bias, "
+             f"control, the stock Post-LN Marian drawn as fairseq draws its transformer (token embeddings N(0, "
+             f"d^-1/2), q, k, v Xavier-uniform with gain 2^-1/2 and nn.Linear's biases, out_proj Xavier-uniform with a "
+             f"zero bias, "
              f"fc1 and fc2 nn.Linear's own draw; transformers: N(0, 0.02) everywhere, zero biases).\n\n")
     trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
