@@ -1171,7 +1171,8 @@ def report(res: dict) -> str:
     if sigs:
         text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n"
     text += ("## Causal language models: GPT-2 and Llama\n\n"
-             f"{lm['d']}-{lm['ffn']}-{lm['heads']}, {' and '.join(map(str, lm['depths']))} layers, tied embeddings; "
+             f"{lm['d']}-{lm['ffn']}-{lm['heads']}, {' and '.join(map(str, lm['depths']))} layers"
+             + (f" (Llama also {lm['deeper']['depth']})" if lm.get("deeper") else "") + ", tied embeddings; "
              f"GPT-2: learned positions, GELU MLP, dropout {lm['dropout']}; Llama: RMSNorm, SwiGLU MLP (intermediate "
              f"{lm['ffn']}), rotary positions, {lm['heads'] // 2} KV heads, no dropout. Multi30k's English side in "
              f"blocks of {lm['tokens_per_sample']} tokens, {lm['max_tokens']} tokens per update, {lm['updates']} "
@@ -1182,7 +1183,8 @@ def report(res: dict) -> str:
              f"controls for its gated MLP, down(silu(gate x) * up x), which is of degree 2 in its input where the "
              f"paper's blocks are of degree 1 (every seed at each depth): **the RMSNorm before each gated MLP kept** "
              f"(T-Fixup otherwise as above), and **the MLP without its gate** (each MLP computes down(silu(up x)), "
-             f"gate_proj unused, T-Fixup as above): diagnoses, not baselines.\n\n")
+             f"gate_proj unused, T-Fixup as above): diagnoses, not baselines. Llama's arms of the LLaMA question "
+             f"(below) at the study's lr are in this table too; its lr grid's other runs are there.\n\n")
     cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
             "largest rise of valid loss (bits)"]
     text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
