@@ -81,7 +81,7 @@ class HfArm(NamedTuple):
     label: str
     schedule: str  # "nowarmup" (T-Fixup's curve) or "matched" (a warmup onto it)
     optimizer: str = "adam"  # "adam" (AdamW) or "giadam" (its second moment starts at the first gradient squared)
-    norms: str = "kept"  # what the stock model's norms become: "kept", "removed", "some kept", "dyt", "derf"
+    norms: str = "kept"  # the model's norms as built ("kept"; a T-Fixup arm's are apply_tfixup's) or "dyt", "derf"
 
 
 ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfArm("stock + matched warmup", "matched"),
