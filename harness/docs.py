@@ -469,7 +469,8 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     from harness.bench import hf
 
     res = _load(results, "hf")
-    planned_ = collections.Counter(s["family"] for s in hf.make_specs(res["config"])) if res else {}
+    planned_ = collections.Counter(s["family"] for s in hf.make_specs(res["config"])  # the lr grid: block_llama's
+                                   if not s.get("lr_in_id")) if res else {}
     report = f" ([report]({os.path.relpath(results / 'bench' / 'hf.md', doc_dir)}))"
 
     def value(r, key):
@@ -487,7 +488,7 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
 
     lines = []
     for fam, name in hf.FAMILIES.items():
-        rows = [r for r in res.get("rows", []) if r["family"] == fam]
+        rows = [r for r in res.get("rows", []) if r["family"] == fam and not r.get("lr_in_id")]
         head = f"- **{name}**"
         if not rows:
             how = os.path.relpath(results.parent / "docs" / "beyond-fairseq.md", doc_dir)
@@ -520,8 +521,22 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     return "\n".join(lines)
 
 
+def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """The table a LLaMA user reads: each method at its own best lr on the hf study's 24-layer Llama
+    (harness/bench/hf.py's llama_question, kept in results/bench/hf.json), its verdict and the figure."""
+    from harness.bench import hf
+
+    res = _load(results, "hf")
+    q = (res or {}).get("llama_question") or {}
+    report = os.path.relpath(results / "bench" / "hf.md", doc_dir)
+    if not any(m["seeds"] for m in q.values()):
+        return f"No run of the LLaMA question recorded yet ([the study]({report}))."
+    return (hf.common.md_table(hf.LLAMA_COLUMNS, hf.llama_table(q)) + f"\n\n{hf.llama_verdict(q)} ([report]({report}))"
+            f"\n\n![each method at its best lr]({os.path.relpath(results / 'bench' / 'hf.png', doc_dir)})")
+
+
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
-BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond}
+BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:

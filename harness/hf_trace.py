@@ -2,11 +2,13 @@
 24-layer Llama blows up, and what its gated-MLP controls change (docs/derivation.md, section 7.6).
 
     python -m harness.hf_trace --out results/hf
+    python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam
 
 Each arm is the hf study's run (harness/bench/hf.py: the same model, initialisation, data, batches, optimizer
 and schedule), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
 update's batch, the RMS of every block's output (the stream after block l) and of its attention's and its MLP's
-output (the two branches that block adds). Writes hf_trace.{json,md,png} under --out.
+output (the two branches that block adds). Writes STEM.{json,md,png} under --out (default stem hf_trace), which
+is checked before anything trains; Ctrl-C stops it with nothing written.
 """
 
 import argparse
@@ -18,7 +20,8 @@ import time
 
 from harness.bench import common, hf
 
-ARMS = ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock")
+# each family's default arms (the gated-MLP controls are Llama's)
+ARMS = {"llama": ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock"), "gpt2": ("tfixup", "stock_matched", "stock")}
 # each family's blocks and the attention and MLP module of a block
 BLOCKS = {"llama": (lambda m: m.model.layers, "self_attn", "mlp"), "gpt2": (lambda m: m.transformer.h, "attn", "mlp")}
 
@@ -70,11 +73,14 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
             "updates": tr.updates, "norm_modules": made["norm_modules"], "steps": steps}
 
 
-def spec_of(mode: str, family: str, layers: int, arm: str, seed: int, updates: int) -> dict:
-    """The hf study's spec of that run (in MODE), cut to UPDATES updates."""
+def spec_of(mode: str, family: str, layers: int, arm: str, seed: int, updates: int, lr: float = None) -> dict:
+    """The hf study's spec of that run (in MODE) at its first lr, cut to UPDATES updates; LR: at that lr instead
+    (its id names the lr where the study's would)."""
     specs = hf.make_specs(hf.make_config(mode))
     for s in specs:
-        if (s["family"], s["layers"], s["arm"], s["seed"]) == (family, layers, arm, seed):
+        if (s["family"], s["layers"], s["arm"], s["seed"]) == (family, layers, arm, seed) and not s.get("lr_in_id"):
+            if lr is not None and lr != s["lr"]:
+                s = {**s, "lr": lr, "lr_in_id": True}
             return {**s, "updates": updates}
     known = ", ".join(hf.run_id(s) for s in specs if s["family"] in BLOCKS)
     raise SystemExit(f"error: the hf study has no run {family}-L{layers}-{arm}-s{seed}; its causal LM runs: {known}")
@@ -90,7 +96,8 @@ def report(res: dict) -> str:
     text = (f"# The residual stream over the first updates: {res['family']}, {res['layers']} layers\n\n"
             f"- command: `{res['command']}`\n- machine: {res['machine']['cpu']} ({res['machine']['cores']} cores), "
             f"torch {res['machine']['torch']}, 1 thread\n- date: {res['machine']['date_utc']}\n- data: {res['data']}\n"
-            f"- runs: the hf study's (harness/bench/hf.py) of each arm, seed {res['seed']}, for their first "
+            f"- runs: the hf study's (harness/bench/hf.py) of each arm, seed {res['seed']}"
+            + (f", peak lr {res['lr']:g}" if res.get("lr") else "") + f", for their first "
             f"{res['updates']} updates; RMS on each update's batch, in its forward pass\n\n")
     for r in res["arms"]:
         rows = []
@@ -144,12 +151,15 @@ def plot(res: dict, path: pathlib.Path) -> None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m harness.hf_trace", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="writes hf_trace.{json,md,png} here")
+    p.add_argument("--out", required=True, help="writes STEM.{json,md,png} here")
+    p.add_argument("--stem", default="hf_trace", help="the output files' name (default hf_trace)")
     p.add_argument("--data", default="work/hf-data", help="the hf study's exported data (python -m harness.bench.hf "
                    "--export)")
     p.add_argument("--family", default="llama", choices=sorted(BLOCKS))
     p.add_argument("--layers", type=int, default=24)
-    p.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms of the hf study")
+    p.add_argument("--arms", help="comma-separated arms of the hf study (default: the family's, "
+                   + "; ".join(f"{f}: {','.join(a)}" for f, a in ARMS.items()) + ")")
+    p.add_argument("--lr", type=float, help="peak lr of every arm (default: the study's, 1e-3)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--updates", type=int, default=20)
     p.add_argument("--smoke", dest="mode", action="store_const", const="smoke", default="default",
@@ -157,22 +167,41 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def check_out(out: pathlib.Path) -> pathlib.Path:
+    """OUT as a folder this process can write in (made if missing), or a one-line error before any training."""
+    if out.exists() and not out.is_dir():
+        common.die(f"--out {out}: a file, not a folder; name a folder to write the trace in")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        common.die(f"--out {out}: cannot make the folder ({e.strerror}); name a folder you can write in")
+    if not os.access(out, os.W_OK | os.X_OK):
+        common.die(f"--out {out}: not writable; name a folder you can write in")
+    return out
+
+
 def main(argv=None) -> dict:
     a = parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    out = check_out(pathlib.Path(a.out))
     data = hf.check_data(pathlib.Path(a.data))
-    specs = [spec_of(a.mode, a.family, a.layers, arm, a.seed, a.updates) for arm in a.arms.split(",")]
+    arms = a.arms.split(",") if a.arms else ARMS[a.family]
+    specs = [spec_of(a.mode, a.family, a.layers, arm, a.seed, a.updates, a.lr) for arm in arms]
     import torch
 
     torch.set_num_threads(1)
     t0 = time.time()
     res = {"command": "python -m harness.hf_trace " + " ".join(sys.argv[1:] if argv is None else argv),
            "machine": common.machine(), "data": hf.data_description(data), "family": a.family, "layers": a.layers,
-           "seed": a.seed, "updates": a.updates, "arms": [trace(s, data) for s in specs]}
+           "seed": a.seed, "updates": a.updates, "lr": specs[0]["lr"] if specs else None}
+    try:
+        res["arms"] = [trace(s, data) for s in specs]
+    except KeyboardInterrupt:
+        print("[hf-trace] interrupted: nothing written", file=sys.stderr)
+        raise SystemExit(130)
     res["seconds"] = round(time.time() - t0, 1)
-    out = pathlib.Path(a.out)
-    common.write_outputs(out, "hf_trace", res, plot, report(res), "the stream's RMS after each block")
-    print(f"[hf-trace] wrote {out}/hf_trace.{{json,md,png}} ({res['seconds']} s)")
+    common.write_outputs(out, a.stem, res, plot, report(res), "the stream's RMS after each block")
+    print(f"[hf-trace] wrote {out}/{a.stem}.{{json,md,png}} ({res['seconds']} s)")
     return res
 
 

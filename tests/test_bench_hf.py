@@ -60,9 +60,18 @@ def test_export_keeps_fairseqs_ids_and_text(exported):
     assert not list(data.parent.glob("hf-data.tmp.*"))  # moved into place, nothing left half-written
 
 
+def _first_arms_only(monkeypatch):
+    """The smoke study with the arms it had before the lr axis (the later arms: test_each_new_arm_builds_and_steps),
+    so that the whole-study test stays fast."""
+    monkeypatch.setitem(hf.MODES["smoke"]["marian"], "arms", ["tfixup", hf.BASELINE, "tfixup_fsqk"])
+    for key in ("new_arms", "lr_grid", "deeper"):
+        monkeypatch.delitem(hf.MODES["smoke"]["lm"], key)
+
+
 def test_smoke_study_records_every_run_and_writes_the_report(exported, tmp_path, monkeypatch, capsys):
     data, _ = exported
     monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    _first_arms_only(monkeypatch)
     # README's "beyond" block before any run: each family says it has none
     assert docs.block_beyond(tmp_path, tmp_path).count("no run recorded yet") == len(hf.FAMILIES)
     out = tmp_path / "bench"  # the layout of results/bench, for the block below
@@ -143,25 +152,117 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
-def test_default_plan_is_the_studys_35_runs():
-    """Marian's three arms (the fairseq-q/k control on Marian only), GPT-2 and Llama at 24 layers (two seeds)
-    and 6 (the first seed of each with the input-multiplier control, T-Fixup without it; every Llama seed with
-    its two gated-MLP controls), BERT at 6 (with its head's-norm control): the longest first. Every T-Fixup run of a family without an embedding
-    multiplier says whether apply_tfixup gave it one."""
+FIRST_35 = {  # the study's runs before the lr axis: their ids (and specs, tests/test_bench_plans.py) unchanged
+    "marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1", "bert-L6-tfixup-s1",
+    "bert-L6-stock_matched-s1", "bert-L6-stock-s1", "bert-L6-tfixup_headnorm-s1",
+    *(f"{f}-L{d}-{a}-s1" for f in ("gpt2", "llama") for d in (6, 24)
+      for a in ("tfixup", "stock_matched", "stock", "tfixup_noscale")),
+    *(f"{f}-L24-{a}-s2" for f in ("gpt2", "llama") for a in ("tfixup", "stock_matched", "stock")),
+    *(f"llama-L{d}-{a}-s{s}" for d, seeds in ((6, (1,)), (24, (1, 2))) for s in seeds
+      for a in ("tfixup_mlpnorm", "tfixup_nogate"))}
+
+
+def test_default_plan_keeps_the_first_35_runs_and_adds_the_llama_question():
+    """The first 35 runs as they were (Marian's three arms, GPT-2 and Llama at 24 layers with two seeds and at 6,
+    their controls, BERT); then Marian with fairseq's initialisation; Llama's new arms (DyT, Derf, GI-Adam, the
+    norm-free candidates) at 6 and 24 layers; at 24 each method's lr grid from 5e-4, 1e-3, 2e-3 (ids name the lr
+    off 1e-3); the candidates, plain T-Fixup, keep_mlp_norm and the warmup baseline at 48 layers, two seeds.
+    Every T-Fixup run of a family without an embedding multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 35
-    assert [i for i in ids if "mlpnorm" in i or "nogate" in i] == [
-        "llama-L24-tfixup_mlpnorm-s1", "llama-L24-tfixup_nogate-s1", "llama-L24-tfixup_mlpnorm-s2",
-        "llama-L24-tfixup_nogate-s2", "llama-L6-tfixup_mlpnorm-s1", "llama-L6-tfixup_nogate-s1"]
-    assert ids[:3] == ["marian-L6-tfixup-s1", "marian-L6-stock_matched-s1", "marian-L6-tfixup_fsqk-s1"]
-    assert [i for i in ids if "fsqk" in i] == ["marian-L6-tfixup_fsqk-s1"]
-    assert [i for i in ids if "noscale" in i] == ["gpt2-L24-tfixup_noscale-s1", "llama-L24-tfixup_noscale-s1",
-                                                  "gpt2-L6-tfixup_noscale-s1", "llama-L6-tfixup_noscale-s1"]
-    assert sum("-L24-" in i for i in ids) == 18 and ids[-2:] == ["bert-L6-stock-s1", "bert-L6-tfixup_headnorm-s1"]
+    assert len(ids) == len(set(ids)) == 35 + 1 + 2 * 6 + 16 + 12
+    assert FIRST_35 <= set(ids) and "marian-L6-stock_fsinit-s1" in ids
+    new = ("dyt", "derf", "giadam", "tfixup_sigmoid", "tfixup_gatescale", "tfixup_giadam")
+    assert {f"llama-L{d}-{a}-s1" for d in (6, 24) for a in new} <= set(ids)
+    grid = [i for i in ids if "-lr" in i]
+    assert grid == [f"llama-L24-{a}-lr{lr}-s1" for a in hf.LR_ARMS for lr in ("0.0005", "0.002")]
+    assert {f"llama-L48-{a}-s{s}" for a in (*hf.NORM_FREE, "tfixup", "tfixup_mlpnorm", "stock_matched")
+            for s in (1, 2)} <= set(ids)
+    assert ids[0] == "marian-L6-tfixup-s1" and ids[4].startswith("llama-L48-") and ids[-1].startswith("llama-L24-")
     for s in specs:
         assert ("input_scale" in s) == (s["family"] != "marian" and s["arm"].startswith("tfixup"))
         assert s.get("input_scale", True) == (s["arm"] != "tfixup_noscale")
+        assert s.get("lr_in_id", False) == (s["lr"] != 1e-3 and s["family"] != "marian" and s["family"] != "bert")
+    by_id = dict(zip(ids, specs))
+    assert by_id["llama-L24-dyt-s1"]["alpha0"] == {"attention": 0.8, "mlp": 0.2, "final": 0.2}
+    assert by_id["llama-L24-derf-lr0.002-s1"]["alpha0"] == {"attention": 0.5, "mlp": 0.5, "final": 0.5}
+    assert by_id["llama-L24-tfixup_sigmoid-s1"]["gated_mlp"] == "sigmoid"
+    assert by_id["llama-L24-tfixup_giadam-s1"]["optimizer"] == by_id["llama-L24-giadam-s1"]["optimizer"] == "giadam"
+    assert "optimizer" not in by_id["llama-L24-stock_matched-s1"] and "gated_mlp" not in by_id["llama-L24-tfixup-s1"]
+
+
+def _record(bits, status="ok"):
+    return {"status": status, "valid_curve": [[25, bits + 1], [50, bits]] if status == "ok" else []}
+
+
+def test_the_lr_grid_grows_from_the_records_and_seeds_the_best_lr():
+    """An arm's grid doubles while its best lr is the largest, halves while it is the smallest (or nothing
+    trained), and once closed its second seed runs at the best lr; the runs at 1e-3 are the study's own."""
+    cfg = hf.make_config("default")
+
+    def plan(records):
+        return [hf.run_id(s) for s in hf.make_specs(cfg, records) if s["arm"] == "dyt" and s["layers"] == 24]
+
+    assert plan({}) == ["llama-L24-dyt-s1", "llama-L24-dyt-lr0.0005-s1", "llama-L24-dyt-lr0.002-s1"]
+    recs = {"llama-L24-dyt-lr0.0005-s1": _record(6.0), "llama-L24-dyt-s1": _record(5.5),
+            "llama-L24-dyt-lr0.002-s1": _record(5.2)}  # best at the top: 4e-3 next, no second seed yet
+    assert plan(recs)[-1] == "llama-L24-dyt-lr0.004-s1" and not any(i.endswith("-s2") for i in plan(recs))
+    recs["llama-L24-dyt-lr0.004-s1"] = _record(0, "nan")  # closed: the best is 2e-3, its second seed
+    assert plan(recs)[-1] == "llama-L24-dyt-lr0.002-s2"
+    nothing = {i: _record(0, "nan") for i in plan({})}  # nothing trained: the grid goes down
+    assert "llama-L24-dyt-lr0.00025-s1" in plan(nothing)
+    recs = {"llama-L24-stock_matched-lr0.0005-s1": _record(6.0), "llama-L24-stock_matched-s1": _record(5.0),
+            "llama-L24-stock_matched-lr0.002-s1": _record(5.5)}
+    base = [hf.run_id(s) for s in hf.make_specs(cfg, recs) if s["arm"] == "stock_matched" and s["layers"] == 24]
+    assert base.count("llama-L24-stock_matched-s2") == 1  # the study's own second seed, at 1e-3, planned once
+
+
+def test_each_new_arm_builds_and_steps(exported, tmp_path):
+    """DyT, Derf, GI-Adam, the norm-free candidates and Marian with fairseq's initialisation, at the smoke size:
+    each builds, trains its updates and says what was done to it."""
+    import torch
+
+    data, _ = exported
+    specs = {hf.run_id(s): s for s in hf.make_specs(hf.make_config("smoke"))}
+    for rid in ("llama-L2-dyt-s1", "llama-L2-derf-s1", "llama-L2-giadam-s1", "llama-L2-tfixup_sigmoid-s1",
+                "llama-L2-tfixup_gatescale-s1", "llama-L2-tfixup_giadam-s1", "marian-L1-stock_fsinit-s1"):
+        spec = specs[rid]
+        model, made = hf.make_model(spec, data)
+        if spec["arm"] in ("dyt", "derf"):
+            assert made["pointwise_norms"] == made["norm_modules_stock"] == 5 and made["norm_modules"] == 0
+            norm = model.model.layers[0].input_layernorm
+            assert norm.alpha.item() == pytest.approx(spec["alpha0"]["attention"])
+            assert model.model.norm.alpha.item() == pytest.approx(spec["alpha0"]["final"])
+            assert (norm.shift is not None) == (spec["arm"] == "derf")
+            assert model.model.embed_tokens.learned_scale.item() == pytest.approx(16 ** 0.5)
+        if spec["arm"] == "tfixup_sigmoid":
+            assert isinstance(model.model.layers[1].mlp.act_fn, torch.nn.Sigmoid)
+            assert model.config.hidden_act == "sigmoid" and made["norm_modules"] == 0
+        if spec["arm"] == "tfixup_gatescale":
+            assert model.model.layers[0].mlp.tfixup_output_scale == 0.5  # 1/N, N = 2
+        if spec["arm"] == "stock_fsinit":
+            emb = model.model.encoder.embed_tokens.weight
+            assert made["fairseq_init_attentions"] == 3 and emb[hf.PAD].abs().sum() == 0
+            assert emb.std().item() == pytest.approx(16 ** -0.5, rel=0.1)
+            assert model.model.encoder.layers[0].self_attn.out_proj.bias.abs().sum() == 0
+        rec = hf.run_one(spec, data, "cpu", 1)
+        assert rec["status"] == "ok" and rec["updates"] == (3 if spec["family"] == "marian" else 4), rid
+
+
+def test_gi_adam_starts_the_second_moment_at_the_first_gradient_squared():
+    """The first update of GI-Adam is lr * sqrt(1 - beta2) * sign(g) per weight (m = (1 - beta1) g, bias-corrected
+    to g; v = g^2, bias-corrected to g^2 / (1 - beta2)), not Adam's lr * sign(g)."""
+    import torch
+
+    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
+    opt = torch.optim.AdamW([w], lr=0.1, betas=(0.9, 0.98), eps=0.0, weight_decay=0.0)
+    (w * torch.tensor([0.5, -4.0, 1e-3])).sum().backward()
+    assert hf.gi_adam_init_(opt) == 1
+    opt.step()
+    step = torch.tensor([1.0, -2.0, 3.0]) - w.detach()
+    assert torch.allclose(step, 0.1 * 0.02 ** 0.5 * torch.tensor([1.0, -1.0, 1.0]), rtol=1e-5)
+    with pytest.raises(ValueError, match="before its first step"):
+        hf.gi_adam_init_(opt)
 
 
 def test_trace_records_each_blocks_stream_and_branches_per_update(exported, tmp_path):
@@ -181,5 +282,93 @@ def test_trace_records_each_blocks_stream_and_branches_per_update(exported, tmp_
     md = (tmp_path / "hf_trace.md").read_text()
     assert "`python -m harness.hf_trace --smoke" in md and md.count("| 3 |") == 3 and "hf_trace.png" in md
     assert (tmp_path / "hf_trace.png").stat().st_size > 0
-    with pytest.raises(SystemExit, match="no run llama-L2-stock-s1; its causal LM runs: gpt2-L2-tfixup-s1"):
+    with pytest.raises(SystemExit, match="no run llama-L2-stock-s1; its causal LM runs: .*gpt2-L2-tfixup-s1"):
         hf_trace.main(["--smoke", "--out", str(tmp_path), "--data", str(data), "--layers", "2", "--arms", "stock"])
+
+
+def test_trace_checks_out_first_and_has_each_familys_arms(exported, tmp_path, monkeypatch, capsys):
+    """--out that is a file is refused in one line before anything trains; each family's default arms are runs
+    of the study; Ctrl-C ends with one line, nothing written."""
+    from harness import hf_trace
+
+    data, _ = exported
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(hf_trace, "trace", lambda *a: pytest.fail("trained before checking --out"))
+    with pytest.raises(SystemExit):
+        hf_trace.main(["--smoke", "--out", str(tmp_path / "file"), "--data", str(data), "--layers", "2"])
+    assert "--out" in capsys.readouterr().err
+    for family, arms in hf_trace.ARMS.items():
+        for arm in arms:  # the plan has each (spec_of exits where it does not)
+            assert hf_trace.spec_of("default", family, 24, arm, 1, 5)["updates"] == 5
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf_trace, "trace", interrupted)
+    with pytest.raises(SystemExit) as e:
+        hf_trace.main(["--smoke", "--out", str(tmp_path / "t"), "--data", str(data), "--layers", "2", "--arms", "tfixup"])
+    assert e.value.code == 130 and "interrupted: nothing written" in capsys.readouterr().err
+    assert not list((tmp_path / "t").iterdir())
+
+
+def test_the_llama_question_table_comes_from_the_records(tmp_path):
+    """Each method's best lr (its first seed's lowest best valid loss), both seeds there, updates to the warmup
+    baseline's best at the baseline's own best lr, norms left and extra parameters: in hf.json, the report and
+    README's generated block."""
+    cfg = hf.make_config("default")
+    bits = {"stock_matched": {5e-4: 5.6, 1e-3: 5.3, 2e-3: 5.4}, "tfixup_sigmoid": {5e-4: 5.2, 1e-3: 5.0, 2e-3: None}}
+    records = {}
+
+    def add(arm, lr, seed, best):
+        spec = next(s for s in hf.make_specs(cfg, records) if s["arm"] == arm and s["layers"] == 24
+                    and s["lr"] == lr and s["seed"] == seed)
+        rid = hf.run_id(spec)
+        curve = [[u, best + (1000 - u) / 1000] for u in range(25, 1001, 25)] if best else []
+        records[rid] = {"id": rid, "family": "llama", "arm": arm, "layers": 24, "seed": seed, "config": spec,
+                        "status": "ok" if best else "nan", "updates": 1000 if best else 40, "valid_curve": curve,
+                        "parameters": 1000 - (3200 if arm.startswith("tfixup") else 0),
+                        "norm_modules": 0 if arm.startswith("tfixup") else 49}
+
+    for arm, by_lr in bits.items():
+        for lr, b in by_lr.items():
+            add(arm, lr, 1, b)
+    add("stock_matched", 1e-3, 2, 5.25)
+    add("tfixup_sigmoid", 1e-3, 2, 5.1)
+    res = hf.summarise(cfg, records, None, len(records), {})
+    q = res["llama_question"]
+    assert q["stock_matched"]["best_lr"] == 1e-3 and q["stock_matched"]["closed"]
+    assert q["tfixup_sigmoid"]["best_lr"] == 1e-3 and [c["status"] for c in q["tfixup_sigmoid"]["grid"]] == [
+        "ok", "ok", "nan"]
+    s1, s2 = q["tfixup_sigmoid"]["seeds"]
+    assert (s1["best_ppl"], s2["best_ppl"]) == (32.0, round(2 ** 5.1, 2))
+    assert s1["to_baseline_best"] == 700 and s1["ratio"] == 0.7  # 5.0 + 0.3 <= 5.3 first at update 700
+    assert q["tfixup_sigmoid"]["extra_parameters"] == -3200 and q["tfixup_sigmoid"]["norm_modules"] == 0
+    assert q["dyt"]["seeds"] == [] and q["dyt"]["best_lr"] is None
+    rows = {r[0]: r for r in hf.llama_table(q)}
+    assert rows["T-Fixup, no warmup, the gate bounded (sigmoid)"][1:4] == ["0.001", "32.0 / 34.3", "700 (0.70x) / 850 (0.85x)"]
+    assert "waits for the rest" in hf.llama_verdict(q)
+    assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "hf.json").write_text(json.dumps(res))
+    block = docs.block_llama(tmp_path, tmp_path)
+    assert "| T-Fixup, no warmup, the gate bounded (sigmoid) | 0.001 | 32.0 / 34.3 |" in block and "hf.png" in block
+
+
+def test_apply_tfixups_gated_mlp_options_are_refused_in_one_line_where_they_do_not_apply():
+    import transformers
+
+    from tfixup import hf as tfixup_hf
+
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=32))
+    with pytest.raises(ValueError, match="gated_mlp changes the gated MLP of the Llama family"):
+        tfixup_hf.apply_tfixup(gpt2, gated_mlp="sigmoid")
+    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=32))
+    with pytest.raises(ValueError, match="gated_mlp='tanh' is not one of 'sigmoid', 'scaled'"):
+        tfixup_hf.apply_tfixup(llama, gated_mlp="tanh")
+    assert not getattr(llama, "tfixup_applied", False)  # refused before any change
+    assert tfixup_hf.gated_mlp_scale(24) == 1 / 24
+    from tfixup import apply_tfixup  # the package's one call passes the option on
+
+    apply_tfixup(llama, gated_mlp="scaled")
+    assert all(layer.mlp.tfixup_output_scale == 0.5 for layer in llama.model.layers)

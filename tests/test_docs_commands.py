@@ -114,6 +114,8 @@ COVERED = {
     # docs/derivation.md
     "python -m harness.hf_update_size --out results/hf": ("flags",),
     "python -m harness.hf_trace --out results/hf": ("flags",),
+    "python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --updates 60 --arms "
+    "tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam": ("flags",),
     "python -m harness.hf_update_size --out results/hf --stem hf_update_size_parts --families llama,gpt2 "
     "--methods tfixup-attention,tfixup-mlp": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
@@ -194,6 +196,7 @@ COVERED = {
     "python -m harness.bench.hf --estimate --data work/hf-data": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --report-only": ("flags",),
+    "python -m harness.bench.hf --out results/bench --data work/hf-data --select llama-L24-*-s2": ("flags",),
 }
 
 

@@ -31,6 +31,17 @@ per-element Theta(1) times the factor, not sqrt(d) smaller (docs/derivation.md, 
 before its gated MLP, and removes the others: the gated MLP is of degree 2 in its input, and without that norm a
 deep stack's stream can grow without bound in one forward pass once training has grown the weights
 (docs/derivation.md, section 7.6). Not T-Fixup's "no norm anywhere": an option where plain T-Fixup diverges.
+
+``gated_mlp`` (the Llama family only; default None, the gated MLP as built) changes the gated MLP so that the
+stack has no norm and a bound that training cannot undo (docs/derivation.md, section 7.7), the candidates the
+derivation supports:
+
+* ``"sigmoid"``: the gate bounded, ``down(sigmoid(gate x) * up x)`` (the GLU of Dauphin et al.): the block is
+  of degree 1 in its input whatever the gate's weights become (``|G(x)| <= |down| |up| |x|``), as the paper's
+  blocks are; ``config.hidden_act`` is set to ``"sigmoid"``, so the model saved and loaded keeps it.
+* ``"scaled"``: a fixed, not learned, 1/N on each gated MLP's output (N layers): under Adam the three matrices
+  grow by the same amount per update whatever their scale, and the N gated blocks' sum, which must stay below
+  1 for the stream to stay finite, then grows as it does for one layer (``mlp.tfixup_output_scale``).
 """
 
 import dataclasses
@@ -45,6 +56,7 @@ ENCODER_DECODER = ("marian", "bart")
 ENCODER_ONLY = ("bert", "roberta")
 LLAMA_LIKE = ("llama", "qwen2", "mistral")
 SUPPORTED = (*ENCODER_DECODER, *ENCODER_ONLY, "gpt2", *LLAMA_LIKE)
+GATED_MLP = ("sigmoid", "scaled")  # apply_tfixup's gated_mlp options (docs/derivation.md, section 7.7)
 
 # model types whose fused qkv layout is not GPT-2's [q | k | v] columns: refused by name
 FUSED_QKV = {
@@ -95,11 +107,13 @@ def is_hf_model(model: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool = False) -> Dict[str, float]:
+def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool = False,
+                 gated_mlp: Optional[str] = None) -> Dict[str, float]:
     """T-Fixup on a HuggingFace model, in place; returns parameter name -> the scale it was multiplied by.
     Everything is checked before anything changes: a refused model is left as it was. ``input_scale``: give a
     family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``).
-    ``keep_mlp_norm``: the Llama family keeps the RMSNorm before each gated MLP (see the module's text)."""
+    ``keep_mlp_norm``: the Llama family keeps the RMSNorm before each gated MLP (see the module's text).
+    ``gated_mlp``: None, or one of GATED_MLP, the Llama family's norm-free gated MLP (see the module's text)."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
     if model_type in FUSED_QKV:
@@ -119,6 +133,8 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
                              f"({', '.join(LLAMA_LIKE)}); {name} (model type {model_type!r}) has none: leave it out")
         kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
         plan.norms = [(parent, attr) for parent, attr in plan.norms if (id(parent), attr) not in kept]
+    if gated_mlp is not None:
+        check_gated_mlp(gated_mlp, model_type, name)
     if not plan.norms or getattr(model, "tfixup_applied", False):
         raise ValueError(f"apply_tfixup: {name}: T-Fixup was applied to it already (no norm left that it removes, or "
                          f"tfixup_applied set; applying it twice would scale its weights twice); build the model again "
@@ -154,8 +170,49 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
     for embedding in plan.inputs if input_scale else ():
         embedding.tfixup_input_scale = embedding.weight.shape[1] ** 0.5
         embedding.register_forward_hook(InputScale(embedding.tfixup_input_scale))
+    if gated_mlp is not None:
+        gate_mlps_(model, gated_mlp)
     model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
     return done
+
+
+def check_gated_mlp(option, model_type, name: str = "the model") -> None:
+    """Refuse, in one line, a gated_mlp option that is not one of GATED_MLP or a model without a gated MLP."""
+    if option not in GATED_MLP:
+        raise ValueError(f"apply_tfixup: gated_mlp={option!r} is not one of {', '.join(map(repr, GATED_MLP))} (or "
+                         "None, the gated MLP as built)")
+    if model_type not in LLAMA_LIKE:
+        raise ValueError(f"apply_tfixup: gated_mlp changes the gated MLP of the Llama family ({', '.join(LLAMA_LIKE)}); "
+                         f"{name} (model type {model_type!r}) has none: leave it out")
+
+
+def gated_mlp_scale(n_layers: int) -> float:
+    """The fixed factor on each gated MLP's output of gated_mlp="scaled": 1/N (docs/derivation.md, 7.7)."""
+    return 1.0 / n_layers
+
+
+class OutputScale:
+    """A forward hook: the module's output times ``scale`` (gated_mlp="scaled"; not a parameter, not learned)."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def __call__(self, module, args, output):
+        return output * self.scale
+
+
+def gate_mlps_(model: nn.Module, option: str) -> int:
+    """Each gated MLP of a Llama-family model as OPTION makes it (GATED_MLP); how many."""
+    layers = model.base_model.layers
+    for layer in layers:
+        if option == "sigmoid":
+            layer.mlp.act_fn = nn.Sigmoid()
+        else:
+            layer.mlp.tfixup_output_scale = gated_mlp_scale(len(layers))
+            layer.mlp.register_forward_hook(OutputScale(layer.mlp.tfixup_output_scale))
+    if option == "sigmoid":
+        model.config.hidden_act = "sigmoid"  # what a saved model is built with again
+    return len(layers)
 
 
 _DESCRIBE = ("replace its norms with nn.Identity() and describe its layers: apply_tfixup(model, "

@@ -60,7 +60,7 @@ class Layer:
 def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
                  decoder_embeddings: Iterable[nn.Module] = (), layers: Optional[Sequence[Layer]] = None,
                  decoder_layers: Optional[Sequence[Layer]] = None, input_scale: bool = True,
-                 keep_mlp_norm: bool = False) -> Dict[str, float]:
+                 keep_mlp_norm: bool = False, gated_mlp: Optional[str] = None) -> Dict[str, float]:
     """Apply T-Fixup to ``model`` in place; returns parameter name -> the scale it was multiplied by.
 
     ``embeddings``: the input token embeddings (``nn.Embedding``, or any module with a 2-D ``weight`` of
@@ -71,16 +71,20 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     model type with no embedding multiplier gets fairseq's sqrt(d) on its token embedding's output
     (tfixup/hf.py); a model built here owns its forward, and multiplies by sqrt(d) itself as fairseq does.
     ``keep_mlp_norm`` (HuggingFace Llama-family models): keep the RMSNorm before each gated MLP (tfixup/hf.py).
+    ``gated_mlp`` (HuggingFace Llama-family models): "sigmoid" or "scaled", a norm-free gated MLP (tfixup/hf.py).
     """
     embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
     if hf.is_hf_model(model) and layers is None and decoder_layers is None:
         if embeddings or decoder_embeddings:
             raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace model whose embeddings "
                              "apply_tfixup finds itself: call apply_tfixup(model) without embeddings=")
-        return hf.apply_tfixup(model, input_scale, keep_mlp_norm)  # tfixup/hf.py: its families, or the way forward
+        return hf.apply_tfixup(model, input_scale, keep_mlp_norm, gated_mlp)  # tfixup/hf.py: its families
     if keep_mlp_norm:
         raise ValueError(f"apply_tfixup: keep_mlp_norm is for HuggingFace Llama-family models; {type(model).__name__} "
                          "is described by layers=: keep the norms you want by not replacing them")
+    if gated_mlp is not None:
+        raise ValueError(f"apply_tfixup: gated_mlp is for HuggingFace Llama-family models; {type(model).__name__} "
+                         "is described by layers=: change its MLP yourself")
     if hf.is_hf_model(model) and getattr(model.config, "model_type", None) in hf.SUPPORTED:
         raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace {model.config.model_type} model, "
                          "whose layers apply_tfixup reads itself: call apply_tfixup(model) without layers=")

@@ -11,14 +11,21 @@ subword-nmt are not installed (a GPU machine: copy the folder there).
                and output embedding shared, dictionaries apart, 4096 tokens per update, dropout 0.3, label
                smoothing 0.1, lr 5e-4, 10 epochs): T-Fixup without warmup against stock Marian (LayerNorm) on
                the matched warmup (W = 400, the quality study's), and T-Fixup with q, k and the attention
-               biases drawn as fairseq draws them (what T-Fixup leaves to the framework). Test: the final
+               biases drawn as fairseq draws them (what T-Fixup leaves to the framework); the stock model drawn
+               as fairseq draws its transformer (the cross-initialisation control). Test: the final
                model, beam 4, length penalty 0.3, BPE removed, tokenized BLEU and sacreBLEU as
                harness/score.py scores fairseq's output; beside the fairseq plugin's runs of the quality
                study (results/bench/quality/runs/multi30k-{tfixup,postln_matched}.json).
   causal LM    GPT2LMHeadModel and LlamaForCausalLM (RMSNorm, SwiGLU, rotary positions, 2 KV heads of 4) at 6
                and 24 layers on the English side (one stream in blocks of 64 tokens, 1024 tokens per update,
                as harness/bench/lm.py): T-Fixup without warmup, the stock model on the matched warmup, the
-               stock model without warmup; two seeds at 24 layers.
+               stock model without warmup; two seeds at 24 layers. Llama also: DyT and Derf in place of every
+               RMSNorm, the stock model with GI-Adam, and the norm-free T-Fixup candidates for its gated MLP
+               (docs/derivation.md, section 7.7), at 6 and 24 layers; at 24 each method on an lr grid grown from the
+               records (5e-4, 1e-3, 2e-3, doubled or halved while the best lr is at an edge) with a second seed at
+               its best lr ("the LLaMA question"); the candidates, plain T-Fixup, keep_mlp_norm and the warmup
+               baseline at 48 layers, two seeds. A run's id names its lr where it is not the mode's
+               (llama-L24-dyt-lr0.002-s1).
   masked LM    BertForMaskedLM, 6 layers, on the English sentences: the same three arms; perplexity of the
                masked tokens of valid (15 %, the same masks for every run).
 
@@ -26,15 +33,19 @@ Every run: Adam (0.9, 0.98) with decoupled weight decay 1e-4 (fairseq's adam), n
 lr*sqrt(P/(P+t)), P = 4000; the matched warmup rises linearly over W updates onto that curve
 (tfixup/schedules.py). Each run is a subprocess (``one``) on --device, its record written when it ends:
 OUT/hf/runs/RUN.json (command, machine, date, data, the resolved config); a run that fails leaves
-OUT/hf/failed/RUN.json with its error instead, the others go on, and the next start tries it again.
+OUT/hf/failed/RUN.json with its error instead, the others go on, and the next start tries it again. The lr grid
+grows from the records, so a command runs in rounds (--rounds) until its runs call for no more; --select GLOB runs
+the planned runs whose ids match.
 
     python -m harness.bench.hf export --out work/hf-data        # here, once (fairseq)
     python -m harness.bench.hf --estimate --data work/hf-data   # CPU seconds per update of each run type
     python -m harness.bench.hf --smoke --out /tmp/hf --data work/hf-data
     python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8
+    python -m harness.bench.hf --out results/bench --data work/hf-data --select 'llama-L24-*-s2'
 """
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -65,9 +76,12 @@ DECAY_PERIOD = 4000
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
             "bert": "BERT (masked LM)"}
 class HfArm(NamedTuple):
-    """A HuggingFace model's training arm: T-Fixup applied or the model as built, and its schedule."""
+    """A HuggingFace model's training arm: T-Fixup applied or the model as built (or changed), its schedule and
+    its optimizer."""
     label: str
     schedule: str  # "nowarmup" (T-Fixup's curve) or "matched" (a warmup onto it)
+    optimizer: str = "adam"  # "adam" (AdamW) or "giadam" (its second moment starts at the first gradient squared)
+    norms: str = "kept"  # the model's norms as built ("kept"; a T-Fixup arm's are apply_tfixup's) or "dyt", "derf"
 
 
 ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfArm("stock + matched warmup", "matched"),
@@ -87,19 +101,48 @@ ARMS = {"tfixup": HfArm("T-Fixup, no warmup", "nowarmup"), "stock_matched": HfAr
         "tfixup_nogate": HfArm("T-Fixup, no warmup, the MLP without its gate", "nowarmup"),
         # BERT's control for its masked-LM head (dense, GELU, LayerNorm, then the tied output projection): T-Fixup
         # with that LayerNorm kept, the one norm the paper's model has no counterpart of
-        "tfixup_headnorm": HfArm("T-Fixup, no warmup, the masked-LM head's LayerNorm kept", "nowarmup")}
+        "tfixup_headnorm": HfArm("T-Fixup, no warmup, the masked-LM head's LayerNorm kept", "nowarmup"),
+        # the LayerNorm-free methods of 2025-26 on the Llama: every RMSNorm replaced by DyT (the DyT paper's LLaMA
+        # scheme: alpha0 per place, a learned scalar after the embedding) or by Derf, on the stock model's
+        # recipe (matched warmup); the stock model with GI-Adam and no warmup
+        "dyt": HfArm("DyT in place of every RMSNorm + matched warmup", "matched", norms="dyt"),
+        "derf": HfArm("Derf in place of every RMSNorm + matched warmup", "matched", norms="derf"),
+        "giadam": HfArm("stock, GI-Adam, no warmup", "nowarmup", optimizer="giadam"),
+        # norm-free T-Fixup for the gated MLP (docs/derivation.md, section 7.7): apply_tfixup's gated_mlp options,
+        # and plain T-Fixup with GI-Adam (the optimizer's first updates bounded instead)
+        "tfixup_sigmoid": HfArm("T-Fixup, no warmup, the gate bounded (sigmoid)", "nowarmup"),
+        "tfixup_gatescale": HfArm("T-Fixup, no warmup, each gated MLP's output times 1/N", "nowarmup"),
+        "tfixup_giadam": HfArm("T-Fixup, GI-Adam, no warmup", "nowarmup", optimizer="giadam"),
+        # Marian's cross-initialisation control (issue 49): the stock Post-LN Marian drawn as fairseq draws its
+        # transformer (embeddings N(0, d^-1/2), q/k/v Xavier gain 2^-1/2, out_proj Xavier, fc1/fc2 nn.Linear's)
+        "stock_fsinit": HfArm("stock + matched warmup, fairseq's initialisation", "matched")}
+GATED_MLP = {"tfixup_sigmoid": "sigmoid", "tfixup_gatescale": "scaled"}  # arm -> apply_tfixup's gated_mlp
+# DyT's alpha0 for each place of a LLaMA (before attention, before the MLP, the final norm): the DyT repository's
+# LLaMA 2 recipes give 0.8 / 0.2 / 0.2 at width 4096 (7B), 0.6 / 0.15 / 0.15 at 5120, 0.2 / 0.05 / 0.05 at 8192:
+# smaller where wider. The study's width, 128, is below the table; the narrowest row's values are used.
+DYT_ALPHA0 = {"attention": 0.8, "mlp": 0.2, "final": 0.2}
+DERF_ALPHA0, DERF_SHIFT0 = 0.5, 0.0  # Derf's defaults (gamma * erf(alpha x + s) + beta), at every place
 NO_MULTIPLIER = ("gpt2", "llama", "bert")  # families that get apply_tfixup's input multiplier
 BASELINE = "stock_matched"
+NORM_FREE = ["tfixup_sigmoid", "tfixup_gatescale", "tfixup_giadam"]  # the norm-free T-Fixup candidates
+NEW_LLAMA_ARMS = ["dyt", "derf", "giadam", *NORM_FREE]
+LR_ARMS = [BASELINE, "tfixup_mlpnorm", "dyt", "derf", "giadam", *NORM_FREE]  # each at its own best lr
+# the lm settings that say which runs there are, not how a run trains (kept out of each run's spec)
+LM_PLAN_KEYS = ("depths", "deep_seeds", "families", "arms", "control_arms", "gate_arms", "new_arms", "lr_grid",
+                "deeper")
 
 MODES = {
     "smoke": {
         "marian": dict(d=16, ffn=32, heads=2, layers=1, max_tokens=400, epochs=1, max_updates=3, lr=5e-4,
                        warmup=2, dropout=0.3, label_smoothing=0.1, beam=2, lenpen=0.3, max_len_b=8,
-                       train_lines=64, valid_lines=16, test_lines=4, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
+                       train_lines=64, valid_lines=16, test_lines=4,
+                       arms=["tfixup", BASELINE, "tfixup_fsqk", "stock_fsinit"]),
         "lm": dict(d=16, ffn=32, heads=2, depths=[2], deep_seeds=[1], updates=4, valid_every=2, warmup=2, lr=1e-3,
                    tokens_per_sample=16, max_tokens=64, dropout=0.1, train_lines=64, valid_lines=16,
                    families=["gpt2", "llama"], arms=["tfixup", BASELINE], control_arms=["tfixup_noscale"],
-                   gate_arms=["tfixup_mlpnorm", "tfixup_nogate"]),
+                   gate_arms=["tfixup_mlpnorm", "tfixup_nogate"], new_arms=NEW_LLAMA_ARMS,
+                   lr_grid=dict(depth=2, lrs=[1e-3, 2e-3], min_lr=1e-3, max_lr=2e-3, seeds=[1], arms=["giadam"]),
+                   deeper=dict(depth=3, seeds=[1], arms=["tfixup_sigmoid"])),
         "bert": dict(d=16, ffn=32, heads=2, layers=2, updates=4, valid_every=2, warmup=2, lr=5e-4, batch=8,
                      max_len=32, mask_prob=0.15, dropout=0.1, train_lines=64, valid_lines=16,
                      arms=["tfixup", BASELINE], control_arms=["tfixup_headnorm"]),
@@ -109,11 +152,18 @@ MODES = {
     "default": {
         "marian": dict(d=128, ffn=256, heads=4, layers=6, max_tokens=4096, epochs=10, max_updates=0, lr=5e-4,
                        warmup=400, dropout=0.3, label_smoothing=0.1, beam=4, lenpen=0.3, max_len_b=200,
-                       train_lines=0, valid_lines=0, test_lines=0, arms=["tfixup", BASELINE, "tfixup_fsqk"]),
+                       train_lines=0, valid_lines=0, test_lines=0,
+                       arms=["tfixup", BASELINE, "tfixup_fsqk", "stock_fsinit"]),
+        # Llama also: the new arms at 6 and 24 layers; at 24 each method's lr grid (from 5e-4, 1e-3, 2e-3, grown
+        # while the best lr is at its edge) and a second seed at its best lr; the norm-free candidates at 48
         "lm": dict(d=128, ffn=512, heads=4, depths=[6, 24], deep_seeds=[1, 2], updates=1000, valid_every=25,
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
                    valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"],
-                   control_arms=["tfixup_noscale"], gate_arms=["tfixup_mlpnorm", "tfixup_nogate"]),
+                   control_arms=["tfixup_noscale"], gate_arms=["tfixup_mlpnorm", "tfixup_nogate"],
+                   new_arms=NEW_LLAMA_ARMS,
+                   lr_grid=dict(depth=24, lrs=[5e-4, 1e-3, 2e-3], min_lr=1.25e-4, max_lr=8e-3, seeds=[1, 2],
+                                arms=LR_ARMS),
+                   deeper=dict(depth=48, seeds=[1, 2], arms=[*NORM_FREE, "tfixup", "tfixup_mlpnorm", BASELINE])),
         "bert": dict(d=128, ffn=512, heads=4, layers=6, updates=1000, valid_every=25, warmup=250, lr=5e-4,
                      batch=64, max_len=64, mask_prob=0.15, dropout=0.1, train_lines=0, valid_lines=0,
                      arms=["tfixup", BASELINE, "stock"], control_arms=["tfixup_headnorm"]),
@@ -252,11 +302,11 @@ def build_model(spec: dict, vocab: dict):
             type_vocab_size=1, pad_token_id=PAD, tie_word_embeddings=True))
 
 
-def with_tfixup(model, input_scale: bool = True, keep_mlp_norm: bool = False) -> dict:
+def with_tfixup(model, input_scale: bool = True, keep_mlp_norm: bool = False, gated_mlp=None) -> dict:
     """T-Fixup on a stock model: the project's one call. Returns what it scaled (name -> factor)."""
     from tfixup import apply_tfixup
 
-    return apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm)
+    return apply_tfixup(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm, gated_mlp=gated_mlp)
 
 
 def fairseq_qk_(model) -> int:
@@ -275,6 +325,111 @@ def fairseq_qk_(model) -> int:
                     bound = lin.weight.shape[1] ** -0.5
                     torch.nn.init.uniform_(lin.bias, -bound, bound)
                 n += 1
+    return n
+
+
+def fairseq_init_(model) -> int:
+    """Marian drawn as fairseq draws its Post-LN transformer (fairseq 0.12: TransformerModel's embeddings,
+    MultiheadAttention.reset_parameters, the layers' nn.Linear fc1/fc2): token embeddings N(0, d^-1/2) with the
+    padding row zero; q, k and v weights Xavier-uniform with gain 2^-1/2 and their biases nn.Linear's uniform draw;
+    out_proj Xavier-uniform (gain 1) with a zero bias; fc1 and fc2 nn.Linear's own draw (Kaiming-uniform,
+    a = sqrt(5), uniform biases). LayerNorms (ones, zeros) and the sinusoidal positions are the same in both; the
+    output projection is the decoder's embedding (tied). How many attentions."""
+    import torch
+
+    base = model.base_model
+    n = fairseq_qk_(model)  # q, k weights; q, k, v biases
+    with torch.no_grad():
+        for stack in (base.encoder, base.decoder):
+            emb = stack.embed_tokens
+            torch.nn.init.normal_(emb.weight, mean=0.0, std=emb.weight.shape[1] ** -0.5)
+            emb.weight[PAD].zero_()
+            for layer in stack.layers:
+                for attn in [layer.self_attn] + ([layer.encoder_attn] if hasattr(layer, "encoder_attn") else []):
+                    torch.nn.init.xavier_uniform_(attn.v_proj.weight, gain=2 ** -0.5)
+                    torch.nn.init.xavier_uniform_(attn.out_proj.weight)
+                    torch.nn.init.zeros_(attn.out_proj.bias)
+                layer.fc1.reset_parameters()
+                layer.fc2.reset_parameters()
+    return n
+
+
+def pointwise_norm(kind: str, width: int, alpha0: float, shift0: float = 0.0):
+    """The LayerNorm-free replacement of a norm of WIDTH channels (an ``nn.Module``): DyT (KIND "dyt"),
+    ``gamma * tanh(alpha x) + beta`` (Zhu et al., CVPR 2025), or Derf ("derf"), ``gamma * erf(alpha x + s) + beta``
+    (Dec 2025); alpha (from ALPHA0) and s (from SHIFT0) learned scalars, gamma (ones) and beta (zeros) per channel."""
+    import torch
+
+    class Pointwise(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kind = kind
+            self.alpha = torch.nn.Parameter(torch.full((1,), float(alpha0)))
+            self.shift = torch.nn.Parameter(torch.full((1,), float(shift0))) if kind == "derf" else None
+            self.weight = torch.nn.Parameter(torch.ones(width))
+            self.bias = torch.nn.Parameter(torch.zeros(width))
+
+        def forward(self, x):
+            if self.kind == "dyt":
+                return self.weight * torch.tanh(self.alpha * x) + self.bias
+            return self.weight * torch.erf(self.alpha * x + self.shift) + self.bias
+
+        def extra_repr(self):
+            return f"{kind}, width {width}, alpha0 {alpha0}" + (f", s0 {shift0}" if kind == "derf" else "")
+
+    if kind not in ("dyt", "derf"):
+        raise ValueError(f"unknown element-wise norm {kind!r}: dyt or derf")
+    return Pointwise()
+
+
+class LearnedScale:
+    """A forward hook: the module's output times its learned scalar ``module.learned_scale``."""
+
+    def __call__(self, module, args, output):
+        return output * module.learned_scale
+
+
+def pointwise_norms_(model, kind: str, alpha0: dict, shift0: float = 0.0) -> int:
+    """Every RMSNorm of a Llama replaced by DyT or Derf (KIND) with alpha0[place] (place: "attention" for
+    input_layernorm, "mlp" for post_attention_layernorm, "final" for the last norm), and a learned scalar on the
+    token embedding's output, initialised to sqrt(d) (the DyT LLaMA recipe: the stream's input at the scale an
+    RMSNorm's output has, where the element-wise functions need it); how many norms."""
+    import torch
+
+    base = model.base_model
+    d = base.embed_tokens.weight.shape[1]
+
+    def make(norm, place):
+        return pointwise_norm(kind, norm.weight.shape[0], alpha0[place], shift0)
+
+    for layer in base.layers:
+        layer.input_layernorm = make(layer.input_layernorm, "attention")
+        layer.post_attention_layernorm = make(layer.post_attention_layernorm, "mlp")
+    base.norm = make(base.norm, "final")
+    base.embed_tokens.learned_scale = torch.nn.Parameter(torch.full((1,), d ** 0.5))
+    base.embed_tokens.register_forward_hook(LearnedScale())
+    return 2 * len(base.layers) + 1
+
+
+def gi_adam_init_(opt) -> int:
+    """GI-Adam (Kalra & Barkeshli, 2024) on a torch Adam/AdamW before its first step: each parameter's second
+    moment starts at its first gradient squared instead of zero (the first moment at zero, bias corrections kept),
+    so that the first updates are about lr * sqrt(1 - beta2^t) per parameter instead of lr; how many tensors."""
+    import torch
+
+    n = 0
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = opt.state[p]
+            if state:
+                raise ValueError("gi_adam_init_: the optimizer has stepped already; call it before its first step")
+            state["step"] = torch.tensor(0.0, dtype=torch.float64 if torch.get_default_dtype() == torch.float64
+                                         else torch.float32)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = p.grad.detach().clone().pow_(2)
+            n += 1
     return n
 
 
@@ -419,6 +574,8 @@ class Trainer:
             return False
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        if self.updates == 0 and ARMS[self.spec["arm"]].optimizer == "giadam":
+            gi_adam_init_(self.opt)
         self.opt.step()
         self.updates += 1
         if self.device.type == "cuda":
@@ -624,7 +781,7 @@ TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": tr
 
 
 def norm_modules(model) -> int:
-    """Normalisation modules left in the model (LayerNorm, RMSNorm, ...)."""
+    """Normalisation modules left in the model (LayerNorm, RMSNorm, ...; not DyT or Derf)."""
     return sum(1 for m in model.modules() if "norm" in type(m).__name__.lower())
 
 
@@ -657,7 +814,8 @@ def make_model(spec: dict, data: pathlib.Path):
     out = {"norm_modules_stock": norm_modules(model)}
     if spec["arm"].startswith("tfixup"):
         kept = kept_norms(model, spec["arm"])
-        scaled = with_tfixup(model, spec.get("input_scale", True), keep_mlp_norm=spec["arm"] == "tfixup_mlpnorm")
+        scaled = with_tfixup(model, spec.get("input_scale", True), keep_mlp_norm=spec["arm"] == "tfixup_mlpnorm",
+                             gated_mlp=spec.get("gated_mlp"))
         out["tfixup_scaled"] = {k: round(v, 6) for k, v in scaled.items()}
         for owner, name, norm in kept:
             setattr(owner, name, norm)
@@ -665,6 +823,10 @@ def make_model(spec: dict, data: pathlib.Path):
         out["qk_redrawn"] = fairseq_qk_(model)
     if spec["arm"] == "tfixup_nogate":
         out["ungated"] = ungate_(model)
+    if spec["arm"] == "stock_fsinit":
+        out["fairseq_init_attentions"] = fairseq_init_(model)
+    if ARMS[spec["arm"]].norms in ("dyt", "derf"):
+        out["pointwise_norms"] = pointwise_norms_(model, spec["norm"], spec["alpha0"], spec.get("shift0", 0.0))
     out.update(norm_modules=norm_modules(model), parameters=sum(p.numel() for p in model.parameters()))
     return model, out
 
@@ -703,39 +865,121 @@ def make_config(mode: str) -> dict:
 
 
 def run_id(spec: dict) -> str:
-    """e.g. marian-L6-tfixup-s1, llama-L24-stock_matched-s2"""
-    return f"{spec['family']}-L{spec['layers']}-{spec['arm']}-s{spec['seed']}"
+    """e.g. marian-L6-tfixup-s1, llama-L24-stock_matched-s2, llama-L24-dyt-lr0.002-s1: the lr is named where it is
+    not the mode's (``lr_in_id``: a run of an lr grid), so the runs at the mode's lr keep their first ids."""
+    lr = f"-lr{spec['lr']:g}" if spec.get("lr_in_id") else ""
+    return f"{spec['family']}-L{spec['layers']}-{spec['arm']}{lr}-s{spec['seed']}"
 
 
-def make_specs(cfg: dict) -> list:
+def arm_settings(spec: dict) -> dict:
+    """SPEC with what its arm sets beyond the study's recipe, so that the record's config says it: apply_tfixup's
+    input multiplier where the family has none of its own, the gated-MLP option, the optimizer, the element-wise
+    norms' constants, the initialisation. Arms without such settings are left as they were."""
+    arm = ARMS[spec["arm"]]
+    if spec["family"] in NO_MULTIPLIER and spec["arm"].startswith("tfixup"):
+        spec["input_scale"] = spec["arm"] != "tfixup_noscale"
+    if spec["arm"] in GATED_MLP:
+        spec["gated_mlp"] = GATED_MLP[spec["arm"]]
+    if arm.optimizer != "adam":
+        spec["optimizer"] = arm.optimizer
+    if arm.norms == "dyt":
+        spec.update(norm="dyt", alpha0=dict(DYT_ALPHA0), embedding_scalar="learned, sqrt(d) at init")
+    if arm.norms == "derf":
+        spec.update(norm="derf", alpha0={k: DERF_ALPHA0 for k in DYT_ALPHA0}, shift0=DERF_SHIFT0,
+                    embedding_scalar="learned, sqrt(d) at init")
+    if spec["arm"] == "stock_fsinit":
+        spec["init"] = "fairseq"
+    return spec
+
+
+def best_lr(by_lr: dict):
+    """The lr of the lowest best valid loss among the runs (records) that finished without diverging, or None."""
+    ok = {lr: best(r.get("valid_curve", []))[1] for lr, r in by_lr.items() if r and r.get("status") == "ok"}
+    ok = {lr: v for lr, v in ok.items() if v is not None}
+    return min(ok, key=ok.get) if ok else None
+
+
+def grid_of(g: dict, record_at) -> tuple:
+    """An arm's lr grid as the records make it (RECORD_AT(lr): the first seed's record there, or None): the starting
+    lrs, doubled while the best is the largest (up to max_lr), halved while it is the smallest or nothing trained
+    (down to min_lr). (grid, best lr, closed): closed once every run is in and the best is inside the grid or at a
+    bound."""
+    grid = sorted(g["lrs"])
+    while True:
+        got = {lr: record_at(lr) for lr in grid}
+        if not all(got.values()):
+            return grid, None, False
+        b = best_lr(got)
+        if (b is None or b == grid[0]) and grid[0] / 2 >= g["min_lr"] * (1 - 1e-9):
+            grid.insert(0, grid[0] / 2)
+        elif b is not None and b == grid[-1] and grid[-1] * 2 <= g["max_lr"] * (1 + 1e-9):
+            grid.append(grid[-1] * 2)
+        else:
+            return grid, b, True
+
+
+def lr_grid_specs(lm: dict, base: dict, records: dict) -> list:
+    """The Llama lr grid's runs (lm["lr_grid"]) that RECORDS call for: each arm's grid at its first seed, then, once
+    the grid is closed, its other seeds at its best lr."""
+    g = lm.get("lr_grid")
+    if not g:
+        return []
+
+    def spec(arm, lr, seed):
+        return arm_settings(dict(family="llama", arm=arm, seed=seed, layers=g["depth"], **{**base, "lr": lr},
+                                 **({"lr_in_id": True} if lr != base["lr"] else {})))
+
+    out = []
+    for arm in g["arms"]:
+        grid, b, closed = grid_of(g, lambda lr: records.get(run_id(spec(arm, lr, g["seeds"][0]))))
+        out += [spec(arm, lr, g["seeds"][0]) for lr in grid]
+        if closed and b is not None:
+            out += [spec(arm, b, seed) for seed in g["seeds"][1:]]
+    return out
+
+
+def make_specs(cfg: dict, records: dict = None) -> list:
     """Every run's resolved config, the longest first (so that --jobs N packs them well): Marian, then the
-    causal LMs deepest first, then BERT."""
+    causal LMs deepest first, then BERT; then Llama's lr grid as RECORDS (id -> record) call for it (without
+    records: its starting grid)."""
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
     specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
-    lm_keys = {k: v for k, v in lm.items()
-               if k not in ("depths", "deep_seeds", "families", "arms", "control_arms", "gate_arms")}
+    lm_keys = {k: v for k, v in lm.items() if k not in LM_PLAN_KEYS}
+    deeper = lm.get("deeper")
+    if deeper:
+        specs += [dict(family="llama", arm=arm, seed=seed, layers=deeper["depth"], **lm_keys)
+                  for seed in deeper["seeds"] for arm in deeper["arms"]]
     for depth in sorted(lm["depths"], reverse=True):
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
             arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
-                extra = lm.get("gate_arms", []) if fam == "llama" else []
+                extra = (lm.get("gate_arms", []) if fam == "llama" else []) + (
+                    lm.get("new_arms", []) if fam == "llama" and seed == 1 else [])
                 specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms + extra]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k not in ("arms", "control_arms")})
               for arm in bert["arms"] + bert.get("control_arms", [])]
-    for spec in specs:  # apply_tfixup's option, where the family has no embedding multiplier of its own
-        if spec["family"] in NO_MULTIPLIER and spec["arm"].startswith("tfixup"):
-            spec["input_scale"] = spec["arm"] != "tfixup_noscale"
-    return specs
+    specs = [arm_settings(spec) for spec in specs]
+    specs += lr_grid_specs(lm, lm_keys, records or {})
+    unique = {}
+    for spec in specs:  # the grid's runs at the mode's lr are runs of the study already
+        rid = run_id(spec)
+        if rid in unique and unique[rid] != spec:
+            raise ValueError(f"hf: two runs named {rid} with different configs")
+        unique.setdefault(rid, spec)
+    return list(unique.values())
 
 
-def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    return [runlib.Run(run_id(s), {k: s[k] for k in ("family", "arm", "layers", "seed")},
-                       [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg)]
+def make_runs(cfg: dict, data: pathlib.Path, records: dict = None) -> list:
+    return [runlib.Run(run_id(s), {k: s[k] for k in ("family", "arm", "layers", "seed", "lr")},
+                       [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg, records)]
 
 
-def plan(data, mode: str = "default") -> list:
-    """The study's runs on the exported folder DATA (tests/test_bench_plans.py checks the committed records)."""
-    return make_runs(make_config(mode), pathlib.Path(data))
+def plan(data, mode: str = "default", records: dict = None) -> list:
+    """The study's runs on the exported folder DATA, the lr grid as RECORDS call for it (default: the committed
+    records, results/bench/hf/runs; tests/test_bench_plans.py checks them)."""
+    if records is None:
+        records = runlib.load_records(common.REPO / "results" / "bench" / STEM / "runs")
+    return make_runs(make_config(mode), pathlib.Path(data), records)
 
 
 def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
@@ -822,7 +1066,8 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
                                        "s_per_update", "wall_s", "parameters", "norm_modules")}
         curve = [v for _, v in rec.get("valid_curve", [])]
         rises = [b - a for a, b in zip(curve, curve[1:]) if math.isfinite(a) and math.isfinite(b)]
-        row.update(best_valid=b_bits, best_at=b_at, best_ppl=round(2 ** b_bits, 2) if b_bits is not None else None,
+        row.update(lr=(rec.get("config") or {}).get("lr"), lr_in_id=bool((rec.get("config") or {}).get("lr_in_id")),
+                   best_valid=b_bits, best_at=b_at, best_ppl=round(2 ** b_bits, 2) if b_bits is not None else None,
                    largest_rise=round(max(rises), 3) if rises and max(rises) > 0 else 0.0,
                    device=(rec.get("machine") or {}).get("device"), scaled=len(rec.get("tfixup_scaled") or {}))
         test = rec.get("test")
@@ -835,27 +1080,33 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
             row.update(test_bleu_tok=test["bleu_tok"], test_bleu_detok=test.get("bleu_detok"),
                        signature=test.get("sacrebleu_signature"), test_sentences=test["sentences"])
         rows.append(row)
-    # against the stock model on the matched warmup, the same family, depth and seed
+    # against the stock model on the matched warmup, the same family, depth, seed and lr
+    baselines = {(r["family"], r["layers"], r["seed"], r["lr"]): records[r["id"]] for r in rows if r["arm"] == BASELINE}
     for r in rows:
-        base = records.get(run_id({**r, "arm": BASELINE}))
+        base = baselines.get((r["family"], r["layers"], r["seed"], r["lr"]))
         b_at, b_best = best(base["valid_curve"]) if base else (None, None)
         u = reach(records[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
         r.update(baseline_best_ppl=round(2 ** b_best, 2) if b_best is not None else None, updates_to_baseline_best=u,
                  ratio_to_baseline=round(u / b_at, 3) if u is not None and b_at else None)
     order = list(FAMILIES)
-    rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"])))
-    return {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-            "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
-            "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
-            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
-            "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
-            "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
-                       for k, v in failed.items() if k not in records},
-            "records": records}
+    rows.sort(key=lambda r: (order.index(r["family"]), r["layers"], r["seed"], list(ARMS).index(r["arm"]),
+                             r["lr"] or 0))
+    res = {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
+           "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
+           "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
+           "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+           "fairseq": fairseq_references() if cfg["mode"] == "default" else {}, "rows": rows,
+           "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
+                      for k, v in failed.items() if k not in records},
+           "records": records}
+    res["llama_question"] = llama_question(res)
+    return res
 
 
 def label(r: dict) -> str:
-    return ARMS[r["arm"]].label + (f" (seed {r['seed']})" if r["seed"] != 1 else "")
+    grid = (r.get("config") or {}).get("lr_in_id") or r.get("lr_in_id")
+    extra = ", ".join(([f"lr {r['lr']:g}"] if grid else []) + ([f"seed {r['seed']}"] if r["seed"] != 1 else []))
+    return ARMS[r["arm"]].label + (f" ({extra})" if extra else "")
 
 
 def report(res: dict) -> str:
@@ -884,7 +1135,11 @@ def report(res: dict) -> str:
              f"and k weights (transformers: N(0, 0.02); fairseq: Xavier-uniform, gain 2^-1/2, std "
              f"{(2 / (2 * m['d'])) ** 0.5 * 2 ** -0.5:.4f} at d = {m['d']}) and the q, k, v biases (transformers: 0; "
              f"fairseq: nn.Linear's uniform draw), which leaves no difference between the two initialisations that "
-             f"this study knows of.\n\n")
+             f"this study knows of. **Stock + matched warmup, fairseq's initialisation**: the cross-initialisation "
+             f"control, the stock Post-LN Marian drawn as fairseq draws its transformer (token embeddings N(0, "
+             f"d^-1/2), q, k, v Xavier-uniform with gain 2^-1/2 and nn.Linear's biases, out_proj Xavier-uniform with a "
+             f"zero bias, "
+             f"fc1 and fc2 nn.Linear's own draw; transformers: N(0, 0.02) everywhere, zero biases).\n\n")
     trows = [["transformers", label(r), r["status"], r.get("test_bleu_tok"), r.get("test_bleu_detok"), r["best_valid"],
               r["updates"], r["epochs"], r["device"]] for r in res["rows"] if r["family"] == "marian"]
     fairseq = res.get("fairseq") or {}
@@ -904,12 +1159,20 @@ def report(res: dict) -> str:
                      + ("(fairseq's evaluate.sh chose K = 1 on valid: its final model, as here).\n\n" if k == 1 else
                         f"(fairseq's evaluate.sh chose on valid the average of its last {k} checkpoints; here the "
                         "final model).\n\n"))
+    inits = {r["arm"]: r for r in res["rows"] if r["family"] == "marian" and r["arm"] in (BASELINE, "stock_fsinit")
+             and r.get("test_bleu_tok") is not None}
+    if len(inits) == 2:
+        a, b = inits["stock_fsinit"], inits[BASELINE]
+        bleu, bits = a["test_bleu_tok"] - b["test_bleu_tok"], a["best_valid"] - b["best_valid"]
+        text += (f"The stock Marian with fairseq's initialisation minus with transformers': **{bleu:+.2f} BLEU** "
+                 f"(tokenized), {bits:+.3f} bits of best valid loss.\n\n")
     sigs = sorted({r["signature"] for r in res["rows"] if r.get("signature")}
                   | {fs["signature"] for fs in fairseq.values()})
     if sigs:
         text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n"
     text += ("## Causal language models: GPT-2 and Llama\n\n"
-             f"{lm['d']}-{lm['ffn']}-{lm['heads']}, {' and '.join(map(str, lm['depths']))} layers, tied embeddings; "
+             f"{lm['d']}-{lm['ffn']}-{lm['heads']}, {' and '.join(map(str, lm['depths']))} layers"
+             + (f" (Llama also {lm['deeper']['depth']})" if lm.get("deeper") else "") + ", tied embeddings; "
              f"GPT-2: learned positions, GELU MLP, dropout {lm['dropout']}; Llama: RMSNorm, SwiGLU MLP (intermediate "
              f"{lm['ffn']}), rotary positions, {lm['heads'] // 2} KV heads, no dropout. Multi30k's English side in "
              f"blocks of {lm['tokens_per_sample']} tokens, {lm['max_tokens']} tokens per update, {lm['updates']} "
@@ -920,12 +1183,14 @@ def report(res: dict) -> str:
              f"controls for its gated MLP, down(silu(gate x) * up x), which is of degree 2 in its input where the "
              f"paper's blocks are of degree 1 (every seed at each depth): **the RMSNorm before each gated MLP kept** "
              f"(T-Fixup otherwise as above), and **the MLP without its gate** (each MLP computes down(silu(up x)), "
-             f"gate_proj unused, T-Fixup as above): diagnoses, not baselines.\n\n")
+             f"gate_proj unused, T-Fixup as above): diagnoses, not baselines. Llama's arms of the LLaMA question "
+             f"(below) at the study's lr are in this table too; its lr grid's other runs are there.\n\n")
     cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
             "largest rise of valid loss (bits)"]
     text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
                                     r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"], r["largest_rise"]]
                                    for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
+    text += llama_report(res)
     text += ("## Masked language model: BERT\n\n"
              f"BertForMaskedLM {bert['d']}-{bert['ffn']}-{bert['heads']}, {bert['layers']} layers, dropout "
              f"{bert['dropout']}, on Multi30k's English sentences (<s> as [CLS], at most {bert['max_len']} tokens), "
@@ -949,6 +1214,128 @@ def report(res: dict) -> str:
     return text
 
 
+def llama_question(res: dict) -> dict:
+    """Llama's lr grid (config lm.lr_grid) as recorded: per method (arm), its grid (lr -> the first seed's row), its
+    best lr (the first seed's lowest best valid loss among runs that did not diverge), whether the grid is closed,
+    its rows at the best lr (every seed), and against the warmup baseline at ITS best lr (the same seed): the
+    updates to that baseline's best and their ratio to the baseline's own; norms left, warmup, extra parameters
+    (against the stock model). {} without a grid."""
+    g = res["config"]["lm"].get("lr_grid")
+    if not g:
+        return {}
+    rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
+    out, at_best = {}, {}
+    for arm in g["arms"]:
+        mine = [r for r in rows if r["arm"] == arm]
+        first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
+        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
+        if not closed:  # the best so far, said to be provisional ("grid open")
+            b = best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
+        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
+                    "grid": [{"lr": lr, **({k: first[lr][k] for k in ("id", "status", "best_ppl")} if lr in first
+                                           else {"id": None, "status": None, "best_ppl": None})} for lr in grid]}
+        at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
+    base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
+    for arm, m in out.items():
+        for r in at_best[arm]:
+            b_row = base.get(r["seed"])
+            b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
+            u = reach(res["records"][r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
+            r_out = {"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
+                     "updates": r["updates"],
+                     "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
+                     "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
+            m["seeds"].append(r_out)
+        stock = next(iter(base.values()), None)
+        arm_spec = ARMS[arm]
+        m["norms"] = "removed" if arm.startswith("tfixup") else arm_spec.norms
+        m["norm_modules"] = m["seeds"][0]["norm_modules"] if m["seeds"] else None
+        m["warmup"] = ARMS[arm].schedule == "matched"
+        m["optimizer"] = arm_spec.optimizer
+        mine = at_best[arm]
+        m["extra_parameters"] = (mine[0]["parameters"] - stock["parameters"]
+                                 if mine and stock and mine[0].get("parameters") is not None else None)
+    return out
+
+
+def llama_verdict(q: dict) -> str:
+    """One sentence from the records: the method of the lowest best valid perplexity at its best lr (mean over
+    its seeds there), and whether each norm-free candidate trained at its best lr."""
+    done = {a: m for a, m in q.items() if m.get("seeds") and m["closed"]}
+    if len(done) < len(q):
+        return (f"{len(done)} of {len(q)} methods have a closed lr grid so far; the verdict waits for the rest.")
+    ok = {a: statistics.mean(s["best_ppl"] for s in m["seeds"] if s["status"] == "ok")
+          for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
+    top = min(ok, key=ok.get)
+    free = [f"{q[a]['label']}: {'trains' if all(s['status'] == 'ok' for s in q[a]['seeds']) else 'diverges'} at its "
+            f"best lr ({q[a]['best_lr']:g})" if q[a]["best_lr"] else f"{q[a]['label']}: diverges at every lr of its grid"
+            for a in NORM_FREE if a in q]
+    n = len(q[top]["seeds"])
+    return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
+            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g})."
+            + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else ""))
+
+
+def llama_table(q: dict) -> list:
+    """Rows of the table a LLaMA user reads (llama_question's): method, best lr, best valid perplexity per seed,
+    updates to the warmup baseline's best (ratio), norms left, warmup, extra parameters."""
+    def seeds(m, key, fmt):
+        vals = [fmt(s) if s["status"] == "ok" and s.get(key) is not None else
+                ("diverged" if s["status"] == "nan" else "not reached" if s["status"] == "ok" else s["status"])
+                for s in m.get("seeds", [])]
+        return " / ".join(vals) or "-"
+
+    rows = []
+    for arm, m in q.items():
+        lr = "-" if m["best_lr"] is None else f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)")
+        norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
+                 "derf": "none (a Derf in each place)"}[m["norms"]]
+        if arm == "tfixup_mlpnorm":
+            norms = "the RMSNorm before each gated MLP"
+        if m.get("norm_modules") is not None:
+            norms += f": {m['norm_modules']}"
+        warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
+        rows.append([m["label"], lr, seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}"),
+                     seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
+                     norms, warm, m["extra_parameters"] if m["extra_parameters"] is not None else "-"])
+    return rows
+
+
+LLAMA_COLUMNS = ["method", "best lr", "best valid ppl (seed 1 / 2)", "updates to the warmup baseline's best (ratio)",
+                 "norms left", "warmup", "extra parameters"]
+
+
+def llama_report(res: dict) -> str:
+    q = res.get("llama_question") or {}
+    if not q:
+        return ""
+    g = res["config"]["lm"]["lr_grid"]
+    grid_lrs = sorted({c["lr"] for m in q.values() for c in m["grid"]})
+    text = (f"## The LLaMA question: each method at its own best lr, {g['depth']}-layer Llama\n\n"
+            f"Each method's lr grid starts at {', '.join(f'{x:g}' for x in g['lrs'])} and grows (doubled up to "
+            f"{g['max_lr']:g}, halved down to {g['min_lr']:g}) while its best lr, that of the lowest best valid loss "
+            f"of the first seed among runs that did not diverge, is at its edge; a second seed runs at the best lr. "
+            f"The warmup baseline is the stock model on the matched warmup at its own best lr. **DyT** / **Derf**: "
+            f"every RMSNorm replaced by gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta, a learned "
+            f"scalar on the token embedding's output from sqrt(d); DyT's alpha0 {DYT_ALPHA0['attention']:g} before "
+            f"attention, {DYT_ALPHA0['mlp']:g} before the MLP, {DYT_ALPHA0['final']:g} for the final one (the DyT "
+            f"LLaMA recipe's values at its narrowest width, 4096; this width is below its table), Derf's "
+            f"{DERF_ALPHA0:g} everywhere, s0 = {DERF_SHIFT0:g}; both on the stock recipe's matched warmup. **GI-Adam**: "
+            f"Adam's second moment starts at the first gradient squared (bias corrections kept), no warmup. The "
+            f"norm-free T-Fixup candidates (docs/derivation.md, section 7.7): `apply_tfixup(model, "
+            f"gated_mlp=\"sigmoid\")` (the gate bounded), `gated_mlp=\"scaled\"` (each gated MLP's output times "
+            f"1/N), and plain T-Fixup with GI-Adam.\n\n")
+    text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
+    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN):\n\n"
+    def cell(m, x):
+        c = next((c for c in m["grid"] if c["lr"] == x and c["status"]), None)
+        return "-" if c is None else "diverged" if c["status"] == "nan" else c["best_ppl"]
+
+    text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs],
+                            [[m["label"]] + [cell(m, x) for x in grid_lrs] for m in q.values()]) + "\n\n"
+    return text
+
+
 def _reached(r: dict):
     if r["updates_to_baseline_best"] is not None:
         return r["updates_to_baseline_best"]
@@ -959,7 +1346,10 @@ ARM_STYLE = {"tfixup": dict(color=methods.method("tfixup").color),
              "stock_matched": dict(color=methods.method("postln").color),
              "stock": dict(color=common.POSTLN_NO_WARMUP_COLOR), "tfixup_fsqk": dict(color="tab:pink"),
              "tfixup_noscale": dict(color="tab:orange"), "tfixup_mlpnorm": dict(color="tab:olive"),
-             "tfixup_nogate": dict(color="tab:cyan"), "tfixup_headnorm": dict(color="tab:brown")}
+             "tfixup_nogate": dict(color="tab:cyan"), "tfixup_headnorm": dict(color="tab:brown"),
+             "dyt": dict(color="tab:purple"), "derf": dict(color="mediumvioletred"), "giadam": dict(color="tab:gray"),
+             "tfixup_sigmoid": dict(color="tab:green"), "tfixup_gatescale": dict(color="darkgoldenrod"),
+             "tfixup_giadam": dict(color="teal"), "stock_fsinit": dict(color="tab:red")}
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -970,15 +1360,18 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     panels = sorted({(r["family"], r["layers"]) for r in res["rows"]},
                     key=lambda p: (list(FAMILIES).index(p[0]), p[1]))
+    q = res.get("llama_question") or {}
+    grid_panels = 2 if any(m["seeds"] for m in q.values()) else 0  # each method at its best lr; ppl against lr
+    n = len(panels) + grid_panels
     cols = 3
-    fig, axes = plt.subplots(max(1, math.ceil(len(panels) / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
-        max(1, len(panels)) / cols)), squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    fig, axes = plt.subplots(max(1, math.ceil(n / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
+        max(1, n) / cols)), squeeze=False)
+    for ax in axes.flat[n:]:
         ax.axis("off")
     for ax, (fam, layers) in zip(axes.flat, panels):
         for r in res["rows"]:
             rec = res["records"][r["id"]]
-            if (r["family"], r["layers"]) != (fam, layers) or not rec.get("valid_curve"):
+            if (r["family"], r["layers"]) != (fam, layers) or not rec.get("valid_curve") or r.get("lr_in_id"):
                 continue
             u, v = zip(*rec["valid_curve"])
             y = v if fam == "marian" else [min(2 ** x, 1e5) for x in v]
@@ -994,7 +1387,38 @@ def plot(res: dict, path: pathlib.Path) -> None:
                       "masked-token valid perplexity" if fam == "bert" else "valid perplexity")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
+    if grid_panels:
+        plot_llama_question(res, q, axes.flat[len(panels)], axes.flat[len(panels) + 1])
     common.save_titled_figure(path, fig, "T-Fixup in transformers models on Multi30k: valid loss against updates")
+
+
+def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
+    """Two panels of the Llama lr grid: each method's valid perplexity at its best lr (every seed there), and the
+    first seed's best valid perplexity against lr (a cross: diverged)."""
+    depth = res["config"]["lm"]["lr_grid"]["depth"]
+    for arm, m in q.items():
+        for r in m["seeds"]:
+            rec = res["records"][r["id"]]
+            if rec.get("valid_curve"):
+                u, v = zip(*rec["valid_curve"])
+                curves.plot(u, [min(2 ** x, 1e5) for x in v], ls="-" if r["seed"] == 1 else ":", lw=1.3,
+                            label=f"{m['label']}, lr {m['best_lr']:g}" if r["seed"] == 1 else None, **ARM_STYLE[arm])
+        pts = sorted((c["lr"], c["best_ppl"]) for c in m["grid"] if c["status"] == "ok" and c["best_ppl"])
+        if pts:
+            by_lr.plot(*zip(*pts), marker="o", lw=1.3, label=m["label"], **ARM_STYLE[arm])
+        nan = [c["lr"] for c in m["grid"] if c["status"] == "nan"]
+        if nan:
+            top = max([p for _, p in pts], default=100)
+            by_lr.plot(nan, [top] * len(nan), ls="none", marker="x", ms=7, **ARM_STYLE[arm])
+    curves.set_title(f"Llama, {depth} layers: each method at its best lr (dotted: seed 2)", fontsize=9)
+    by_lr.set_title(f"Llama, {depth} layers: best valid perplexity against lr (x: diverged)", fontsize=9)
+    for ax, x in ((curves, "updates"), (by_lr, "peak lr")):
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("valid perplexity")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    by_lr.set_xscale("log")
 
 
 # ---------------------------------------------------------------- CPU estimate
@@ -1065,6 +1489,11 @@ def parser():
                    help="run each run in this process, one at a time (tests, debugging); default: a process each")
     p.add_argument("--estimate", action="store_true",
                    help="time a few updates of each run type on this CPU and print the study's CPU time; run nothing")
+    p.add_argument("--select", nargs="+", metavar="GLOB",
+                   help="run just the planned runs whose ids match one of these shell patterns (e.g. 'llama-L24-*-s2': "
+                        "the second seeds at each method's best lr, once its grid is in), round after round while "
+                        "the lr grid grows")
+    p.add_argument("--rounds", type=int, default=8, help="rounds of growing the lr grid at most (default 8)")
     return p
 
 
@@ -1116,19 +1545,30 @@ def main(argv=None) -> int:
               f"Measured on {common.machine()['cpu']}, {os.cpu_count()} cores, load average "
               f"{os.getloadavg()[0]:.1f} at the end: a busy machine's seconds are longer")
         return 0
-    all_runs = make_runs(cfg, data)
     out = pathlib.Path(args.out)
     failed_dir = out / (STEM + args.tag) / "failed"
     failed_dir.mkdir(parents=True, exist_ok=True)
+    store = out / (STEM + args.tag) / "runs"
+    for round_ in range(max(1, args.rounds)):
+        all_runs = make_runs(cfg, data, runlib.load_records(store))
+        only = args.only
+        if args.select:
+            only = [r.id for r in all_runs if any(fnmatch.fnmatchcase(r.id, g) for g in args.select)]
+            if not only:
+                common.log(f"--select {' '.join(args.select)}: no planned run matches (yet); nothing to run")
+                break
 
-    def summary(records):
-        failed = runlib.load_records(failed_dir)
-        return summarise(cfg, records, data, len(all_runs), failed)
+        def summary(records, n=len(all_runs)):
+            return summarise(cfg, records, data, n, runlib.load_records(failed_dir))
 
-    runlib.run_study(STEM + args.tag, out, all_runs, summary, plot, report,
-                     "valid loss against updates, every run", 1 if args.in_process else args.jobs,
-                     execute=lambda r, work: execute(r, work, failed_dir, args.device, args.threads, args.in_process),
-                     report_only=args.report_only, only=args.only)
+        runlib.run_study(STEM + args.tag, out, all_runs, summary, plot, report,
+                         "valid loss against updates, every run", 1 if args.in_process else args.jobs,
+                         execute=lambda r, work: execute(r, work, failed_dir, args.device, args.threads, args.in_process),
+                         report_only=args.report_only, only=only, quiet=round_ > 0)
+        grown = {r.id for r in make_runs(cfg, data, runlib.load_records(store))} - {r.id for r in all_runs}
+        if args.report_only or args.only or not grown:
+            break
+        common.log(f"round {round_ + 1}: the lr grid grows by {len(grown)} runs: {' '.join(sorted(grown))}")
     return 0
 
 
