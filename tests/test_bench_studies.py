@@ -179,9 +179,10 @@ def test_convergence_methods_option_runs_only_those():
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
     main = [a.name for a in convergence.ARMS.values() if a.group == "main"]
-    # per lr: 4 headline arms x 3 seeds, the other main arms once; 3 Fig. 3c Adam arms per lr, 2 SGD arms
-    # x 3 lrs; a long run per headline arm
-    assert len(every) == 2 * (4 * 3 + len(main) - 4) + 2 * 3 + 2 * 3 + 4
+    # per lr: 6 headline arms (Post-LN with either initialisation) x 3 seeds, the other main arms once; 3 Fig. 3c
+    # Adam arms per lr, 2 SGD arms x 3 lrs; a long run per headline arm
+    assert len(convergence.HEADLINE) == 6
+    assert len(every) == 2 * (6 * 3 + len(main) - 6) + 2 * 3 + 2 * 3 + 6
 
 
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
