@@ -74,6 +74,8 @@ MODES = {
                     # the LM study's 24-layer model, validated every 10 of its 400 updates
                     lm=dict(lm.MODES["default"], depths=[24], valid_every=10, dropout=0.1, decay_period=4000, seed=1),
                     lrs=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], lm_lrs=[5e-4, 1e-3, 2e-3], max_lr=6.4e-2, seeds=[1, 2],
+                    # the LM's ratios moved most from seed to seed (DyT 0.525 / 0.375): a third seed there
+                    lm_seeds=[1, 2, 3],
                     arms=None),
 }
 
@@ -89,6 +91,11 @@ def _run(cfg: dict, part: str, data: dict, arm: str, lr: float, seed: int) -> ru
         return convergence.make_run(cfg["translation"], data[part], arm, lr, seed, cfg["translation"]["updates"],
                                     "mt", table, cfg["device"][part])
     return lm.make_run(cfg["lm"], data[part], arm, cfg["lm"]["depths"][0], lr, seed, table, cfg["device"][part])
+
+
+def seeds(cfg: dict, part: str) -> list:
+    """The seeds a part runs at each arm's best lr (the first one also across the grid)."""
+    return (cfg.get("lm_seeds") or cfg["seeds"]) if part == "lm" else cfg["seeds"]
 
 
 def trains(rec: dict, threshold: float) -> bool:
@@ -107,17 +114,17 @@ def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
         for arm in _part_arms(cfg, part):
             grid = list(start)
             while True:
-                got = [records.get(_run(cfg, part, data, arm, lr, cfg["seeds"][0]).id) for lr in grid]
+                got = [records.get(_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]).id) for lr in grid]
                 top = got[-1]
                 if top is not None and trains(top, thresholds[part]) and grid[-1] * 2 <= cfg["max_lr"] * (1 + 1e-9):
                     grid.append(grid[-1] * 2)
                     continue
                 break
-            out += [_run(cfg, part, data, arm, lr, cfg["seeds"][0]) for lr in grid]
+            out += [_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]) for lr in grid]
             if all(g is not None for g in got):
                 b = best_lr(dict(zip(grid, got)))
                 if b is not None:
-                    out += [_run(cfg, part, data, arm, b, s) for s in cfg["seeds"][1:]]
+                    out += [_run(cfg, part, data, arm, b, s) for s in seeds(cfg, part)[1:]]
     # the order they run in: every arm at the studies' two lrs first, then outwards, so that a study cut short
     # has whole columns of the grid; second seeds last
     first = {x: i for i, x in enumerate(sorted({r.meta["lr"] for r in out}, key=lambda x: abs(math.log(x / 7e-4))))}
@@ -180,7 +187,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         every = cfg[part]["valid_every"]
         per_arm = {}
         for arm in table:
-            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == cfg["seeds"][0]}
+            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == seeds(cfg, part)[0]}
             b = best_lr(first)
             rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
                      "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
@@ -205,7 +212,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                 if arm == ref or m["best_lr"] is None:
                     continue
                 pairs = []
-                for seed in cfg["seeds"]:
+                for seed in seeds(cfg, part):
                     t = recs.get(_run(cfg, part, data, ref, per_arm[ref]["best_lr"], seed).id)
                     o = recs.get(_run(cfg, part, data, arm, m["best_lr"], seed).id)
                     if not (t and o and o["valid_curve"] and t["status"] == "ok"):
@@ -213,6 +220,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                     # the same pair with both runs stopped at half the budget: how much the ratio moves with it
                     half = truncated({"t": t, "o": o}, cfg[part]["updates"] // 2)
                     pairs.append({"seed": seed, **pair_ratio(t, o, every), "method_still_improving": still_improving(o),
+                                  "devices": [_device(t), _device(o)],
                                   "half_budget": cfg[part]["updates"] // 2,
                                   "ratio_at_half_budget": pair_ratio(half["t"], half["o"], every)["ratio"]
                                   if half["o"]["valid_curve"] else None})
@@ -221,8 +229,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                                "ratio_mean": round(statistics.mean(got), 3) if got else None,
                                "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
                                "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
-        used = collections.Counter(r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda")
-                                   for r in recs.values())
+        used = collections.Counter(_device(r) for r in recs.values())
         parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
                        "unigram_level": levels[part],
                        "stuck_threshold": round(threshold, 4), "methods": per_arm,
@@ -233,6 +240,11 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             "config": {k: v for k, v in cfg.items() if k not in PARTS}, "margin_bits": margin,
             "complete": len(records) >= planned and planned > 0, "runs_recorded": len(records), "runs_planned": planned,
             "parts": parts, "records": records}
+
+
+def _device(rec: dict) -> str:
+    """Where a run trained: its record's device (older records: from its command)."""
+    return rec.get("device") or ("cpu" if " --cpu" in rec["command"] else "cuda")
 
 
 def data_text(part: str, path) -> str:
@@ -302,7 +314,9 @@ def _pairs(v):
     if not v or not v["pairs"]:
         return "-"
     return "; ".join(f"s{p['seed']}: " + (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None
-                                          else "not reached") for p in v["pairs"])
+                                          else "not reached")
+                     + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
+                        if len(set(p.get("devices", []))) > 1 else "") for p in v["pairs"])
 
 
 def _halves(v):
