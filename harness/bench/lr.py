@@ -192,8 +192,8 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
                      "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
             rng = lr_range(first, threshold, b) if b is not None else None
-            seeds = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
-            bests = [best(r["valid_curve"])[1] for r in seeds if r["valid_curve"]]
+            at_best = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
+            bests = [best(r["valid_curve"])[1] for r in at_best if r["valid_curve"]]
             top = max(first, default=None)
             # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
             # best lr (and so T-Fixup's ratio against it) may still move up
@@ -201,7 +201,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             per_arm[arm] = {"label": table[arm].label, "schedule": table[arm].schedule, "grid": rows, "best_lr": b,
                             "lr_range": rng, "largest_lr_run": top, "grid_closed": closed,
                             "lr_range_tight": tight_range(first, b) if b is not None else None,
-                            "best_lr_seeds": sorted(r["seed"] for r in seeds),
+                            "best_lr_seeds": sorted(r["seed"] for r in at_best),
                             "best_valid_at_best_lr": [round(x, 4) for x in bests],
                             "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
         # T-Fixup at its best lr against each method at its best lr, seed by seed
