@@ -92,7 +92,7 @@ BASELINE = "postln_warmup"
 BASELINE_SCHEDULES = tuple(a for a in ("postln_warmup", "postln_matched", "postln_si_warmup", "postln_si_matched")
                            if a in ARMS)
 # every seed; the other arms the first seed
-HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched"] + [a for a in BASELINE_SCHEDULES[2:]]
+HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched", *BASELINE_SCHEDULES[2:]]
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
