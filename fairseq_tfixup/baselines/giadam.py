@@ -12,7 +12,7 @@ g_0 is the gradient of the first update, at the initial weights: no extra batch 
 correction kept, the first updates are then smaller than Adam's: after the first step v_1 = g_0^2, so its
 bias-corrected value is g_0^2 / (1 - beta2) and the first update is lr sqrt(1 - beta2) sign(g_0) (0.14 lr at
 beta2 = 0.98) where Adam's is lr sign(g_0); the factor fades as the early squared gradients leave v
-(about 1 / (1 - beta2) updates): the paper's reading, a warmup that the optimizer does by itself. Train without
+(about 1 / (1 - beta2) updates): in effect a warmup that the optimizer does by itself. Train without
 warmup (``--lr-scheduler inverse_sqrt_nowarmup``). A resumed run keeps its saved moments.
 """
 
