@@ -535,8 +535,50 @@ def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             f"\n\n![each method at its best lr]({os.path.relpath(results / 'bench' / 'hf.png', doc_dir)})")
 
 
+def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """T-Fixup's headline ratios at two budgets or more: the convergence study's against the better Post-LN
+    baseline (every run cut at each budget; the long runs to theirs) and the lr study's against each method at its
+    best lr (both runs cut at half the budget), each with how many of the baseline's runs were still improving at
+    the end of the budget."""
+    conv, lr = _load(results, "convergence"), _load(results, "lr")
+    rows = ["| study, runs | baseline | still improving at the end | T-Fixup's ratio at each budget (updates: ratio) |",
+            "|---|---|---|---|"]
+    for key, h in conv.get("headline", {}).items():
+        b = h.get("better_baseline")
+        if not b:
+            continue
+        at = h.get("at_budget", {})
+        cells = "; ".join(f"{n}: {_x(v['per_baseline'][b].get('ratio_mean'))}" for n, v in at.items()
+                          if b in v["per_baseline"])
+        pb = h["per_baseline"][b]
+        rows.append(f"| convergence, {key} | {_arm_label(b)} | {pb.get('baseline_still_improving', '-')}/"
+                    f"{pb['baseline_seeds']} | {cells or '-'} |")
+    for part, p in lr.get("parts", {}).items():
+        for arm, v in p.get("versus", {}).items():
+            pairs = [x for x in v["pairs"] if x.get("ratio") is not None]
+            halves = [x["ratio_at_half_budget"] for x in pairs if x.get("ratio_at_half_budget") is not None]
+            if not pairs:
+                continue
+            m = p["methods"][arm]
+            improving = sum(bool(x.get("method_still_improving")) for x in pairs)
+            half = pairs[0].get("half_budget")
+            cells = (f"{half}: {_x(sum(halves) / len(halves))}; " if halves and half else "") + \
+                f"{p['config']['updates']}: {_x(v['ratio_mean'])}"
+            rows.append(f"| each at its best lr, {part} | {m['label']} (lr {m['best_lr']:g}) | {improving}/{len(pairs)} "
+                        f"| {cells} |")
+    return "\n".join(rows)
+
+
+def _arm_label(arm: str) -> str:
+    """A study arm's label (a method's row label and its schedule), from the convergence study's arms."""
+    from harness.bench import convergence
+
+    return convergence.ARMS[arm].label if arm in convergence.ARMS else arm
+
+
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
-BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama}
+BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama,
+          "budgets": block_budgets}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:

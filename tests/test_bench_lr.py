@@ -93,6 +93,48 @@ def test_best_lr_range_and_ratio_on_known_records(monkeypatch):
     assert "NaN" in text and "STUCK" in text and "0.001 - 0.002" in text
 
 
+def test_tight_range_half_budget_ratio_and_mixed_devices(monkeypatch):
+    """Beside the 1-bit "trains" range, the range within TIGHT_BITS of the method's own best; each seed pair's
+    ratio with both runs cut at half the budget, whether the method was still improving, and the devices of a
+    pair that trained on two."""
+    monkeypatch.setattr(lr.common, "data_description", lambda d: "synthetic")
+    c = cfg(lrs=[1e-3, 2e-3, 4e-3], max_lr=4e-3, seeds=[1])
+    c["translation"] = dict(c["translation"], valid_every=4, updates=16)
+    mk = lambda arm, x, seed: lr._run(c, "translation", DATA, arm, x, seed)  # noqa: E731
+    recs = {}
+    for run, curve in [(mk("tfixup", 1e-3, 1), [(4, 8.6), (8, 8.0), (16, 7.3)]),
+                       (mk("tfixup", 2e-3, 1), [(4, 8.5), (8, 7.4), (12, 7.0), (16, 6.9)]),
+                       (mk("tfixup", 4e-3, 1), [(4, 8.5), (16, 8.4)]),  # trains, 1.5 bit behind its best
+                       (mk("postln_matched", 1e-3, 1), [(4, 9.0), (8, 8.4), (12, 8.0), (16, 7.4)]),
+                       (mk("postln_matched", 2e-3, 1), [(4, 9.0), (8, 8.5), (16, 8.2)]),
+                       (mk("postln_matched", 4e-3, 1), [(4, 9.9)])]:
+        recs[run.id] = record(run, curve)
+    recs[mk("postln_matched", 1e-3, 1).id]["device"] = "NVIDIA H100"
+    p = lr.summarise(c, recs, {"translation": LEVEL}, DATA, 1.0, planned=len(recs))["parts"]["translation"]
+    assert p["methods"]["tfixup"]["lr_range"] == (1e-3, 4e-3)
+    assert p["methods"]["tfixup"]["lr_range_tight"] == (1e-3, 2e-3)  # 7.3 within 0.5 bit of 6.9, 8.4 not
+    pair = p["versus"]["postln_matched"]["pairs"][0]
+    # Post-LN's best 7.4 at 16 (its last validation); T-Fixup reaches it at 8: 0.5. Cut at 8: Post-LN's best 8.4
+    # at 8, T-Fixup below it at 8: 1.0
+    assert pair["ratio"] == 0.5 and pair["method_still_improving"] and pair["ratio_at_half_budget"] == 1.0
+    assert pair["devices"] == ["cpu", "NVIDIA H100"]
+    text = lr.report(lr.summarise(c, recs, {"translation": LEVEL}, DATA, 1.0, planned=len(recs)))
+    assert "T-Fixup on cpu, the method on NVIDIA H100" in text and "yes, 1.000 at 8" in text
+
+
+def test_dyt_derf_and_pre_ln_run_both_ways_in_translation_only():
+    got = lr.study_arms("translation")
+    for name in ("dyt", "derf", "preln"):
+        assert {name, name + "_matched"} <= set(got), name
+        assert got[name].schedule == "nowarmup" and got[name + "_matched"].schedule == "matched"
+    assert "postln" not in got and "dyt" not in lr.study_arms("lm")
+
+
+def test_the_language_model_runs_a_third_seed_at_each_best_lr():
+    c = lr.make_config(lr.parser().parse_args(["--out", "-", "--data", "d"]))
+    assert lr.seeds(c, "lm") == [1, 2, 3] and lr.seeds(c, "translation") == [1, 2]
+
+
 def test_device_words():
     assert lr.devices(["cuda"]) == {"translation": "cuda", "lm": "cuda"}
     assert lr.devices(["translation=cuda"]) == {"translation": "cuda", "lm": "cpu"}

@@ -61,12 +61,12 @@ def test_convergence_ratio_and_stuck(tmp_path, monkeypatch):
     assert "STUCK" in text and "0.375" in text
 
 
-def lr1e3_summary(tmp_path, monkeypatch, curves: dict) -> dict:
+def lr1e3_summary(tmp_path, monkeypatch, curves: dict, **cfg_kw) -> dict:
     """convergence.summarise of one seed at lr 1e-3 of each arm -> its valid curve (400 updates)."""
     monkeypatch.setattr(convergence.common, "data_description", lambda d: "synthetic")
     monkeypatch.setattr(convergence.common, "data_counts", lambda d: {"valid": 1})
     cfg = dict(convergence.MODES["smoke"], mode="smoke", lrs=[1e-3], n_runs=len(curves), dropout=0.1,
-               decay_period=4000)
+               decay_period=4000, **cfg_kw)
     meta = dict(group="main", lr=1e-3, seed=1, updates=400)
     records = {f"main-{arm}-lr0.001-s1": rec(f"main-{arm}-lr0.001-s1", curve, method=arm, **meta)
                for arm, curve in curves.items()}
@@ -84,6 +84,26 @@ def test_convergence_ratio_against_each_baseline_schedule_and_the_better_one(tmp
     assert head["per_baseline"]["postln_matched"]["ratio_mean"] == pytest.approx(400 / 400)  # 7.6 at 400
     assert head["better_baseline"] == "postln_matched" and head["ratio_mean"] == pytest.approx(1.0)
     assert "Post-LN + matched warmup" in convergence.report(res)
+
+
+def test_convergence_headline_with_the_small_init_baseline_at_each_budget(tmp_path, monkeypatch):
+    """The Post-LN baseline with transformers' initialisation is a headline baseline too (the better of the four
+    arms is chosen on valid); each baseline says how many of its runs were still improving at the end, and the
+    ratios are given again with every run cut at half the budget."""
+    res = lr1e3_summary(tmp_path, monkeypatch, {
+        "postln_warmup": [(100, 9.0), (200, 8.5), (400, 8.0)],
+        "postln_si_matched": [(100, 8.9), (200, 7.6), (400, 7.7)],  # best before its end: not still improving
+        "tfixup": [(100, 8.0), (200, 7.7), (400, 7.0)]}, updates=400)
+    head = res["headline"]["main lr 0.001"]
+    assert head["better_baseline"] == "postln_si_matched" and head["ratio_mean"] == pytest.approx(400 / 200)
+    assert head["per_baseline"]["postln_warmup"]["baseline_still_improving"] == 1
+    assert head["per_baseline"]["postln_si_matched"]["baseline_still_improving"] == 0
+    half = head["at_budget"]["200"]  # 400 updates: budgets 200 and 400
+    # cut at 200: the warmup baseline's best is 8.5 at 200, T-Fixup's 8.0 at 100 is below it: 0.5
+    assert half["per_baseline"]["postln_warmup"]["ratio_mean"] == pytest.approx(0.5)
+    assert set(head["at_budget"]) == {"200", "400"}
+    text = convergence.report(res)
+    assert "Post-LN, small init + matched warmup (**better**)" in text and "200: 0.50x (1/1 reached)" in text
 
 
 def test_convergence_states_tfixup_against_every_warmup_method_on_its_better_schedule(tmp_path, monkeypatch):
@@ -179,9 +199,10 @@ def test_convergence_methods_option_runs_only_those():
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
     main = [a.name for a in convergence.ARMS.values() if a.group == "main"]
-    # per lr: 4 headline arms x 3 seeds, the other main arms once; 3 Fig. 3c Adam arms per lr, 2 SGD arms
-    # x 3 lrs; a long run per headline arm
-    assert len(every) == 2 * (4 * 3 + len(main) - 4) + 2 * 3 + 2 * 3 + 4
+    # per lr: 6 headline arms (Post-LN with either initialisation) x 3 seeds, the other main arms once; 3 Fig. 3c
+    # Adam arms per lr, 2 SGD arms x 3 lrs; a long run per headline arm
+    assert len(convergence.HEADLINE) == 6
+    assert len(every) == 2 * (6 * 3 + len(main) - 6) + 2 * 3 + 2 * 3 + 6
 
 
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):

@@ -87,6 +87,8 @@ COVERED = {
     "--adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt --warmup-updates 4000 --warmup-init-lr 1e-7 ...": ("parse",),
     "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_rezero_iwslt_de_en --optimizer adam "
     "--adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000 ...": ("parse",),
+    "fairseq-train DATA --user-dir fairseq_tfixup --arch transformer_iwslt_de_en --optimizer giadam "
+    "--adam-betas (0.9, 0.98) --lr-scheduler inverse_sqrt_nowarmup --decay-period 4000 ...": ("parse",),
     # docs/diagnostics.md
     "bash scripts/prepare-iwslt14.sh --out data-bin/iwslt14.de-en": ("flags",),
     "tfixup-diagnose grad-hist --data data-bin/iwslt14.de-en --model postln,tfixup --steps 100 --out diag": ("flags",),

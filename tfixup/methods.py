@@ -44,9 +44,9 @@ class Method:
 
 PRE_LN = ("--encoder-normalize-before", "--decoder-normalize-before")
 
-# The methods of the T-Fixup paper's Tables 1-3 (and four later ones: DeepNorm, Admin, and the
-# LayerNorm-free DyT and ReZero), each with the warmup its own paper trains with
-# (fairseq_tfixup/baselines/, docs/baselines.md); then the arms
+# The methods of the T-Fixup paper's Tables 1-3 (and later ones: DeepNorm, Admin, the LayerNorm-free DyT,
+# ReZero and Derf, GI-Adam's optimizer), each with the warmup its own paper trains with
+# (fairseq_tfixup/baselines/, docs/baselines.md); Post-LN and Pre-LN with transformers' initialisation; then the arms
 # of its Fig. 3c that are no method of its tables (plain SGD; T-Fixup's two steps each alone,
 # fairseq_tfixup/baselines/ablations.py), which only the convergence study runs.
 METHODS = {
@@ -75,6 +75,20 @@ METHODS = {
                      layernorm_free=True, studies=LR),
     # T-Fixup with its attention's q/k/v biases zero at init and its positions scaled like its token
     # embedding (flags of transformer_tfixup; results/diagnostics/update_decomposition.md)
+    # Post-LN and Pre-LN drawn as HuggingFace transformers draws the same model (weights and embeddings
+    # N(0, 0.02), biases 0; fairseq_tfixup/baselines/small_init.py): the initialisation apart from the method
+    "postln_si": Method("transformer_smallinit", "Post-LN, small init", "steelblue", warmup=True,
+                        studies=("convergence", "quality", "lr")),
+    "preln_si": Method("transformer_smallinit", "Pre-LN, small init", "sandybrown", warmup=True, flags=PRE_LN,
+                       studies=("convergence", "quality", "lr")),
+    # Pre-LN with every LayerNorm replaced by Derf(x) = gamma * erf(alpha * x + s) + beta (DyT's form with erf)
+    "derf": Method("transformer_derf", "Derf", "olivedrab", warmup=True, lm_arch="transformer_lm_derf",
+                   layernorm_free=True, studies=("convergence", "quality", "lr")),
+    # stock Post-LN and Pre-LN with GI-Adam (Adam with v_0 = g_0^2, fairseq_tfixup/baselines/giadam.py), no warmup
+    "postln_giadam": Method("transformer", "Post-LN + GI-Adam", "crimson", warmup=False, optimizer="giadam",
+                            studies=("convergence", "quality", "lr")),
+    "preln_giadam": Method("transformer", "Pre-LN + GI-Adam", "salmon", warmup=False, flags=PRE_LN,
+                           optimizer="giadam", studies=("convergence", "quality", "lr")),
     "tfixup_zb": Method("transformer_tfixup", "T-Fixup, zero q/k/v bias + scaled positions", "darkred", warmup=False,
                         flags=("--tfixup-zero-attn-bias", "--tfixup-scale-positions"),
                         layernorm_free=True, studies=("convergence", "depth")),

@@ -55,6 +55,8 @@ ALPHA0 = 0.5  # the paper's default alpha0 outside LLMs, and the reference code'
 class DyT(nn.Module):
     """gamma * tanh(alpha * x) + beta over the last dimension; alpha one scalar, gamma and beta per channel."""
 
+    FORMULA = "gamma * tanh(alpha * x) + beta, alpha0 = %g"  # the models' log line, with alpha0
+
     def __init__(self, normalized_shape, alpha0: float = ALPHA0):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -70,16 +72,17 @@ class DyT(nn.Module):
         return f"normalized_shape={self.normalized_shape}, alpha0={self.alpha0}"
 
 
-def layer_norms_to_dyt_(module: nn.Module) -> int:
-    """Replace every LayerNorm module under MODULE by a DyT of its shape, in place, and keep every layer
-    that has fairseq's fused encoder path off it; returns how many were replaced."""
+def layer_norms_to_dyt_(module: nn.Module, make=DyT) -> int:
+    """Replace every LayerNorm module under MODULE by a DyT of its shape (or ``make(shape)``: Derf,
+    baselines/derf.py), in place, and keep every layer that has fairseq's fused encoder path off it; returns
+    how many were replaced."""
     replaced = 0
     for name, child in list(module.named_children()):
         if is_layer_norm(child):
-            setattr(module, name, DyT(child.normalized_shape))
+            setattr(module, name, make(child.normalized_shape))
             replaced += 1
         else:
-            replaced += layer_norms_to_dyt_(child)
+            replaced += layer_norms_to_dyt_(child, make)
     without_fused_encoder_path(module)
     return replaced
 
@@ -94,12 +97,15 @@ def set_pre_ln(args, sides) -> None:
 class DyTTransformerModel(TransformerModel):
     """Pre-LN Transformer with every LayerNorm replaced by DyT. Takes every ``transformer`` flag."""
 
+    POINTWISE = DyT  # the module that replaces each LayerNorm (a subclass may give another: Derf)
+
     @classmethod
     def build_model(cls, args, task):
         set_pre_ln(args, ("encoder", "decoder"))
         model = super().build_model(args, task)
-        n = layer_norms_to_dyt_(model)
-        logger.info("DyT: Pre-LN; %d LayerNorms replaced by gamma * tanh(alpha * x) + beta, alpha0 = %g", n, ALPHA0)
+        n = layer_norms_to_dyt_(model, cls.POINTWISE)
+        logger.info("%s: Pre-LN; %d LayerNorms replaced by " + cls.POINTWISE.FORMULA, cls.POINTWISE.__name__, n,
+                    ALPHA0)
         return model
 
 
@@ -111,11 +117,13 @@ class DyTTransformerLanguageModel(TransformerLanguageModel):
     """Pre-LN decoder-only Transformer LM with every LayerNorm replaced by DyT. Takes every
     ``transformer_lm`` flag."""
 
+    POINTWISE = DyT
+
     @classmethod
     def build_model(cls, args, task):
         set_pre_ln(args, ("decoder",))
         model = super().build_model(args, task)
-        n = layer_norms_to_dyt_(model)
-        logger.info("DyT LM: Pre-LN; %d LayerNorms replaced by gamma * tanh(alpha * x) + beta, alpha0 = %g",
+        n = layer_norms_to_dyt_(model, cls.POINTWISE)
+        logger.info("%s LM: Pre-LN; %d LayerNorms replaced by " + cls.POINTWISE.FORMULA, cls.POINTWISE.__name__,
                     n, ALPHA0)
         return model

@@ -36,6 +36,21 @@ class FairseqRAdamConfig(FairseqDataclass):
     lr: List[float] = II("optimization.lr")
 
 
+def adam_settings(cfg) -> dict:
+    """lr, betas, eps and weight decay of an optimizer configured with ``adam``'s flags (RAdam, GI-Adam)."""
+    betas = cfg.adam_betas  # "(0.9, 0.98)" on the command line, a list in a hydra config
+    if isinstance(betas, str):
+        betas = ast.literal_eval(betas)
+    elif OmegaConf.is_config(betas):
+        betas = OmegaConf.to_container(betas)
+    return {
+        "lr": cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr,
+        "betas": tuple(betas),
+        "eps": cfg.adam_eps,
+        "weight_decay": cfg.weight_decay,
+    }
+
+
 @register_optimizer("radam", dataclass=FairseqRAdamConfig)
 class FairseqRAdam(FairseqOptimizer):
     """``torch.optim.RAdam`` with decoupled weight decay, configured like fairseq's ``adam``."""
@@ -47,17 +62,7 @@ class FairseqRAdam(FairseqOptimizer):
     @property
     def optimizer_config(self):
         """Settings that override those stored in a checkpoint (a resumed run may change them)."""
-        betas = self.cfg.adam_betas  # "(0.9, 0.98)" on the command line, a list in a hydra config
-        if isinstance(betas, str):
-            betas = ast.literal_eval(betas)
-        elif OmegaConf.is_config(betas):
-            betas = OmegaConf.to_container(betas)
-        return {
-            "lr": self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr,
-            "betas": tuple(betas),
-            "eps": self.cfg.adam_eps,
-            "weight_decay": self.cfg.weight_decay,
-        }
+        return adam_settings(self.cfg)
 
     @property
     def supports_flat_params(self):

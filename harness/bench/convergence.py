@@ -44,12 +44,18 @@ from tfixup import methods
 #   nowarmup_w inverse_sqrt_nowarmup with P = W: T-Fixup on (nearly) the old baseline's curve after warmup
 
 
+# the methods with LayerNorm asked, besides the LayerNorm-free ones, whether they train without warmup: Post-LN
+# and Pre-LN, with fairseq's initialisation and with transformers' (the small init)
+QUESTION = ("postln", "preln", "postln_si", "preln_si")
+
+
 def study_arms() -> dict:
     """arm name -> common.Arm, derived from tfixup/methods.py: every method of the study, one trained
     with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with the matched warmup and
     without (group fig3c), one trained without warmup without it; then the study's own arms: the
     paper's question, does it train without warmup, asked of Post-LN and Pre-LN and of every
-    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup and its variants: each on all
+    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup and its variants (and of Post-LN and
+    Pre-LN with transformers' initialisation, QUESTION): each on all
     three schedules (DyT, trained with warmup, also without; ReZero, trained without, also with both
     warmups); and T-Fixup with P = W. In the figure a method trained both ways has its no-warmup curve
     dash-dotted."""
@@ -67,8 +73,8 @@ def study_arms() -> dict:
             if methods.method(name).warmup:
                 add(name, kind, group)
     main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
-    question = ["postln", "preln"] + [n for n in main
-                                      if methods.method(n).layernorm_free and not methods.is_tfixup(n)]
+    question = [n for n in QUESTION if n in main] + [n for n in main
+                                                     if methods.method(n).layernorm_free and not methods.is_tfixup(n)]
     for name in question:
         for kind in methods.SCHEDULES:
             if name + common.SUFFIX[kind] not in out:
@@ -81,9 +87,12 @@ def study_arms() -> dict:
 
 ARMS = study_arms()
 BASELINE = "postln_warmup"
-# the warmup baseline on each schedule: T-Fixup's ratio is given against each, and against the better one
-BASELINE_SCHEDULES = ("postln_warmup", "postln_matched")
-HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched"]  # every seed; the other arms the first seed
+# the warmup baseline on each schedule, with fairseq's initialisation and with transformers' (small init):
+# T-Fixup's ratio is given against each, and against the better one
+BASELINE_SCHEDULES = tuple(a for a in ("postln_warmup", "postln_matched", "postln_si_warmup", "postln_si_matched")
+                           if a in ARMS)
+# every seed; the other arms the first seed
+HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched", *BASELINE_SCHEDULES[2:]]
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
@@ -151,6 +160,25 @@ def best(curve: list):
     return min(curve, key=lambda ul: ul[1]) if curve else (None, None)
 
 
+def still_improving(rec: dict) -> bool:
+    """The run's best valid loss is its last validation: it was still improving when its budget ended, so a
+    ratio against its best holds for this budget only."""
+    curve = rec["valid_curve"]
+    return rec["status"] == "ok" and bool(curve) and best(curve)[0] == curve[-1][0]
+
+
+def truncated(records: dict, budget: int) -> dict:
+    """The records with their valid curves cut at BUDGET updates: each run as if it had stopped there."""
+    return {k: {**r, "valid_curve": [p for p in r["valid_curve"] if p[0] <= budget]} for k, r in records.items()}
+
+
+def budgets(cfg: dict, group: str) -> list:
+    """The budgets at which a group's ratios are also given: half its runs' updates and all of them; the long
+    runs also at the main runs' budget."""
+    n = cfg["long_updates"] if group == "long" else cfg["updates"]
+    return sorted({n // 2, n} | ({cfg["updates"]} if group == "long" else set()))
+
+
 def curve_row(rec: dict, keys, threshold: float) -> dict:
     """A run's row: KEYS of its record, its best valid loss and where, its final one, and whether it is
     stuck (failed, or its best not below THRESHOLD)."""
@@ -176,22 +204,39 @@ def reach(records: dict, row: dict, arm: str) -> tuple:
 
 def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
     """T-Fixup against each of ARMS (one method on its schedules) among the rows HERE (one group and
-    lr): per arm its mean best valid loss over its seeds and T-Fixup's ratio over the seeds it shares
-    with it (mean, sd, range); and the better arm, the lower mean best valid loss (its better schedule)."""
+    lr): per arm its mean best valid loss over its seeds, how many of its runs were still improving at the
+    end, and T-Fixup's ratio over the seeds it shares with it (mean, sd, range); and the better arm, the lower
+    mean best valid loss (its better schedule)."""
     out = {}
     for arm in arms:
         bests = [r["best_valid"] for r in here if r["method"] == arm and r["best_valid"] is not None]
         if not bests:
             continue
+        improving = sum(still_improving(records[r["id"]]) for r in here
+                        if r["method"] == arm and r["best_valid"] is not None)
         paired = [r for r in tfixup if f"{r['group']}-{arm}-lr{r['lr']:g}-s{r['seed']}" in records]
         got = [ratio for _, ratio in (reach(records, r, arm) for r in paired) if ratio is not None]
         out[arm] = {"baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
-                    "seeds": len(paired), "reached": len(got),
+                    "baseline_still_improving": improving, "seeds": len(paired), "reached": len(got),
                     "ratio_mean": round(statistics.mean(got), 3) if got else None,
                     "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
                     "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
     better = min(out, key=lambda a: out[a]["baseline_best_valid_mean"], default=None)
     return out, better
+
+
+def at_budgets(cfg: dict, records: dict, group: str, lr: float, threshold: float) -> dict:
+    """The headline of one group and lr with every run stopped at each of its budgets (``budgets``): budget
+    -> T-Fixup against each Post-LN baseline and the better one there (its ratio and how many of its runs
+    were still improving)."""
+    out = {}
+    for budget in budgets(cfg, group):
+        cut = truncated({k: r for k, r in records.items() if r["group"] == group and r["lr"] == lr}, budget)
+        here = [curve_row(r, ("id", "group", "method", "lr", "seed", "status"), threshold) for r in cut.values()]
+        per_baseline, better = versus(cut, here, [r for r in here if r["method"] == "tfixup"], BASELINE_SCHEDULES)
+        if better:
+            out[str(budget)] = {"per_baseline": per_baseline, "better_baseline": better, **per_baseline[better]}
+    return out
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -219,7 +264,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                      for m in ARMS if any(r["method"] == m for r in here)}
             per_baseline, better = versus(records, here, tfixup, BASELINE_SCHEDULES)
             headline[f"{group} lr {lr:g}"] = {"stuck": stuck, "per_baseline": per_baseline, "better_baseline": better,
-                                              **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup)}
+                                              **(per_baseline[better] if better else {}), "tfixup_seeds": len(tfixup),
+                                              "at_budget": at_budgets(cfg, records, group, lr, threshold)}
             for name, candidates in schedule_arms.items():
                 arms, better = versus(records, here, tfixup, candidates)  # better: of every schedule it ran
                 if better:
@@ -267,21 +313,31 @@ def report(res: dict) -> str:
                                  ("warmup", "warmup", w, p), ("P = W", "nowarmup", w, w)], cfg["updates"], cfg["lrs"][0])
     if res["headline"]:
         text += ("## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
-                 "Against the Post-LN baseline on each schedule, and on its better one (the lower mean best valid "
-                 "loss over its seeds).\n\n")
+                 "Against the Post-LN baseline on each schedule, with fairseq's initialisation and with transformers' "
+                 "(small init: weights N(0, 0.02)), and against the better of them (**better**: the lower mean best "
+                 "valid loss over its seeds). **Still improving**: the baseline's runs whose best valid loss is their "
+                 "last validation. A ratio against a baseline that was still improving when the budget ended is a "
+                 "bound for that budget, not the ratio of two finished runs: with a longer budget the baseline's "
+                 "best moves and the ratio with it. So each ratio is also given with every run stopped at other "
+                 "budgets (the same runs' curves, cut there; the long runs go to "
+                 f"{cfg['long_updates']} updates).\n\n")
         rows = []
         for k, h in res["headline"].items():
-            cells = [k, h.get("tfixup_seeds")]
             for b in BASELINE_SCHEDULES:
                 pb = h["per_baseline"].get(b)
-                cells += [None, None] if pb is None else [_best_text(pb), _ratio_text(pb)]
-            cells += [ARMS[h["better_baseline"]].label if h.get("better_baseline") else None, _ratio_text(h),
-                      ", ".join(f"{ARMS[m].label} {v}" for m, v in h["stuck"].items())]
-            rows.append(cells)
-        text += common.md_table(
-            ["runs", "T-Fixup seeds", "warmup baseline's best", "T-Fixup's ratio to it", "matched baseline's best",
-             "T-Fixup's ratio to it", "better schedule", "ratio to the better", "stuck runs per method"],
-            rows) + "\n\n"
+                if pb is None:
+                    continue
+                rows.append([k, ARMS[b].label + (" (**better**)" if b == h.get("better_baseline") else ""),
+                             _best_text(pb), _improving(pb), _ratio_text(pb), "; ".join(
+                                 f"{n}: {_ratio_text(v['per_baseline'][b])}, still improving "
+                                 f"{_improving(v['per_baseline'][b])}"
+                                 for n, v in h.get("at_budget", {}).items() if b in v["per_baseline"]) or None])
+        text += common.md_table(["runs", "baseline", "its best valid", "still improving", "T-Fixup's ratio",
+                                 "at each budget (updates: ratio)"], rows) + "\n\n"
+        stuck = "; ".join(f"{k}: " + ", ".join(f"{ARMS[m].label} {v}" for m, v in h["stuck"].items()
+                                                 if not v.startswith("0/"))
+                          for k, h in res["headline"].items() if any(not v.startswith("0/") for v in h["stuck"].values()))
+        text += f"Stuck runs (every other run left the unigram stage): {stuck or 'none'}.\n\n"
     text += common.versus_methods_md(
         res.get("per_method"),
         "T-Fixup's updates to reach the method's best valid loss / the method's updates, over the seeds both have (the "
@@ -322,6 +378,11 @@ def _versus_cells(name: str, v: dict) -> list:
     return cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)])
 
 
+def _improving(arm: dict) -> str:
+    """'k/n': k of the baseline's n runs were still improving when their budget ended."""
+    return f"{arm.get('baseline_still_improving', '?')}/{arm['baseline_seeds']}"
+
+
 def _best_text(arm: dict) -> str:
     n = arm["baseline_seeds"]
     return f"{arm['baseline_best_valid_mean']:.3f} ({n} seed{'s' if n > 1 else ''})"
@@ -334,7 +395,8 @@ def _ratio_text(h: dict):
     return f"{h['ratio_mean']:.2f}x{sd} ({h['reached']}/{h['seeds']} reached)"
 
 
-HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln", "tfixup_pw", "radam"]
+HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln", "tfixup_pw", "radam",
+                  "postln_si_warmup", "postln_si_matched"]
 FIG3C_REFERENCE = ["tfixup", "postln_matched", "postln"]
 
 

@@ -9,8 +9,10 @@ Two parts, each a grid of peak learning rates per method, every arm on its bette
                ``studies`` name "lr_lm"
 
 A method trained with warmup in its paper runs on the matched warmup (linear over W updates onto T-Fixup's
-curve, then that curve: the better schedule of every such method in the convergence study at both of its lrs);
-T-Fixup runs without warmup. Same data, batch, budget and evaluation for every arm; valid loss every
+curve, then that curve: the better of the two warmups for every such method in the convergence study at both of
+its lrs but LRI at 1e-3); T-Fixup runs without warmup. A LayerNorm-free method trained with warmup in its paper
+(DyT, Derf), and Pre-LN, run both on the matched warmup and without warmup in the translation part: for DyT and
+Pre-LN no warmup was the better schedule in the convergence study at both lrs. Same data, batch, budget and evaluation for every arm; valid loss every
 ``valid_every`` updates.
 
 The grid starts at ``lrs``; while a method still trains at its largest lr the grid doubles it (up to
@@ -38,21 +40,28 @@ import statistics
 import sys
 
 from harness.bench import common, convergence, lm, runs as runlib
-from harness.bench.convergence import best, curve_row, updates_to_reach
+from harness.bench.convergence import best, curve_row, still_improving, truncated, updates_to_reach
 from harness.bench.unigram import lm_unigram_level, unigram_level
 from tfixup import methods
 
 PARTS = {"translation": "lr", "lm": "lr_lm"}  # part -> the studies tag of the method rows it runs
+# methods with LayerNorm that the translation part also runs without warmup: in the convergence study Pre-LN's
+# best valid loss was lower without warmup than on either warmup at both lrs (by 0.008 and 0.05 bit)
+BOTH_WAYS = ("preln",)
 
 
 def study_arms(part: str) -> dict:
     """arm name -> common.Arm of a part: each method of the table that names the part's tag, T-Fixup (a
-    method without warmup) without warmup, a method trained with warmup on the matched warmup."""
+    method without warmup) without warmup, a method trained with warmup on the matched warmup; in the
+    translation part a LayerNorm-free method trained with warmup (DyT, Derf) and Pre-LN also without it (BOTH_WAYS)."""
     out = []
     for name in methods.studied(PARTS[part]):
-        kind = "matched" if methods.method(name).warmup else "nowarmup"
-        label = methods.method(name).label + ("" if kind == "nowarmup" else common.SCHEDULE_LABEL[kind])
-        out.append(common.arm(name, kind, label=label))
+        m = methods.method(name)
+        both = m.warmup and (m.layernorm_free or name in BOTH_WAYS) and part == "translation"
+        kinds = ["matched", "nowarmup"] if both else ["matched" if m.warmup else "nowarmup"]
+        for kind in kinds:
+            label = m.label + (common.SCHEDULE_LABEL[kind] if kind == "matched" or len(kinds) > 1 else "")
+            out.append(common.arm(name, kind, label=label))
     return common.arm_table(out)
 
 
@@ -65,6 +74,8 @@ MODES = {
                     # the LM study's 24-layer model, validated every 10 of its 400 updates
                     lm=dict(lm.MODES["default"], depths=[24], valid_every=10, dropout=0.1, decay_period=4000, seed=1),
                     lrs=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], lm_lrs=[5e-4, 1e-3, 2e-3], max_lr=6.4e-2, seeds=[1, 2],
+                    # the LM's ratios moved most from seed to seed (DyT 0.525 / 0.375): a third seed there
+                    lm_seeds=[1, 2, 3],
                     arms=None),
 }
 
@@ -80,6 +91,11 @@ def _run(cfg: dict, part: str, data: dict, arm: str, lr: float, seed: int) -> ru
         return convergence.make_run(cfg["translation"], data[part], arm, lr, seed, cfg["translation"]["updates"],
                                     "mt", table, cfg["device"][part])
     return lm.make_run(cfg["lm"], data[part], arm, cfg["lm"]["depths"][0], lr, seed, table, cfg["device"][part])
+
+
+def seeds(cfg: dict, part: str) -> list:
+    """The seeds a part runs at each arm's best lr (the first one also across the grid)."""
+    return (cfg.get("lm_seeds") or cfg["seeds"]) if part == "lm" else cfg["seeds"]
 
 
 def trains(rec: dict, threshold: float) -> bool:
@@ -98,17 +114,17 @@ def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
         for arm in _part_arms(cfg, part):
             grid = list(start)
             while True:
-                got = [records.get(_run(cfg, part, data, arm, lr, cfg["seeds"][0]).id) for lr in grid]
+                got = [records.get(_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]).id) for lr in grid]
                 top = got[-1]
                 if top is not None and trains(top, thresholds[part]) and grid[-1] * 2 <= cfg["max_lr"] * (1 + 1e-9):
                     grid.append(grid[-1] * 2)
                     continue
                 break
-            out += [_run(cfg, part, data, arm, lr, cfg["seeds"][0]) for lr in grid]
+            out += [_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]) for lr in grid]
             if all(g is not None for g in got):
                 b = best_lr(dict(zip(grid, got)))
                 if b is not None:
-                    out += [_run(cfg, part, data, arm, b, s) for s in cfg["seeds"][1:]]
+                    out += [_run(cfg, part, data, arm, b, s) for s in seeds(cfg, part)[1:]]
     # the order they run in: every arm at the studies' two lrs first, then outwards, so that a study cut short
     # has whole columns of the grid; second seeds last
     first = {x: i for i, x in enumerate(sorted({r.meta["lr"] for r in out}, key=lambda x: abs(math.log(x / 7e-4))))}
@@ -121,17 +137,41 @@ def best_lr(by_lr: dict):
     return min(ok, key=ok.get) if ok else None
 
 
-def lr_range(by_lr: dict, threshold: float, at: float):
-    """The contiguous span of lrs around AT where the runs train: (low, high), or None."""
+def lr_range(by_lr: dict, threshold: float, at: float, ok=None):
+    """The contiguous span of lrs around AT where the runs train (or pass ``ok(record)``): (low, high), or None."""
+    ok = ok or (lambda r: trains(r, threshold))
     lrs = sorted(by_lr)
-    if at not in lrs or not (by_lr[at] and trains(by_lr[at], threshold)):
+    if at not in lrs or not (by_lr[at] and ok(by_lr[at])):
         return None
     i = j = lrs.index(at)
-    while i > 0 and by_lr[lrs[i - 1]] and trains(by_lr[lrs[i - 1]], threshold):
+    while i > 0 and by_lr[lrs[i - 1]] and ok(by_lr[lrs[i - 1]]):
         i -= 1
-    while j < len(lrs) - 1 and by_lr[lrs[j + 1]] and trains(by_lr[lrs[j + 1]], threshold):
+    while j < len(lrs) - 1 and by_lr[lrs[j + 1]] and ok(by_lr[lrs[j + 1]]):
         j += 1
     return lrs[i], lrs[j]
+
+
+TIGHT_BITS = 0.5  # the tighter "trains": best valid loss within this many bits of the method's own best
+
+
+def tight_range(by_lr: dict, at: float):
+    """The contiguous span of lrs around AT (the best lr) whose runs end within TIGHT_BITS of AT's best valid
+    loss without diverging: (low, high), or None."""
+    if at not in by_lr or not by_lr[at]:
+        return None
+    limit = best(by_lr[at]["valid_curve"])[1] + TIGHT_BITS
+    return lr_range(by_lr, math.inf, at, lambda r: r["status"] == "ok" and r["valid_curve"] and
+                    best(r["valid_curve"])[1] <= limit)
+
+
+def pair_ratio(t: dict, o: dict, every: int) -> dict:
+    """T-Fixup's run T against a method's run O: the updates T needs to reach O's best valid loss / O's updates
+    to it, and the ratio's step (EVERY / O's updates)."""
+    o_upd, o_loss = best(o["valid_curve"])
+    u = updates_to_reach(t["valid_curve"], o_loss)
+    return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u,
+            "ratio": round(u / o_upd, 3) if u is not None and o_upd else None,
+            "step": round(every / o_upd, 4) if o_upd else None}
 
 
 def _lr_of(rec: dict) -> float:
@@ -147,20 +187,21 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         every = cfg[part]["valid_every"]
         per_arm = {}
         for arm in table:
-            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == cfg["seeds"][0]}
+            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == seeds(cfg, part)[0]}
             b = best_lr(first)
             rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
                      "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
             rng = lr_range(first, threshold, b) if b is not None else None
-            seeds = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
-            bests = [best(r["valid_curve"])[1] for r in seeds if r["valid_curve"]]
+            at_best = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
+            bests = [best(r["valid_curve"])[1] for r in at_best if r["valid_curve"]]
             top = max(first, default=None)
             # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
             # best lr (and so T-Fixup's ratio against it) may still move up
             closed = top is not None and (not trains(first[top], threshold) or top * 2 > cfg["max_lr"] * (1 + 1e-9))
             per_arm[arm] = {"label": table[arm].label, "schedule": table[arm].schedule, "grid": rows, "best_lr": b,
                             "lr_range": rng, "largest_lr_run": top, "grid_closed": closed,
-                            "best_lr_seeds": sorted(r["seed"] for r in seeds),
+                            "lr_range_tight": tight_range(first, b) if b is not None else None,
+                            "best_lr_seeds": sorted(r["seed"] for r in at_best),
                             "best_valid_at_best_lr": [round(x, 4) for x in bests],
                             "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
         # T-Fixup at its best lr against each method at its best lr, seed by seed
@@ -171,23 +212,24 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                 if arm == ref or m["best_lr"] is None:
                     continue
                 pairs = []
-                for seed in cfg["seeds"]:
+                for seed in seeds(cfg, part):
                     t = recs.get(_run(cfg, part, data, ref, per_arm[ref]["best_lr"], seed).id)
                     o = recs.get(_run(cfg, part, data, arm, m["best_lr"], seed).id)
                     if not (t and o and o["valid_curve"] and t["status"] == "ok"):
                         continue
-                    o_upd, o_loss = best(o["valid_curve"])
-                    u = updates_to_reach(t["valid_curve"], o_loss)
-                    pairs.append({"seed": seed, "method_best_valid": round(o_loss, 4), "method_updates": o_upd,
-                                  "tfixup_updates": u, "ratio": round(u / o_upd, 3) if u is not None and o_upd else None,
-                                  "step": round(every / o_upd, 4) if o_upd else None})
+                    # the same pair with both runs stopped at half the budget: how much the ratio moves with it
+                    half = truncated({"t": t, "o": o}, cfg[part]["updates"] // 2)
+                    pairs.append({"seed": seed, **pair_ratio(t, o, every), "method_still_improving": still_improving(o),
+                                  "devices": [_device(t), _device(o)],
+                                  "half_budget": cfg[part]["updates"] // 2,
+                                  "ratio_at_half_budget": pair_ratio(half["t"], half["o"], every)["ratio"]
+                                  if half["o"]["valid_curve"] else None})
                 got = [p["ratio"] for p in pairs if p["ratio"] is not None]
                 versus[arm] = {"pairs": pairs, "reached": len(got), "seeds": len(pairs),
                                "ratio_mean": round(statistics.mean(got), 3) if got else None,
                                "ratio_min": min(got, default=None), "ratio_max": max(got, default=None),
                                "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
-        used = collections.Counter(r.get("device") or ("cpu" if " --cpu" in r["command"] else "cuda")
-                                   for r in recs.values())
+        used = collections.Counter(_device(r) for r in recs.values())
         parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
                        "unigram_level": levels[part],
                        "stuck_threshold": round(threshold, 4), "methods": per_arm,
@@ -198,6 +240,11 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             "config": {k: v for k, v in cfg.items() if k not in PARTS}, "margin_bits": margin,
             "complete": len(records) >= planned and planned > 0, "runs_recorded": len(records), "runs_planned": planned,
             "parts": parts, "records": records}
+
+
+def _device(rec: dict) -> str:
+    """Where a run trained: its record's device (older records: from its command)."""
+    return rec.get("device") or ("cpu" if " --cpu" in rec["command"] else "cuda")
 
 
 def data_text(part: str, path) -> str:
@@ -211,13 +258,18 @@ def _lr(x) -> str:
 def report(res: dict) -> str:
     text = runlib.report_head("Every method at its own best learning rate", res, res["runs_planned"], (
         f"Each arm on its better schedule (a method trained with warmup: the "
-        f"matched warmup; T-Fixup: none); the grid doubles an arm's lr while it still trains, up to "
+        f"matched warmup; T-Fixup: none; DyT, Derf and Pre-LN also without warmup); the grid doubles an arm's lr "
+        f"while it still trains, up to "
         f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
-        f"{res['margin_bits']} bit below the unigram level and it did not diverge. Ratio: updates for "
+        f"{res['margin_bits']} bit below the unigram level and it did not diverge; **within {TIGHT_BITS} bit**: "
+        f"the lrs around the best whose best valid loss is within {TIGHT_BITS} bit of the method's own best (a "
+        f"tighter test: a run can leave the unigram stage and still trail far behind). Ratio: updates for "
         f"T-Fixup (at its best lr) to reach the method's best valid loss (at the method's best lr) / the "
-        f"method's updates, per seed; its step is valid_every / the method's updates. **(open)**: the "
-        f"method still trains at the largest lr run so far, so its best lr, its range (+) and the ratio "
-        f"against it may still move.\n\n"))
+        f"method's updates, per seed; its step is valid_every / the method's updates. **Still improving**: the "
+        f"method's run had its best valid loss at its last validation, so the ratio is a bound for this budget, "
+        f"not the ratio of two finished runs; beside it, the ratio with both runs stopped at half the budget. "
+        f"**(open)**: the method still trains at the largest lr run so far, so its best lr, its range (+) and "
+        f"the ratio against it may still move.\n\n"))
     for part, p in res["parts"].items():
         c = p["config"]
         size = (f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers" if part == "translation"
@@ -231,13 +283,17 @@ def report(res: dict) -> str:
         rows = []
         for arm, m in p["methods"].items():
             rng = m["lr_range"]
+            tight = m.get("lr_range_tight")
             rows.append([m["label"], _lr(m["best_lr"]) + ("" if m["grid_closed"] else " (open)"),
                          (f"{_lr(rng[0])} - {_lr(rng[1])}" + ("" if m["grid_closed"] else "+")) if rng else "none",
+                         f"{_lr(tight[0])} - {_lr(tight[1])}" if tight else "-",
                          _lr(m["largest_lr_run"]), ", ".join(f"{x:.3f}" for x in m["best_valid_at_best_lr"]) or "-"]
                         + [p["versus"].get(arm, {}).get("ratio_mean") if arm != p["tfixup_arm"] else "-",
-                           _pairs(p["versus"].get(arm))])
-        text += common.md_table(["method", "best lr", "trains at", "largest lr run", "best valid at best lr "
-                                 "(per seed)", "T-Fixup's ratio (mean)", "per seed (ratio, step)"], rows) + "\n\n"
+                           _pairs(p["versus"].get(arm)), _halves(p["versus"].get(arm))])
+        text += common.md_table(["method", "best lr", "trains at", f"within {TIGHT_BITS} bit of its best",
+                                 "largest lr run", "best valid at best lr (per seed)", "T-Fixup's ratio (mean)",
+                                 "per seed (ratio, step)", "still improving; ratio at half the budget (per seed)"],
+                                rows) + "\n\n"
         grid_lrs = sorted({g["lr"] for m in p["methods"].values() for g in m["grid"]})
         text += "Best valid loss (bits) per lr, first seed (STUCK: not below the level; NaN: diverged):\n\n"
         text += common.md_table(["method"] + [_lr(x) for x in grid_lrs], [
@@ -258,7 +314,17 @@ def _pairs(v):
     if not v or not v["pairs"]:
         return "-"
     return "; ".join(f"s{p['seed']}: " + (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None
-                                          else "not reached") for p in v["pairs"])
+                                          else "not reached")
+                     + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
+                        if len(set(p.get("devices", []))) > 1 else "") for p in v["pairs"])
+
+
+def _halves(v):
+    if not v or not v["pairs"]:
+        return "-"
+    return "; ".join(f"s{p['seed']}: " + ("yes" if p.get("method_still_improving") else "no") + ", "
+                     + ("-" if p.get("ratio_at_half_budget") is None else f"{p['ratio_at_half_budget']:.3f}")
+                     + f" at {p.get('half_budget')}" for p in v["pairs"])
 
 
 def plot(res: dict, path: pathlib.Path) -> None:

@@ -63,7 +63,8 @@ def study_arms() -> dict:
 
 ARMS = study_arms()
 BASELINE = "postln"
-BASELINE_SCHEDULES = ("postln", "postln_matched")  # the Post-LN baseline on either schedule
+# the Post-LN baseline on either schedule, with fairseq's initialisation and with transformers' (small init)
+BASELINE_SCHEDULES = ("postln", "postln_matched", "postln_si", "postln_si_matched")
 CORPORA = {"multi30k": "Multi30k De-En (full; test_2016_flickr)", "iwslt": "IWSLT'14 De-En sample (full test set)"}
 
 MODES = {
@@ -78,7 +79,10 @@ MODES = {
                     # better (matched) schedule
                     runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
                                           ("multi30k", "postln_matched", 2), ("multi30k", "preln_matched", 2),
-                                          ("multi30k", "dlcl_matched", 2)]),
+                                          ("multi30k", "dlcl_matched", 2),
+                                          # Post-LN with transformers' initialisation (small init), the other
+                                          # Post-LN baseline of every gain: its second seed on the matched warmup
+                                          ("multi30k", "postln_si_matched", 2)]),
 }
 
 
