@@ -13,7 +13,9 @@ import pytest
 
 from conftest import REPO
 
-pytest.importorskip("transformers", reason="transformers cannot be imported: HuggingFace tests skipped")
+from hf_available import require_transformers  # noqa: E402
+
+require_transformers()
 
 BOUND = 1e-5
 

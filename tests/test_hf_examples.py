@@ -9,7 +9,9 @@ import pytest
 
 from conftest import REPO
 
-pytest.importorskip("transformers")
+from hf_available import require_transformers  # noqa: E402
+
+require_transformers()
 
 TINY = ["--train-lines", "200", "--valid-lines", "20", "--steps", "4", "--layers", "2", "--dim", "32"]
 

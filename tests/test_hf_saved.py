@@ -16,8 +16,10 @@ from torch import nn
 
 from tfixup import apply_tfixup, tfixup_init
 
-transformers = pytest.importorskip("transformers", reason="transformers cannot be imported: HuggingFace tests skipped")
-hf_auto = pytest.importorskip("tfixup.hf_auto")
+from hf_available import require_transformers  # noqa: E402
+
+transformers = require_transformers()
+from tfixup import hf_auto  # noqa: E402
 
 from test_hf_tfixup import VOCAB, build, norm_modules, std_ratio, xavier  # noqa: E402
 

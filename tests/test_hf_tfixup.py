@@ -13,7 +13,9 @@ from torch import nn
 
 from tfixup import Layer, apply_tfixup, tfixup_init
 
-transformers = pytest.importorskip("transformers")
+from hf_available import require_transformers  # noqa: E402
+
+transformers = require_transformers()
 
 D, FFN, HEADS, VOCAB = 64, 128, 4, 300
 TOL = 0.12  # relative error of a std estimated from a 64 x 64 (or larger) matrix

@@ -9,7 +9,9 @@ import torch
 
 from test_hf_examples import example
 
-transformers = pytest.importorskip("transformers", reason="transformers cannot be imported: HuggingFace tests skipped")
+from hf_available import require_transformers  # noqa: E402
+
+transformers = require_transformers()
 pytest.importorskip("accelerate", reason="accelerate (Trainer's dependency, requirements-hf.txt) is not installed")
 
 from tfixup.schedules import nowarmup_lr  # noqa: E402
