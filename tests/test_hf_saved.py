@@ -62,7 +62,8 @@ def test_saved_folder_loads_back_the_same_model(family, options, tmp_path):
     saved = json.loads((tmp_path / "config.json").read_text())
     kind = family.split("-")[0]
     assert saved["model_type"] == f"tfixup_{kind}" and saved["architectures"] == [type(model).__name__]
-    assert saved["tfixup"] == {"format": 1, "family": kind, "input_scale": options.get("input_scale", True),
+    multiplier = options.get("input_scale", True) and kind not in ("marian", "bart")  # those keep their own
+    assert saved["tfixup"] == {"format": 1, "family": kind, "input_scale": multiplier,
                                "keep_mlp_norm": options.get("keep_mlp_norm", False)}
 
     again = getattr(transformers, AUTO[family]).from_pretrained(tmp_path)
@@ -74,6 +75,17 @@ def test_saved_folder_loads_back_the_same_model(family, options, tmp_path):
     assert (logits(again, ids) - logits(model, ids)).abs().max().item() <= 1e-6
     with pytest.raises(ValueError, match="applied to it already"):  # a loaded model is never drawn again
         apply_tfixup(again)
+
+
+def test_a_config_shared_with_another_model_stays_the_others():
+    """Models built from one config object share it: apply_tfixup gives its model a T-Fixup copy and leaves the
+    config and the other model stock (saved, the other is a stock folder)."""
+    config = build("llama").config
+    stock, fixed = transformers.LlamaForCausalLM(config), transformers.LlamaForCausalLM(config)
+    apply_tfixup(fixed)
+    assert type(config) is transformers.LlamaConfig and stock.config is config and not hasattr(config, "tfixup")
+    assert all(m.config is fixed.config for m in fixed.modules() if hasattr(m, "config"))
+    assert type(fixed.config).__name__ == "TFixupLlamaConfig"
 
 
 def test_plain_transformers_refuses_the_folder_or_warns(tmp_path, monkeypatch):

@@ -134,7 +134,7 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
     for embedding in plan.inputs if input_scale else ():
         _add_input_scale(embedding)
     model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
-    _record(model, input_scale=input_scale, keep_mlp_norm=keep_mlp_norm)
+    _record(model, input_scale=input_scale and bool(plan.inputs), keep_mlp_norm=keep_mlp_norm)  # as done
     return done
 
 

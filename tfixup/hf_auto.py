@@ -20,6 +20,7 @@ config)``) is a fresh T-Fixup model: the stock class's initialisation, then T-Fi
 it draws nothing; after ``model.to_empty(device=...)``, ``model.init_weights()`` draws both.
 """
 
+import copy
 import sys
 from typing import Dict, Type
 
@@ -48,8 +49,9 @@ class TFixupConfigMixin:
         record = kwargs.pop("tfixup", None)
         super().__post_init__(**kwargs)
         family = type(self).model_type[len(PREFIX):]
-        if record is None:
-            record = {"format": hf.RECORD_FORMAT, "family": family, **hf.OPTIONS}
+        if record is None:  # what apply_tfixup does by default (Marian and BART keep their own multiplier)
+            record = {"format": hf.RECORD_FORMAT, "family": family, **hf.OPTIONS,
+                      "input_scale": family not in hf.ENCODER_DECODER}
         options = hf.check_record(record, family)
         self.tfixup = {"format": hf.RECORD_FORMAT, "family": family, **options}
 
@@ -95,10 +97,15 @@ def model_class(base: Type[torch.nn.Module], family: str) -> type:
 
 
 def adopt(model: torch.nn.Module, record: dict) -> None:
-    """MODEL (just changed by apply_tfixup) and its config become T-Fixup classes, the config holding RECORD."""
-    family = record["family"]
-    model.config.__class__ = config_class(family)
-    model.config.tfixup = dict(record)
+    """MODEL (just changed by apply_tfixup) and its config become T-Fixup classes, the config holding RECORD. The
+    config is copied first: models built from one config object share it, and the others are not T-Fixup's."""
+    family, stock = record["family"], model.config
+    config = copy.deepcopy(stock)
+    config.__class__ = config_class(family)
+    config.tfixup = dict(record)
+    for module in model.modules():  # the model, its base model, and the layers that keep a reference
+        if getattr(module, "config", None) is stock:
+            module.config = config
     model.__class__ = model_class(type(model), family)
 
 
