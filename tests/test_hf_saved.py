@@ -75,6 +75,8 @@ def test_saved_folder_loads_back_the_same_model(family, options, tmp_path):
     assert (logits(again, ids) - logits(model, ids)).abs().max().item() <= 1e-6
     with pytest.raises(ValueError, match="applied to it already"):  # a loaded model is never drawn again
         apply_tfixup(again)
+    again.init_weights()
+    assert all(torch.equal(state[k], again.state_dict()[k]) for k in state)
 
 
 def test_a_config_shared_with_another_model_stays_the_others():
@@ -192,6 +194,9 @@ def test_meta_device_apply_is_refused_and_a_t_fixup_class_materialises_with_its_
         assert std_ratio(w, xavier(w, scale)) == pytest.approx(1, abs=0.12)
     emb = model.model.embed_tokens.weight
     assert std_ratio(emb, 64 ** -0.5 * scale) == pytest.approx(1, abs=0.12)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.init_weights()  # initialised already: left as it is, as transformers leaves its own models
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
 
 
 def test_a_model_holding_nan_is_refused_in_one_line():

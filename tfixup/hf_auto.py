@@ -67,9 +67,12 @@ class TFixupModelMixin:
             hf.redraw(self)
 
     def init_weights(self):
-        """The stock initialisation, then T-Fixup's draws (a model materialised from the meta device)."""
+        """The stock initialisation, then T-Fixup's draws, where transformers initialises: a model materialised from
+        the meta device. A model initialised already (built, or loaded from a folder) is left as it is, as
+        transformers leaves it."""
+        fresh = not getattr(self, "_is_hf_initialized", False)
         super().init_weights()
-        if getattr(self, "tfixup_applied", False) and _materialised(self):
+        if fresh and getattr(self, "tfixup_applied", False) and _materialised(self):
             hf.redraw(self)
 
 
