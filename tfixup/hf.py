@@ -31,6 +31,10 @@ per-element Theta(1) times the factor, not sqrt(d) smaller (docs/derivation.md, 
 before its gated MLP, and removes the others: the gated MLP is of degree 2 in its input, and without that norm a
 deep stack's stream can grow without bound in one forward pass once training has grown the weights
 (docs/derivation.md, section 7.6). Not T-Fixup's "no norm anywhere": an option where plain T-Fixup diverges.
+
+What was chosen is recorded in the model's config (``config.tfixup``) and the model becomes a T-Fixup class of its
+own model type (``tfixup_llama``, ...): ``save_pretrained`` and, after ``import tfixup.hf_auto``, the Auto classes'
+``from_pretrained`` give the same model back (the end of this file, and tfixup/hf_auto.py).
 """
 
 import dataclasses
