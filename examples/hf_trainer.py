@@ -16,6 +16,7 @@ from a checkpoint.
 
 import argparse
 import math
+import os
 
 import torch
 import transformers
@@ -117,6 +118,10 @@ def main(argv=None):
     p.add_argument("--keep-mlp-norm", action="store_true", help="Llama: keep the RMSNorm before each gated MLP")
     p.add_argument("--resume-from-checkpoint", metavar="OUT/checkpoint-N")
     a = options(p, argv)
+    resume = a.resume_from_checkpoint
+    if resume and not os.path.isfile(os.path.join(resume, "trainer_state.json")):
+        raise SystemExit(f"error: --resume-from-checkpoint {resume}: not a Trainer checkpoint (no trainer_state.json):"
+                         f" pass one of {a.out}/checkpoint-N")
     transformers.logging.set_verbosity_error()  # its notes; errors still print
     transformers.logging.disable_progress_bar()
     train = (translation if a.model == "marian" else causal_lm)(a)

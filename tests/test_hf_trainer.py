@@ -69,3 +69,12 @@ def test_seq2seq_trainer_marian_translates_the_same_from_its_folder(tmp_path, ca
     out = capsys.readouterr().out
     assert "TFixupMarianMTModel" in out and "translations equal: True" in out and result["same"]
     assert result["bleu"]["in memory"] == result["bleu"]["loaded"]
+
+
+def test_resuming_from_what_is_not_a_checkpoint_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SystemExit) as done:
+        example("hf_trainer").main([*TINY, "--out", str(tmp_path / "out"), "--resume-from-checkpoint",
+                                    str(tmp_path / "checkpoint-9")])
+    assert str(done.value.code) == (f"error: --resume-from-checkpoint {tmp_path / 'checkpoint-9'}: not a Trainer "
+                                    f"checkpoint (no trainer_state.json): pass one of {tmp_path / 'out'}/checkpoint-N")
+    assert not (tmp_path / "out").exists()
