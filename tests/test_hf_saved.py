@@ -138,6 +138,7 @@ def test_a_folder_without_the_record_loads_as_before(tmp_path):
      "unknown fields 'load'"),
     ({"format": 1, "family": "gpt2"}, "expected format 1 and family 'llama'"),
     ({"format": 2, "family": "llama"}, "expected format 1"),
+    ({"format": True, "family": "llama"}, "expected format 1"),
     ({"format": 1, "family": "llama", "input_scale": "yes"}, "input_scale must be true or false"),
     ("llama", "is not a mapping"),
 ])

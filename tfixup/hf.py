@@ -362,7 +362,7 @@ def check_record(record, family: str) -> dict:
     if unknown:
         raise ValueError(f"{where} has unknown fields {', '.join(map(repr, unknown))} (written by a newer tfixup?): "
                          f"it knows format, family, {', '.join(OPTIONS)}; upgrade tfixup")
-    if record.get("format") != RECORD_FORMAT or record.get("family") != family:
+    if type(record.get("format")) is not int or record["format"] != RECORD_FORMAT or record.get("family") != family:
         raise ValueError(f"{where}: expected format {RECORD_FORMAT} and family {family!r} (the config's model type "
                          f"tfixup_{family}); not written by this tfixup: rebuild the model with apply_tfixup")
     options = {k: record.get(k, default) for k, default in OPTIONS.items()}
