@@ -122,10 +122,12 @@ def main(argv=None):
     if resume and not os.path.isfile(os.path.join(resume, "trainer_state.json")):
         raise SystemExit(f"error: --resume-from-checkpoint {resume}: not a Trainer checkpoint (no trainer_state.json):"
                          f" pass one of {a.out}/checkpoint-N")
+    if a.keep_mlp_norm and a.model != "llama":
+        raise SystemExit(f"error: --keep-mlp-norm keeps the RMSNorm before Llama's gated MLP; --model {a.model} has "
+                         "none: leave it out")
     transformers.logging.set_verbosity_error()  # its notes; errors still print
     transformers.logging.disable_progress_bar()
-    train = (translation if a.model == "marian" else causal_lm)(a)
-    return train
+    return (translation if a.model == "marian" else causal_lm)(a)
 
 
 def causal_lm(a):
