@@ -224,7 +224,7 @@ def test_torch_compile_matches_eager_and_bf16_keeps_the_multiplier():
     """The input multiplier is a forward hook: torch.compile traces it into one graph (fullgraph=True: no graph
     break) and matches eager within 1e-5; model.to(torch.bfloat16) keeps it. The backend here is aot_eager (dynamo's
     graph and AOTAutograd without code generation, seconds); the default inductor backend takes a minute on 2 CPU
-    cores (docs/measurements.md)."""
+    cores (docs/beyond-fairseq.md, "torch.compile and bf16")."""
     import time
 
     model = build("gpt2", 1)
