@@ -200,6 +200,21 @@ def test_meta_device_apply_is_refused_and_a_t_fixup_class_materialises_with_its_
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
 
 
+def test_accelerates_big_model_loading_of_a_saved_folder_gives_the_saved_model(tmp_path):
+    """accelerate's init_empty_weights (the meta device) builds the T-Fixup class from the folder's config, laid out
+    as saved, and load_checkpoint_and_dispatch fills in the folder's weights: the saved model's logits."""
+    accelerate = pytest.importorskip("accelerate", reason="accelerate is not installed")
+    model = trained(build("llama"))
+    apply_tfixup(model, keep_mlp_norm=True)
+    model.save_pretrained(tmp_path)
+    with accelerate.init_empty_weights():
+        empty = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(tmp_path))
+    assert type(empty) is type(model) and layout(empty) == layout(model)
+    loaded = accelerate.load_checkpoint_and_dispatch(empty, str(tmp_path), device_map={"": "cpu"})
+    ids = torch.randint(3, VOCAB, (2, 9))
+    assert torch.equal(logits(loaded, ids), logits(model, ids))
+
+
 def test_a_model_holding_nan_is_refused_in_one_line():
     model = build("llama")
     with torch.no_grad():
