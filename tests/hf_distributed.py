@@ -17,9 +17,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from tfixup import apply_tfixup
+from tfixup import apply_tfixup, tfixup_init
 
 VOCAB, BATCH, LENGTH, UPDATES = 100, 4, 12, 20  # BATCH rows per rank; one process takes 2 x BATCH
 
@@ -98,6 +98,23 @@ def main(out: str):
         result["fsdp2_refusal"] = str(e)
     result["fsdp2"] = train(sharded, mine, distributed=True)
     fsdp2_state = full_state(sharded)
+
+    # torchtitan's order: the T-Fixup class on the meta device, sharded, materialised, then initialised
+    with torch.device("meta"):
+        titan = AutoModelForCausalLM.from_config(sharded.config)
+    for layer in titan.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(titan, mesh=mesh)
+    titan.to_empty(device="cpu")
+    titan.init_weights()
+    titan_state = full_state(titan)
+    v = titan_state["model.layers.0.self_attn.v_proj.weight"]
+    result["titan_finite"] = all(bool(torch.isfinite(t).all()) for t in titan_state.values())
+    result["titan_v_std_ratio"] = float(v.std()) / (tfixup_init.xavier_uniform_std(*v.shape)
+                                                    * tfixup_init.single_stack_scale(2))
+    result["titan_norms"] = sum("Norm" in type(m).__name__ for m in titan.modules())
+    half = v.shape[0] // 2
+    result["titan_shards_differ"] = not torch.equal(v[:half], v[half:])  # each rank drew its own rows
 
     if rank == 0:
         single = build()

@@ -32,6 +32,13 @@ def test_ddp_and_fsdp2_on_two_processes_equal_one_process_on_the_doubled_batch(t
     assert result["ddp_refusal"] == ("apply_tfixup: DistributedDataParallel wraps the model: apply it before "
                                      "wrapping, or pass model.module")
     assert "is sharded by fully_shard: apply it before sharding" in result["fsdp2_refusal"]
+    # torchtitan's order: the T-Fixup class built on the meta device, sharded, to_empty, init_weights: T-Fixup's
+    # draws on the shards (finite, v_proj's spread), keep_mlp_norm's norms kept. On a CPU mesh DTensor's random ops
+    # give every rank the same stream (torch warns so): the ranks' rows repeat; docs/beyond-fairseq.md says so
+    assert result["titan_finite"] and result["titan_norms"] == 2
+    assert result["titan_v_std_ratio"] == pytest.approx(1, abs=0.15)
+    print(f"meta, fully_shard, to_empty, init_weights: v_proj std / T-Fixup's {result['titan_v_std_ratio']:.3f}; "
+          f"the ranks' rows differ: {result['titan_shards_differ']}")
     for kind in ("ddp", "fsdp2"):
         assert len(result[kind]) == len(result["single"]) == 20
         gap = max(abs(a - b) for a, b in zip(result[kind], result["single"]))

@@ -223,6 +223,14 @@ def test_a_model_holding_nan_is_refused_in_one_line():
         apply_tfixup(model)
 
 
+def test_a_model_partitioned_by_deepspeed_zero3_is_refused_in_one_line():
+    model = build("gpt2")
+    model.transformer.h[0].attn.c_attn.weight.ds_id = 7  # what deepspeed.zero.Init leaves on each parameter
+    with pytest.raises(ValueError, match=r"h\.0\.attn\.c_attn\.weight is partitioned by DeepSpeed ZeRO-3: "
+                                         r"apply it before deepspeed\.initialize"):
+        apply_tfixup(model)
+
+
 def test_a_wrapped_model_is_refused_in_one_line():
     class PeftModel(nn.Module):  # what peft's get_peft_model returns, as far as apply_tfixup sees
         __module__ = "peft.peft_model"

@@ -171,6 +171,9 @@ def _refuse_wrapped_or_unallocated(model: nn.Module) -> None:
             raise ValueError(f"apply_tfixup: {name}: {pname} is on the meta device (not allocated): T-Fixup draws "
                              "weights; materialise the model first (model.to_empty(device=...); model.init_weights() "
                              "for a HuggingFace model, your own init otherwise), then apply_tfixup")
+        if hasattr(p, "ds_id"):  # DeepSpeed ZeRO-3 keeps a placeholder here, the weight partitioned across ranks
+            raise ValueError(f"apply_tfixup: {name}: {pname} is partitioned by DeepSpeed ZeRO-3: apply it before "
+                             "deepspeed.initialize, to a model built outside deepspeed.zero.Init")
         if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
             raise ValueError(f"apply_tfixup: {name}: {pname} is sharded (a DTensor: fully_shard or tensor "
                              "parallel): apply it before sharding, on the whole model")
