@@ -4,11 +4,12 @@
 
 Each rank builds the model from the same seed and calls apply_tfixup before wrapping; the ranks' models are
 compared (weights, layout, record, input multiplier). Then 20 updates of Adam under DDP, each rank on its half of a
-batch, and 20 updates under FSDP2 (fully_shard per layer and on the model); rank 0 also trains the same model
-in one process on the whole batch. Rank 0 writes the losses and the largest weight difference to OUT.json."""
+batch, and 20 updates under FSDP2 (fully_shard per layer and on the model); the T-Fixup class is built in
+torchtitan's order (meta device, fully_shard, to_empty, init_weights); rank 0 also trains the same model in one
+process on the whole batch. Rank 0 writes the losses, the largest weight differences and the sharded draw's
+checks to OUT.json."""
 
 import hashlib
-import json
 import os
 import sys
 
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from tfixup import apply_tfixup, tfixup_init
+from tfixup import apply_tfixup, atomic, tfixup_init
 
 VOCAB, BATCH, LENGTH, UPDATES = 100, 4, 12, 20  # BATCH rows per rank; one process takes 2 x BATCH
 
@@ -123,9 +124,7 @@ def main(out: str):
         for name, state in (("ddp", ddp_state), ("fsdp2", fsdp2_state)):
             result[f"{name}_max_weight_diff"] = max((state[k] - single_state[k]).abs().max().item()
                                                     for k in single_state)
-        with open(out + ".part", "w") as f:
-            json.dump(result, f)
-        os.replace(out + ".part", out)
+        atomic.write_json(out, result)
     dist.barrier()
     dist.destroy_process_group()
 
