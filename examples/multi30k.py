@@ -16,9 +16,21 @@ PAD, BOS, EOS, UNK, MASK = range(len(SPECIALS))
 
 
 def read(split: str, lang: str, lines: int) -> list:
-    """The first LINES sentences of DATA/SPLIT.LANG.gz (split: train, val), as lists of lowercased words."""
-    with gzip.open(DATA / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-        return [re.findall(r"\w+|[^\w\s]", line.lower()) for _, line in zip(range(lines), f)]
+    """The first LINES sentences of DATA/SPLIT.LANG.gz (split: train, val), as lists of lowercased words. A file
+    that is missing, empty, not gzip or not UTF-8 ends the example with one line naming it."""
+    path = DATA / f"{split}.{lang}.gz"
+    if not path.is_file():
+        raise SystemExit(f"error: {path}: no such file: the examples read Multi30k from ../shared/data/multi30k "
+                         "beside the checkout (or set TFIXUP_SHARED_DATA)")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            sentences = [re.findall(r"\w+|[^\w\s]", line.lower()) for _, line in zip(range(lines), f)]
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # gzip.BadGzipFile is an OSError
+        raise SystemExit(f"error: {path}: not gzip-compressed UTF-8 text ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0] if str(e) else 'truncated'}): restore Multi30k's file") from None
+    if not any(sentences):
+        raise SystemExit(f"error: {path}: empty: no sentence to read; restore Multi30k's file")
+    return sentences
 
 
 class Vocab:

@@ -192,6 +192,9 @@ COVERED = {
     "python examples/hf_causal_lm.py --model gpt2": ("example",),
     "python examples/hf_causal_lm.py --model llama --layers 24 --keep-mlp-norm": ("example",),
     "python examples/hf_masked_lm.py": ("example",),
+    "python examples/hf_trainer.py --model gpt2 --out work/hf-trainer-gpt2": ("example",),
+    "python examples/hf_trainer.py --model llama --keep-mlp-norm --out work/hf-trainer-llama": ("example",),
+    "python examples/hf_trainer.py --model marian --out work/hf-trainer-marian": ("example",),
     "python -m harness.bench.hf export --out work/hf-data": ("flags",),
     # docs/measurements.md: the lr study's fairseq bundle for a GPU machine without a package index
     "python -m harness.device_bundle make": ("flags",),

@@ -9,7 +9,9 @@ import pytest
 
 from conftest import REPO
 
-pytest.importorskip("transformers")
+from hf_available import require_transformers  # noqa: E402
+
+require_transformers()
 
 TINY = ["--train-lines", "200", "--valid-lines", "20", "--steps", "4", "--layers", "2", "--dim", "32"]
 
@@ -55,3 +57,28 @@ def test_masked_lm_example_trains_bert_without_layernorm(capsys):
     out = capsys.readouterr().out
     assert "BERT, 2 layers" in out and "T-Fixup scaled" in out and "unigram level" in out
     assert out.count("masked-word valid perplexity") == 5
+
+
+@pytest.mark.parametrize("content,words", [(None, "no such file"), (b"", "empty"),
+                                           ("gzip", "empty"), (b"not gzip", "not gzip-compressed UTF-8"),
+                                           ("latin1", "not gzip-compressed UTF-8")])
+def test_examples_refuse_a_missing_empty_or_undecodable_data_file_in_one_line(content, words, tmp_path,
+                                                                              monkeypatch, capsys):
+    import gzip
+
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    path = data / "train.en.gz"
+    if content == "gzip":
+        path.write_bytes(gzip.compress(b"\n\n"))
+    elif content == "latin1":
+        path.write_bytes(gzip.compress("ein Mädchen\n".encode("latin-1")))
+    elif content is not None:
+        path.write_bytes(content)
+    monkeypatch.setattr(example("multi30k"), "DATA", data)
+    for name in ("hf_causal_lm", "hf_trainer"):
+        with pytest.raises(SystemExit) as done:
+            example(name).main([*TINY[:4], "--out", str(tmp_path / "out")] if name == "hf_trainer" else TINY)
+        message = str(done.value.code)
+        assert message.startswith(f"error: {path}: ") and words in message and "\n" not in message, message
+    assert not (tmp_path / "out").exists()

@@ -13,7 +13,9 @@ from torch import nn
 
 from tfixup import Layer, apply_tfixup, tfixup_init
 
-transformers = pytest.importorskip("transformers")
+from hf_available import require_transformers  # noqa: E402
+
+transformers = require_transformers()
 
 D, FFN, HEADS, VOCAB = 64, 128, 4, 300
 TOL = 0.12  # relative error of a std estimated from a 64 x 64 (or larger) matrix
@@ -313,18 +315,28 @@ def test_docs_huggingface_block_runs_as_written():
     assert scope["report"]["model.layers.0.self_attn.v_proj.weight"] == pytest.approx(0.408, abs=5e-4)
 
 
-def test_readme_huggingface_block_runs_as_written():
-    """README's one-call block: a Llama from a config, every norm gone, each block's five matrices scaled."""
+def test_readme_huggingface_block_runs_as_written(tmp_path, monkeypatch):
+    """README's block: a Llama from a config, apply_tfixup (every norm gone, each block's five matrices scaled),
+    Trainer on T-Fixup's schedule (here on 8 rows of random ids: `train` is the reader's), save_pretrained, and
+    the Auto class gives the same model back."""
     import pathlib
     import re
 
+    pytest.importorskip("accelerate", reason="accelerate (Trainer's dependency, requirements-hf.txt) is not installed")
     text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
     blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "transformers" in b]
-    assert len(blocks) == 1
-    scope = {}
-    exec(blocks[0], scope)
-    n = scope["model"].config.num_hidden_layers
-    assert len(scope["scaled"]) == 5 * n + 1 and norm_modules(scope["model"]) == []
+    assert len(blocks) == 1 and len(blocks[0].strip().splitlines()) <= 8
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    rows = torch.randint(3, 1000, (8, 16))
+    scope = {"train": [{"input_ids": r, "labels": r} for r in rows]}
+    exec(blocks[0], scope)  # as written: 3 epochs of one batch
+    model, again = scope["model"], scope["again"]
+    n = model.config.num_hidden_layers
+    assert len(scope["scaled"]) == 5 * n + 1 and norm_modules(model) == [] and norm_modules(again) == []
+    assert type(again) is type(model) and model.config.tfixup == again.config.tfixup
+    with torch.no_grad():
+        assert torch.equal(model.eval()(rows[:2]).logits, again.eval()(rows[:2]).logits)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -357,3 +357,25 @@ def test_the_example_lm_trains_in_fp32_and_bf16_autocast_and_overlays_them(share
     assert (tmp_path / "tfixup_lm_precision.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         lm.main([*common, "--precision", "fp16"])
+
+
+def test_a_wrapped_meta_device_or_non_finite_torch_model_is_refused_in_one_line():
+    """torch's own stacks as HuggingFace models: a wrapper (DataParallel, torch.compile) names the way forward; a
+    model on the meta device or holding NaN (to_empty without an init) is refused before anything changes."""
+    def encoder():
+        return nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32), 2, enable_nested_tensor=False)
+
+    with torch.device("meta"):
+        meta = encoder()
+    nan = encoder()
+    with torch.no_grad():
+        nan.layers[1].linear1.weight[0, 0] = float("nan")
+    cases = [(nn.DataParallel(encoder()), "DataParallel wraps the model: apply it before wrapping, or pass "
+                                          "model.module"),
+             (meta, "layers.0.self_attn.in_proj_weight is on the meta device (not allocated)"),
+             (nan, "layers.1.linear1.weight holds NaN or inf")]
+    for model, message in cases:
+        norms = sum(isinstance(m, nn.LayerNorm) for m in model.modules())
+        with pytest.raises(ValueError, match=re.escape(message)) as err:
+            apply_tfixup(model, embeddings=[nn.Embedding(10, 16)])
+        assert "\n" not in str(err.value) and sum(isinstance(m, nn.LayerNorm) for m in model.modules()) == norms

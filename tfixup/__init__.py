@@ -1,7 +1,9 @@
 """T-Fixup without fairseq: the method table and command builder (``tfixup.methods``) and the atomic
 file writer (``tfixup.atomic``) that the fairseq plugin (``fairseq_tfixup``), its diagnostics and this
 repository's harness share, and T-Fixup for any PyTorch model (``tfixup.torch_tfixup``, which needs torch
-only; HuggingFace models through ``tfixup.hf``). Importing the package imports neither fairseq nor torch."""
+only; HuggingFace models through ``tfixup.hf``, and ``tfixup.hf_auto``, which imports transformers and registers
+the T-Fixup model types with its Auto classes: a saved T-Fixup model loads back). Importing the package imports
+neither fairseq nor torch."""
 
 
 def __getattr__(name):

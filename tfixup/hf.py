@@ -42,6 +42,10 @@ derivation supports:
 * ``"scaled"``: a fixed, not learned, 1/N on each gated MLP's output (N layers): under Adam the three matrices
   grow by the same amount per update whatever their scale, and the N gated blocks' sum, which must stay below
   1 for the stream to stay finite, then grows as it does for one layer (``mlp.tfixup_output_scale``).
+
+What was chosen is recorded in the model's config (``config.tfixup``) and the model becomes a T-Fixup class of its
+own model type (``tfixup_llama``, ...): ``save_pretrained`` and, after ``import tfixup.hf_auto``, the Auto classes'
+``from_pretrained`` give the same model back (the end of this file, and tfixup/hf_auto.py).
 """
 
 import dataclasses
@@ -114,6 +118,7 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
     family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``).
     ``keep_mlp_norm``: the Llama family keeps the RMSNorm before each gated MLP (see the module's text).
     ``gated_mlp``: None, or one of GATED_MLP, the Llama family's norm-free gated MLP (see the module's text)."""
+    _refuse_recorded(model)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
     if model_type in FUSED_QKV:
@@ -143,36 +148,16 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
         if draw.how == "xavier" and _view(draw).dim() != 2:
             raise ValueError(f"apply_tfixup: {name}: a {tuple(_view(draw).shape)} weight where a matrix was expected")
 
-    names = {}
-    for pname, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), pname)  # a shared weight under its first name
     for parent, attr in plan.norms:
         setattr(parent, attr, nn.Identity())
-    done: Dict[str, float] = {}
-    seen = set()  # (tensor id, label): a tied weight is drawn and scaled once
-    for draw in plan.draws:
-        key = (id(draw.weight), draw.label)
-        if key in seen:
-            continue
-        seen.add(key)
-        view = _view(draw)
-        if draw.how == "xavier":
-            nn.init.xavier_uniform_(view)  # its bound is symmetric in the fans: a Conv1D's (in, out) weight alike
-        elif draw.how == "normal":
-            nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
-            if draw.padding_idx is not None:
-                view[draw.padding_idx].zero_()
-        else:
-            view.zero_()
-        if draw.how != "zeros":
-            view.mul_(draw.scale)
-            done[names[id(draw.weight)] + draw.label] = draw.scale
+    done = _draw(model, plan)
     for embedding in plan.inputs if input_scale else ():
-        embedding.tfixup_input_scale = embedding.weight.shape[1] ** 0.5
-        embedding.register_forward_hook(InputScale(embedding.tfixup_input_scale))
+        _add_input_scale(embedding)
     if gated_mlp is not None:
         gate_mlps_(model, gated_mlp)
     model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
+    _record(model, input_scale=input_scale and bool(plan.inputs), keep_mlp_norm=keep_mlp_norm,
+            gated_mlp=gated_mlp)  # as done
     return done
 
 
@@ -355,3 +340,122 @@ FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {
     **{t: _encoder_decoder for t in ENCODER_DECODER}, **{t: _bert for t in ENCODER_ONLY}, "gpt2": _gpt2,
     **{t: _llama for t in LLAMA_LIKE},
 }
+
+
+# ---------------------------------------------------------------- saved and loaded: the record in the config
+# What apply_tfixup chose is written into the model's config (``config.tfixup``), and the model and its config
+# become T-Fixup classes of their own model type (``tfixup_llama``, ...; tfixup/hf_auto.py), so that
+# ``save_pretrained`` writes it to config.json and the Auto classes, after ``import tfixup.hf_auto``, build the
+# same model again without drawing a weight: ``rebuild`` removes the same norms and adds the same multiplier.
+
+RECORD_FORMAT = 1
+# apply_tfixup's choices, recorded, with their defaults
+OPTIONS = {"input_scale": True, "keep_mlp_norm": False, "gated_mlp": None}
+
+
+def _draw(model: nn.Module, plan: Plan) -> Dict[str, float]:
+    """Each of PLAN's tensors drawn and scaled (a tied weight once); returns parameter name -> scale."""
+    names = {}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), pname)  # a shared weight under its first name
+    done: Dict[str, float] = {}
+    seen = set()  # (tensor id, label): a tied weight is drawn and scaled once
+    for draw in plan.draws:
+        key = (id(draw.weight), draw.label)
+        if key in seen:
+            continue
+        seen.add(key)
+        view = _view(draw)
+        if draw.how == "xavier":
+            nn.init.xavier_uniform_(view)  # its bound is symmetric in the fans: a Conv1D's (in, out) weight alike
+        elif draw.how == "normal":
+            nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
+            if draw.padding_idx is not None:
+                view[draw.padding_idx].zero_()
+        else:
+            view.zero_()
+        if draw.how != "zeros":
+            view.mul_(draw.scale)
+            done[names[id(draw.weight)] + draw.label] = draw.scale
+    return done
+
+
+def _add_input_scale(embedding: nn.Module) -> None:
+    """fairseq's sqrt(d) on the token embedding's output (d read from the module, not its weight: a weight not
+    yet allocated, on the meta device or partitioned, has no reliable shape)."""
+    dim = getattr(embedding, "embedding_dim", None) or embedding.weight.shape[1]
+    embedding.tfixup_input_scale = dim ** 0.5
+    embedding.register_forward_hook(InputScale(embedding.tfixup_input_scale))
+
+
+def record_of(config) -> Optional[dict]:
+    """The config's T-Fixup record (``config.tfixup``), or None: a model T-Fixup was never applied to, or one
+    saved before the record existed."""
+    return getattr(config, "tfixup", None)
+
+
+def _refuse_recorded(model: nn.Module) -> None:
+    record = record_of(getattr(model, "config", None))
+    if record is not None:
+        raise ValueError(f"apply_tfixup: {type(model).__name__}: T-Fixup was applied to it already (its config "
+                         f"records it: tfixup = {record!r}); applying it again would redraw its trained weights: use "
+                         "the model as it is (a saved folder: load it with the Auto classes after "
+                         "`import tfixup.hf_auto`)")
+
+
+def _record(model: nn.Module, **options) -> None:
+    """apply_tfixup's choices into the model's config; the model and config become T-Fixup classes."""
+    from tfixup import hf_auto  # transformers is imported: MODEL is one of its models
+
+    record = {"format": RECORD_FORMAT, "family": model.config.model_type, **OPTIONS}
+    record.update((k, v if k == "gated_mlp" else bool(v)) for k, v in options.items() if k in OPTIONS)
+    hf_auto.adopt(model, record)
+
+
+def check_record(record, family: str) -> dict:
+    """RECORD (config.json's ``tfixup``, untrusted) read by an allow-list: its options, or a one-line refusal."""
+    where = f"config.json's tfixup record {record!r}"
+    if not isinstance(record, dict):
+        raise ValueError(f"{where} is not a mapping: not written by apply_tfixup; rebuild the model with it")
+    unknown = sorted(set(record) - {"format", "family", *OPTIONS})
+    if unknown:
+        raise ValueError(f"{where} has unknown fields {', '.join(map(repr, unknown))} (written by a newer tfixup?): "
+                         f"it knows format, family, {', '.join(OPTIONS)}; upgrade tfixup")
+    if type(record.get("format")) is not int or record["format"] != RECORD_FORMAT or record.get("family") != family:
+        raise ValueError(f"{where}: expected format {RECORD_FORMAT} and family {family!r} (the config's model type "
+                         f"tfixup_{family}); not written by this tfixup: rebuild the model with apply_tfixup")
+    options = {k: record.get(k, default) for k, default in OPTIONS.items()}
+    bad = [k for k, v in options.items() if k != "gated_mlp" and not isinstance(v, bool)]
+    if bad:
+        raise ValueError(f"{where}: {', '.join(bad)} must be true or false")
+    if options["gated_mlp"] is not None and (options["gated_mlp"] not in GATED_MLP or family not in LLAMA_LIKE):
+        raise ValueError(f"{where}: gated_mlp must be null or one of {', '.join(map(repr, GATED_MLP))}, for the "
+                         f"Llama family ({', '.join(LLAMA_LIKE)}) only")
+    if options["keep_mlp_norm"] and family not in LLAMA_LIKE:
+        raise ValueError(f"{where}: keep_mlp_norm is for the Llama family ({', '.join(LLAMA_LIKE)}), not {family}")
+    return options
+
+
+def rebuild(model: nn.Module, options: dict) -> None:
+    """What apply_tfixup(model, **OPTIONS) changes in the model's layout, without drawing a weight: the same norms
+    become nn.Identity, the same input multiplier is added. For a model built from a T-Fixup config, whose
+    weights are then loaded (from_pretrained) or drawn (``redraw``)."""
+    norms = _norms(model)
+    if options["keep_mlp_norm"]:
+        kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
+        norms = [(parent, attr) for parent, attr in norms if (id(parent), attr) not in kept]
+    for parent, attr in norms:
+        setattr(parent, attr, nn.Identity())
+    if options["input_scale"] and model.config.model_type.removeprefix("tfixup_") not in ENCODER_DECODER:
+        _add_input_scale(model.get_input_embeddings())
+    if options["gated_mlp"] is not None:
+        gate_mlps_(model, options["gated_mlp"])
+    model.tfixup_applied = True
+
+
+@torch.no_grad()
+def redraw(model: nn.Module) -> Dict[str, float]:
+    """T-Fixup's draws on a model ``rebuild`` laid out (a T-Fixup model built from its config, or materialised
+    from the meta device and initialised): the weights apply_tfixup draws, drawn and scaled the same way."""
+    family = model.config.model_type.removeprefix("tfixup_")
+    return _draw(model, FAMILIES[family](model))

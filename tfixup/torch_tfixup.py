@@ -73,6 +73,7 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     ``keep_mlp_norm`` (HuggingFace Llama-family models): keep the RMSNorm before each gated MLP (tfixup/hf.py).
     ``gated_mlp`` (HuggingFace Llama-family models): "sigmoid" or "scaled", a norm-free gated MLP (tfixup/hf.py).
     """
+    _refuse_wrapped_or_unallocated(model)
     embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
     if hf.is_hf_model(model) and layers is None and decoder_layers is None:
         if embeddings or decoder_embeddings:
@@ -149,6 +150,41 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
                 # a module outside MODEL (the usual nn.Transformer set-up): by the argument that passed it
                 done[names.get(id(weight), f"{embeds}[{i}].weight")] = embed_scale
     return done
+
+
+def _refuse_wrapped_or_unallocated(model: nn.Module) -> None:
+    """A model inside a wrapper (DataParallel, DDP, FSDP, torch.compile, PEFT, DeepSpeed), sharded (DTensor
+    parameters: fully_shard, tensor parallel) or not allocated (the meta device) is refused in one line: T-Fixup
+    reads the model's own layers and draws real tensors. NaN or inf in a parameter (memory left unset after
+    ``to_empty``) is refused too: the weights T-Fixup leaves would be garbage."""
+    name = type(model).__name__
+    peft = any(c.__module__.startswith("peft.") for c in type(model).__mro__)
+    inner = "model._orig_mod" if hasattr(model, "_orig_mod") else None  # torch.compile's OptimizedModule
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)) or \
+            (type(model).__module__.startswith(("torch.distributed.fsdp", "deepspeed.")) and hasattr(model, "module")):
+        inner = "model.module"
+    if inner or peft:
+        raise ValueError(f"apply_tfixup: {name} wraps the model: apply it before wrapping"
+                         + (" (before get_peft_model: its adapters replace the layers T-Fixup draws)" if peft else
+                            f", or pass {inner}"))
+    if any(c.__module__.startswith("torch.distributed.fsdp") for c in type(model).__mro__):  # fully_shard (FSDP2)
+        raise ValueError(f"apply_tfixup: {name} is sharded by fully_shard: apply it before sharding, on the whole "
+                         "model")
+    for pname, p in model.named_parameters():
+        if p.is_meta:
+            raise ValueError(f"apply_tfixup: {name}: {pname} is on the meta device (not allocated): T-Fixup draws "
+                             "weights; materialise the model first (model.to_empty(device=...); model.init_weights() "
+                             "for a HuggingFace model, your own init otherwise), then apply_tfixup")
+        if hasattr(p, "ds_id"):  # DeepSpeed ZeRO-3 keeps a placeholder here, the weight partitioned across ranks
+            raise ValueError(f"apply_tfixup: {name}: {pname} is partitioned by DeepSpeed ZeRO-3: apply it before "
+                             "deepspeed.initialize, to a model built outside deepspeed.zero.Init")
+        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
+            raise ValueError(f"apply_tfixup: {name}: {pname} is sharded (a DTensor: fully_shard or tensor "
+                             "parallel): apply it before sharding, on the whole model")
+        if p.is_floating_point() and not torch.isfinite(p).all():
+            raise ValueError(f"apply_tfixup: {name}: {pname} holds NaN or inf (memory left unset after to_empty?): "
+                             "initialise the model first (model.init_weights() for a HuggingFace model), then "
+                             "apply_tfixup")
 
 
 # ---------------------------------------------------------------- torch's own Transformer modules
