@@ -129,7 +129,7 @@ NEW_LLAMA_ARMS = ["dyt", "derf", "giadam", *NORM_FREE]
 LR_ARMS = [BASELINE, "tfixup_mlpnorm", "dyt", "derf", "giadam", *NORM_FREE]  # each at its own best lr
 # the lm settings that say which runs there are, not how a run trains (kept out of each run's spec)
 LM_PLAN_KEYS = ("depths", "deep_seeds", "families", "arms", "control_arms", "gate_arms", "new_arms", "lr_grid",
-                "deeper")
+                "deeper", "llama_seed_controls")
 
 MODES = {
     "smoke": {
@@ -160,7 +160,7 @@ MODES = {
                    warmup=250, lr=1e-3, tokens_per_sample=64, max_tokens=1024, dropout=0.1, train_lines=0,
                    valid_lines=0, families=["gpt2", "llama"], arms=["tfixup", BASELINE, "stock"],
                    control_arms=["tfixup_noscale"], gate_arms=["tfixup_mlpnorm", "tfixup_nogate"],
-                   new_arms=NEW_LLAMA_ARMS,
+                   new_arms=NEW_LLAMA_ARMS, llama_seed_controls=["tfixup_noscale"],  # its later seeds too
                    lr_grid=dict(depth=24, lrs=[5e-4, 1e-3, 2e-3], min_lr=1.25e-4, max_lr=8e-3, seeds=[1, 2],
                                 arms=LR_ARMS),
                    deeper=dict(depth=48, seeds=[1, 2], arms=[*NORM_FREE, "tfixup", "tfixup_mlpnorm", BASELINE])),
@@ -954,7 +954,8 @@ def make_specs(cfg: dict, records: dict = None) -> list:
             arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
                 extra = (lm.get("gate_arms", []) if fam == "llama" else []) + (
-                    lm.get("new_arms", []) if fam == "llama" and seed == 1 else [])
+                    lm.get("new_arms", []) if fam == "llama" and seed == 1 else []) + (
+                    lm.get("llama_seed_controls", []) if fam == "llama" and seed > 1 else [])
                 specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms + extra]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k not in ("arms", "control_arms")})
               for arm in bert["arms"] + bert.get("control_arms", [])]
