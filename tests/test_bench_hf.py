@@ -166,12 +166,12 @@ def test_default_plan_keeps_the_first_35_runs_and_adds_the_llama_question():
     """The first 35 runs as they were (Marian's three arms, GPT-2 and Llama at 24 layers with two seeds and at 6,
     their controls, BERT); then Marian with fairseq's initialisation; Llama's new arms (DyT, Derf, GI-Adam, the
     norm-free candidates) at 6 and 24 layers; at 24 each method's lr grid from 5e-4, 1e-3, 2e-3 (ids name the lr
-    off 1e-3); the candidates, plain T-Fixup, keep_mlp_norm and the warmup baseline at 48 layers, two seeds.
-    Every T-Fixup run of a family without an embedding multiplier says whether apply_tfixup gave it one."""
+    off 1e-3); the candidates, plain T-Fixup, keep_mlp_norm and the warmup baseline at 48 layers, two seeds; the
+    24-layer Llama without the input multiplier at its second seed. Every T-Fixup run of a family without an embedding multiplier says whether apply_tfixup gave it one."""
     specs = hf.make_specs(hf.make_config("default"))
     ids = [hf.run_id(s) for s in specs]
-    assert len(ids) == len(set(ids)) == 35 + 1 + 2 * 6 + 16 + 12
-    assert FIRST_35 <= set(ids) and "marian-L6-stock_fsinit-s1" in ids
+    assert len(ids) == len(set(ids)) == 35 + 1 + 2 * 6 + 16 + 12 + 1
+    assert FIRST_35 <= set(ids) and {"marian-L6-stock_fsinit-s1", "llama-L24-tfixup_noscale-s2"} <= set(ids)
     new = ("dyt", "derf", "giadam", "tfixup_sigmoid", "tfixup_gatescale", "tfixup_giadam")
     assert {f"llama-L{d}-{a}-s1" for d in (6, 24) for a in new} <= set(ids)
     grid = [i for i in ids if "-lr" in i]
