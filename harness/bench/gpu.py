@@ -66,14 +66,14 @@ MODES = {
     # the CPU mode: every part at a tiny size, a few updates (seconds)
     "smoke": dict(
         fp16=dict(embed=32, ffn=64, heads=2, layers=1, updates=4, valid_every=2, warmup=2, max_tokens=512,
-                  dropout=0.1, decay_period=4000, lrs=[1e-3]),
+                  dropout=0.1, decay_period=4000, lrs=[1e-3], arms=["tfixup", "preln_warmup"]),
         deep=dict(depths=[3], updates=3, valid_every=3),
-        bf16=dict(mode="smoke", families=["gpt2", "llama"], layers=2, arms=["tfixup", "stock_matched"]),
+        bf16=dict(mode="smoke", families=["llama"], layers=2, arms=["tfixup"]),
         speed=dict(sizes=["tiny"], rounds=1, steps=1, warmup=1, max_tokens=512, batches=2)),
     # about 7 minutes on one H100 (an estimate: none of it has run on a GPU yet)
     "default": dict(
         fp16=dict(embed=512, ffn=1024, heads=4, layers=6, updates=800, valid_every=100, warmup=200,
-                  max_tokens=4096, dropout=0.1, decay_period=4000, lrs=[5e-4, 1e-3]),
+                  max_tokens=4096, dropout=0.1, decay_period=4000, lrs=[5e-4, 1e-3], arms=list(FP16_ARMS)),
         deep=dict(depths=[100, 50], updates=600, valid_every=50),  # the depth study's budget at these depths
         bf16=dict(mode="default", families=["gpt2", "llama"], layers=6, arms=["tfixup", "stock_matched", "stock"]),
         speed=dict(sizes=["small", "big"], rounds=4, steps=2, warmup=1, max_tokens=4096, batches=8)),
@@ -97,7 +97,7 @@ def fp16_runs(cfg: dict, data: pathlib.Path, device: str) -> list:
     c, dtype = cfg["fp16"], fairseq_dtype(device)
     out = []
     for lr in c["lrs"]:
-        for name in FP16_ARMS:
+        for name in c["arms"]:
             r = convergence.make_run(c, data, name, lr, 1, c["updates"], "fp16", FP16_ARMS, device)
             out.append(runlib.Run(f"fp16-{name}-lr{lr:g}-{dtype}",
                                   dict(part="fp16", method=name, lr=lr, layers=c["layers"], dtype=dtype,
@@ -596,6 +596,8 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
+    """Valid loss against updates, and log10 of the largest |residual stream| per layer against fp16's 65504, of
+    every fairseq run (plain axes and one legend: the figure is redrawn after every run)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -603,28 +605,23 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
     recs = res["records"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for rid in res["parts"]["fp16"] + res["parts"]["deep"]:
-        r = recs[rid]
-        color = FP16_ARMS[r["method"]].color if r["method"] in FP16_ARMS else "C0"
+    for k, rid in enumerate(res["parts"]["fp16"] + res["parts"]["deep"]):
+        r, color = recs[rid], f"C{k % 10}"
         if r.get("valid_curve"):
-            axes[0].plot(*zip(*r["valid_curve"]), color=color, lw=1.2, ls="-" if r.get("lr", 1e-3) >= 1e-3 else "--",
-                         label=rid)
+            axes[0].plot(*zip(*r["valid_curve"]), color=color, lw=1.2, label=rid)
         for side, ls in (("encoder", "-"), ("decoder", ":")):
             stream = (r.get("activation_max") or {}).get(side, {}).get("stream")
             if stream:
-                axes[1].plot(range(1, len(stream) + 1), stream, color=color, ls=ls, lw=1, label=f"{rid} {side}")
-    axes[1].axhline(FP16_MAX, color="gray", ls="--", lw=1, label="fp16 max 65504")
-    axes[0].set_xlabel("update")
-    axes[0].set_ylabel("valid loss (bits)")
-    axes[1].set_xlabel("layer")
-    axes[1].set_ylabel("largest |residual stream|")
-    axes[1].set_yscale("log")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=5)
-    common.save_titled_figure(path, fig, f"Mixed precision on {', '.join(res['devices']) or res['device']}: valid "
-                                         f"loss and per-layer activation maxima")
+                axes[1].plot(range(1, len(stream) + 1), [math.log10(v) if 0 < v < math.inf else math.nan
+                                                         for v in stream], color=color, ls=ls, lw=1)
+    axes[1].axhline(math.log10(FP16_MAX), color="gray", ls="--", lw=1)
+    axes[0].set(xlabel="update", ylabel="valid loss (bits)")
+    axes[1].set(xlabel="layer (solid: encoder, dotted: decoder)",
+                ylabel="log10 largest |residual stream| (dashed: fp16's 65504)")
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=6)
+    fig.suptitle(f"Mixed precision on {', '.join(res['devices']) or res['device']}", fontsize=10)
+    atomic.save_figure(path, fig)
 
 
 # ---------------------------------------------------------------- prepare (here, on the CPU)
@@ -759,7 +756,7 @@ def main(argv=None) -> int:
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
            + ("; bf16: " + hf.data_description(hf_data) if "bf16" in args.parts else "")}
     all_runs = make_runs(cfg, data, hf_data, args.device, args.parts, args.peak_tflops)
-    deadline = t0 + args.stop_after if args.stop_after else None
+    deadline = t0 + args.stop_after if args.stop_after is not None else None
     jobs = 1 if args.in_process else (args.jobs or (3 if args.device == "cuda" else 1))
 
     def one(r, work):

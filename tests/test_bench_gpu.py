@@ -1,0 +1,183 @@
+"""harness/bench/gpu.py, the GPU study: its CPU mode end to end (every part at the smoke size, fp32 where fp16 needs
+CUDA), resuming, --stop-after, the GPU mode's fairseq arguments as fairseq's own parser reads them, the same runs as
+the committed fp32 records, the FLOP count behind MFU against a hand count, and ``prepare``."""
+
+import concurrent.futures
+import json
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO))
+from harness.bench import depth, gpu, hf, runs as runlib, speed  # noqa: E402
+from test_bench_hf import exported  # noqa: E402,F401  (the exported Multi30k fixture)
+
+SMOKE = ["--device", "cpu", "--smoke", "--in-process", "--peak-tflops", "1"]
+
+
+@pytest.fixture(scope="module")
+def cpu_mode(iwslt_bin, exported, tmp_path_factory):  # noqa: F811
+    """``python -m harness.bench.gpu --device cpu --smoke``, its main() in this process, each memory run in a thread
+    instead of a fresh process (which paid fairseq's import again)."""
+    root = tmp_path_factory.mktemp("gpu")
+    argv = [*SMOKE, "--out", str(root / "out"), "--data", str(iwslt_bin), "--hf-data", str(exported[0])]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TFIXUP_BENCH_WORK", str(root / "work"))
+        mp.setattr(speed, "fresh_process", lambda: concurrent.futures.ThreadPoolExecutor(1))
+        mp.setattr(sys, "argv", ["gpu.py", *argv])
+        assert gpu.main(argv) == 0
+    return root, argv
+
+
+def test_cpu_mode_records_every_part_with_where_it_ran(cpu_mode, capfd):
+    root, argv = cpu_mode
+    out = root / "out"
+    res = json.loads((out / "gpu.json").read_text())
+    recs = res["records"]
+    assert res["complete"] and res["runs_recorded"] == res["runs_planned"] == len(recs)
+    assert {r["part"] for r in recs.values()} == set(gpu.PARTS)
+    assert (out / "gpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = (out / "gpu.md").read_text()
+    assert "PARTIAL" not in text and "## fp16" in text and "## speed" in text
+    for r in recs.values():
+        assert r["status"] == "ok", r.get("error_tail")
+        env = r["env"]  # where it ran: device, versions, date; and the exact command
+        assert env["device"] == "cpu" and env["torch"] and env["date_utc"] and "cuda" in env
+        assert r["command"].startswith("python -m harness.bench.gpu") and "--smoke" in r["command"]
+    fairseq_runs = [r for r in recs.values() if r["part"] in ("fp16", "deep")]
+    for r in fairseq_runs:  # fp32 on CPU, said in the id; no loss scale without --fp16
+        assert r["id"].endswith("-fp32") and r["dtype"] == "fp32" and r["loss_scale"] is None
+        assert r["fairseq_train"].startswith("fairseq-train ") and "--cpu" in r["fairseq_train"]
+        assert r["updates"] == r["steps"] and r["overflow_steps"] == 0
+        assert [u for u, _ in r["valid_curve"]][-1] == r["updates"]
+        layers = r.get("layers") or r["depth"]
+        for side in ("encoder", "decoder"):  # a value per layer, each under fp16's largest
+            for q in ("stream", "ffn"):
+                vals = r["activation_max"][side][q]
+                assert len(vals) == layers and all(0 < v < gpu.FP16_MAX for v in vals)
+        pk = r["activation_peak"]
+        assert pk["over_fp16"] is False and pk["fp16_headroom"] == pytest.approx(gpu.FP16_MAX / pk["value"])
+    assert {r["method"] for r in fairseq_runs if r["part"] == "fp16"} == {"tfixup", "preln_warmup"}
+    for r in (r for r in recs.values() if r["part"] == "bf16"):
+        assert "bf16" in r["precision"] and r["config"]["family"] in ("gpt2", "llama") and r["valid_curve"]
+    (sp,) = [r for r in recs.values() if r["part"] == "speed"]
+    t = sp["tfixup"]
+    assert sp["dtype"] == "fp32" and t["tokens_per_s"] > 0 and sp["peak_tflops"] == 1
+    assert t["mfu"] == pytest.approx(t["achieved_tflops"] / sp["peak_tflops"])
+
+    # the same command again runs nothing: every run is recorded
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TFIXUP_BENCH_WORK", str(root / "work"))
+        capfd.readouterr()
+        assert gpu.main(argv) == 0
+    err = capfd.readouterr().err
+    assert f"{len(recs)} of {len(recs)} runs recorded" in err and "0 to run" in err
+    assert "fp16 skipped on CPU" in err and "done " not in err
+
+
+def test_stop_after_leaves_the_rest_to_the_next_call(iwslt_bin, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    argv = [*SMOKE, "--out", str(tmp_path / "out"), "--data", str(iwslt_bin), "--parts", "deep", "--stop-after", "0"]
+    assert gpu.main(argv) == 0
+    err = capfd.readouterr().err
+    assert "--stop-after reached; left for the next call" in err and "0 of 1 runs recorded" in err
+    assert not list((tmp_path / "out" / "gpu" / "runs").glob("*.json"))
+
+
+def test_gpu_mode_trains_fairseqs_fp16_the_paper_model_and_the_committed_runs(iwslt_bin, tmp_path):
+    """The GPU mode's fairseq arguments, read by fairseq's own parser: --fp16 without --cpu, the paper's IWSLT
+    model and its schedules; its deep runs are the depth study's committed fp32 runs (but for --cpu and --fp16),
+    its bf16 runs the HuggingFace study's committed specs."""
+    from fairseq_tfixup.diagnostics.models import parse_train_args
+
+    data = tmp_path / "iwslt14-v1000"  # the name the committed records' data-bin has (a run's key holds it)
+    data.symlink_to(iwslt_bin)
+    cfg = {**gpu.MODES["default"], "mode": "default"}
+    runs = gpu.make_runs(cfg, data, tmp_path / "hf-data", "cuda")
+    assert [r.meta["part"] for r in runs][-1] == "speed"
+    assert {r.id for r in runs if r.meta["part"] == "speed"} == {f"speed-{s}-{d}-cuda" for s in ("small", "big")
+                                                                  for d in ("fp32", "fp16")}
+    fp16 = {r.id: r for r in runs if r.meta["part"] == "fp16"}
+    assert len(fp16) == 6
+    for r in fp16.values():
+        a = parse_train_args(data, [*r.args[1:], "--save-dir", str(tmp_path / "ckpt")])
+        assert a.fp16 and not a.cpu and a.max_update == 800 and a.max_tokens == 4096
+        assert (a.encoder_embed_dim, a.encoder_ffn_embed_dim, a.encoder_attention_heads, a.encoder_layers,
+                a.decoder_layers) == (512, 1024, 4, 6, 6)
+        if r.meta["method"] == "tfixup":
+            assert a.arch == "transformer_tfixup" and a.lr_scheduler == "inverse_sqrt_nowarmup"
+        else:
+            assert a.arch == "transformer" and a.lr_scheduler == "inverse_sqrt" and a.warmup_updates == 200
+            assert a.encoder_normalize_before == (r.meta["method"] == "preln_warmup")
+    deep = [r for r in runs if r.meta["part"] == "deep"]
+    assert [r.meta["depth"] for r in deep] == [100, 50]
+    dcfg = gpu.depth_config(cfg, data, "cuda")
+    for r in deep:
+        fp32 = depth.run_of(dcfg, data, "tfixup", r.meta["depth"])
+        assert r.args == ["fairseq", *fp32.args, "--fp16"]
+        committed = runlib.read_record(gpu.FP32_RECORDS["deep"] / f"{fp32.id}.json")
+        assert committed and fp32.recorded_by(committed), "not the depth study's committed run"
+        assert parse_train_args(data, [*r.args[1:], "--save-dir", str(tmp_path / "c")]).fp16
+    bf16 = [r for r in runs if r.meta["part"] == "bf16"]
+    assert len(bf16) == 6
+    for r in bf16:
+        committed = runlib.read_record(gpu.FP32_RECORDS["bf16"] / f"{r.meta['fp32_id']}.json")
+        assert committed and committed["config"] == json.loads(r.args[1])
+
+
+def test_flop_count_behind_mfu_matches_a_hand_count(iwslt_bin, tmp_path):
+    """speed.step_flops (what MFU divides by the peak) on one batch of the tiny model against the matmuls counted by
+    hand: every linear layer 3x its forward FLOPs (forward, input gradient, weight gradient), attention's two
+    matmuls 3x through plain bmm and 3.5x through the fused kernel, whose backward recomputes q k^T."""
+    sz = speed.SIZES["tiny"]
+    d, f, n = sz["embed"], sz["ffn"], sz["layers"]
+    for model in speed.MODELS:
+        trainer = speed.new_trainer(model, "tiny", iwslt_bin, speed.MODES["smoke"], "cpu", "fp32", str(tmp_path))
+        batch = speed.real_batches(trainer, 1)[0]
+        b, s = batch["net_input"]["src_tokens"].shape
+        t = batch["target"].shape[1]
+        v = len(trainer.task.target_dictionary)
+        linear = (n * 2 * b * s * (4 * d * d + 2 * d * f)  # encoder: q, k, v, out; fc1, fc2
+                  + n * 2 * b * t * (4 * d * d + 2 * d * f)  # decoder self-attention and FFN
+                  + n * (2 * b * t * 2 * d * d + 2 * b * s * 2 * d * d)  # encoder attention: q, out; k, v
+                  + 2 * b * t * d * v)  # output projection
+        attention = n * (2 * 2 * b * s * s * d + 2 * 2 * b * t * t * d + 2 * 2 * b * t * s * d)  # q k^T and p v
+        counted = speed.step_flops(trainer, batch)
+        assert 3 * (linear + attention) <= counted <= 3 * linear + 3.5 * attention, (model, counted)
+
+
+def test_peak_of_calls_an_inf_an_overflow():
+    assert gpu.peak_of({"encoder": {"stream": [3.0, float("inf")], "ffn": [9.0, 1.0]}}) == {
+        "value": float("inf"), "where": "encoder.1.stream", "over_fp16": True, "fp16_headroom": None}
+    pk = gpu.peak_of({"decoder": {"stream": [2.0], "ffn": [70000.0]}})
+    assert pk["over_fp16"] and pk["where"] == "decoder.0.ffn" and pk["fp16_headroom"] < 1
+
+
+def test_prepare_checks_what_a_device_call_carries_and_prints_its_command(iwslt_bin, exported, capsys):  # noqa: F811
+    info = gpu.prepare(iwslt_bin, exported[0], bundle=False)
+    assert sum(info["carry_mib"].values()) < gpu.CARRY_LIMIT_MIB
+    out = capsys.readouterr().out
+    assert info["command"] in out and "IWSLT'14" in out and "Multi30k" in out
+    # the command the GPU call runs parses as this study's command line
+    argv = info["command"].split("python3 -m harness.bench.gpu ", 1)[1].split()
+    args = gpu.parser().parse_args(argv)
+    assert args.device == "cuda" and args.data == str(gpu.IWSLT_BIN) and args.stop_after == 420
+
+
+def test_prepare_without_shared_data_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFIXUP_SHARED_DATA", str(tmp_path / "none"))
+    with pytest.raises(SystemExit) as e:
+        gpu.prepare_main(["--iwslt", str(tmp_path / "bin"), "--hf-data", str(tmp_path / "hf"), "--no-bundle"])
+    assert e.value.code == 2
+
+
+def test_cuda_without_a_gpu_is_one_line(iwslt_bin, tmp_path, capfd):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    with pytest.raises(SystemExit):
+        gpu.main(["--device", "cuda", "--out", str(tmp_path), "--data", str(iwslt_bin)])
+    assert capfd.readouterr().err.strip().splitlines()[-1].startswith("error: --device cuda: no CUDA device")
