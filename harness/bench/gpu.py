@@ -31,7 +31,7 @@ autocast runs on CPU too.
     python -m harness.bench.gpu prepare        # here, once: work/data-bin/iwslt14-v1000, work/hf-data, work/device
     python -m harness.bench.gpu --device cpu --smoke --out /tmp/gpu --data DATA --hf-data HF_DATA   # the CPU mode
     python3 -m harness.device_bundle setup; PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH \\
-        python3 -m harness.bench.gpu --device cuda --out results/bench --stop-after 420              # on the GPU
+        python3 -m harness.bench.gpu --device cuda --out results/bench --stop-after 360              # on the GPU
 """
 
 import argparse
@@ -70,12 +70,13 @@ MODES = {
         deep=dict(depths=[3], updates=3, valid_every=3),
         bf16=dict(mode="smoke", families=["llama"], layers=2, arms=["tfixup"]),
         speed=dict(sizes=["tiny"], rounds=1, steps=1, warmup=1, max_tokens=512, batches=2)),
-    # about 7 minutes on one H100 (an estimate: none of it has run on a GPU yet)
+    # sized for one device call on one H100 (an estimate from the lr study's H100 runs: none of this has run on a
+    # GPU yet); --stop-after keeps a call inside its limit whatever the real speed
     "default": dict(
         fp16=dict(embed=512, ffn=1024, heads=4, layers=6, updates=800, valid_every=100, warmup=200,
                   max_tokens=4096, dropout=0.1, decay_period=4000, lrs=[5e-4, 1e-3], arms=list(FP16_ARMS)),
         deep=dict(depths=[100, 50], updates=600, valid_every=50),  # the depth study's budget at these depths
-        bf16=dict(mode="default", families=["gpt2", "llama"], layers=6, arms=["tfixup", "stock_matched", "stock"]),
+        bf16=dict(mode="default", families=["gpt2", "llama"], layers=6, arms=["tfixup", "stock_matched"]),
         speed=dict(sizes=["small", "big"], rounds=4, steps=2, warmup=1, max_tokens=4096, batches=8)),
 }
 
@@ -637,11 +638,14 @@ def size_mib(path: pathlib.Path) -> float:
     return sum(f.stat().st_size for f in pathlib.Path(path).rglob("*") if f.is_file()) / 2**20
 
 
-def gpu_command(stop_after: int = 420) -> str:
-    """The command a device call runs, from the repository root, with IWSLT_BIN, HF_DATA and work/device carried."""
-    return ("set -euo pipefail; python3 -m harness.device_bundle setup; "
-            "PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH python3 -m harness.bench.gpu --device cuda "
-            f"--out results/bench --data {IWSLT_BIN} --hf-data {HF_DATA} --stop-after {stop_after}")
+def gpu_command(stop_after: int = 360) -> str:
+    """The command a device call runs from the repository root, IWSLT_BIN, HF_DATA and work/device carried: the
+    bundle's setup, the study (no run starts after STOP_AFTER seconds), then everything it wrote, its records and
+    each run's log, packed into $OUT/gpu.tgz (what comes back), whatever the study's exit."""
+    return ("python3 -m harness.device_bundle setup && PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH "
+            f"python3 -m harness.bench.gpu --device cuda --out results/bench --data {IWSLT_BIN} --hf-data {HF_DATA} "
+            f"--stop-after {stop_after}; rc=$?; tar czf $OUT/gpu.tgz results/bench/gpu results/bench/gpu.json "
+            "results/bench/gpu.md results/bench/gpu.png work/bench/gpu; exit $rc")
 
 
 def _shell(command: str, what: str) -> None:
@@ -711,7 +715,7 @@ def parser():
     p.add_argument("--hf-data", default=str(HF_DATA),
                    help=f"the HuggingFace study's exported data (default {HF_DATA}; made by prepare)")
     p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    p.add_argument("--jobs", type=int, help="training runs at a time, sharing the device (default 3 on cuda, 1 on "
+    p.add_argument("--jobs", type=int, help="training runs at a time, sharing the device (default 4 on cuda, 1 on "
                                             "cpu); the speed runs go one at a time, after them")
     p.add_argument("--stop-after", type=float, metavar="SECONDS",
                    help="start no run after this many seconds (a run under way finishes); the same command again "
@@ -757,7 +761,7 @@ def main(argv=None) -> int:
            + ("; bf16: " + hf.data_description(hf_data) if "bf16" in args.parts else "")}
     all_runs = make_runs(cfg, data, hf_data, args.device, args.parts, args.peak_tflops)
     deadline = t0 + args.stop_after if args.stop_after is not None else None
-    jobs = 1 if args.in_process else (args.jobs or (3 if args.device == "cuda" else 1))
+    jobs = 1 if args.in_process else (args.jobs or (4 if args.device == "cuda" else 1))
 
     def one(r, work):
         return execute(r, work, args.device, args.threads, deadline, args.in_process)
