@@ -66,7 +66,7 @@ MODES = {
     # the CPU mode: every part at a tiny size, a few updates (seconds)
     "smoke": dict(
         fp16=dict(embed=32, ffn=64, heads=2, layers=1, updates=4, valid_every=2, warmup=2, max_tokens=512,
-                  dropout=0.1, decay_period=4000, lrs=[1e-3], arms=["tfixup", "preln_warmup"]),
+                  dropout=0.1, decay_period=4000, lrs=[1e-3], arms=["preln_warmup"]),
         deep=dict(depths=[3], updates=3, valid_every=3),
         bf16=dict(mode="smoke", families=["llama"], layers=2, arms=["tfixup"]),
         speed=dict(sizes=["tiny"], rounds=1, steps=1, warmup=1, max_tokens=512, batches=2)),
@@ -278,9 +278,7 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="gpu-run-") as save_dir:  # fairseq writes crash.pt there on a failure
         cfg, task, trainer = build_trainer(data, [*args, "--save-dir", save_dir])
-        cuda = not cfg.common.cpu
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
+        cuda, peak_gb = not cfg.common.cpu, 0.0
         task.load_dataset("valid", combine=False, epoch=1)
         max_update, every = cfg.optimization.max_update, cfg.dataset.validate_interval_updates
         watch = ActivationMax(trainer.model)
@@ -300,13 +298,15 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                 for sample in epoch_itr.next_epoch_itr(shuffle=True):
                     before, s0, t0 = trainer.get_num_updates(), scale(), time.perf_counter()
                     try:
-                        with metrics.aggregate("train_inner"):
+                        with metrics.aggregate(new_root=True) as agg:
                             out = trainer.train_step([sample])
                     except FloatingPointError as e:  # fairseq: "Minimum loss scale reached", "gradients are Nan/Inf"
                         rec.update(status="nan", error=str(e).splitlines()[0])
                         break
                     if cuda:
                         torch.cuda.synchronize()
+                        if "gb_free" in agg:  # the step's peak, as speed.py reads it (train_step resets the peak)
+                            peak_gb = max(peak_gb, trainer.cuda_env.total_memory_in_GB - agg["gb_free"].val)
                     times.append(time.perf_counter() - t0)
                     rec["steps"] += 1
                     if cfg.common.fp16:
@@ -347,7 +347,7 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                    loss_scale=({"first": first_scale, "final": scale(), "lowest": lowest, "drops": drops}
                                if cfg.common.fp16 else None),
                    precision="fp16 (fairseq --fp16: FP16Optimizer, dynamic loss scale)" if cfg.common.fp16 else "fp32",
-                   peak_memory_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None)
+                   peak_memory_mib=round(peak_gb * 1024, 1) if cuda else None)
     return rec
 
 
@@ -490,6 +490,14 @@ def fp32_twin(part: str, rec: dict):
             "device": twin.get("device") or (twin.get("machine") or {}).get("device")}
 
 
+def held(pred, peak: dict) -> str:
+    """Whether the CPU analysis's prediction (inside fp16's range or not) held for a run's activation maxima."""
+    if not pred or peak.get("over_fp16") is None:
+        return "-"
+    predicted_over = max(pred["residual"], pred["ffn_hidden"]) > FP16_MAX
+    return "yes" if predicted_over == peak["over_fp16"] else "no"
+
+
 def summarise(cfg: dict, records: dict, planned: int, device: str) -> dict:
     parts = {p: [] for p in PARTS}
     for rid, rec in records.items():
@@ -539,13 +547,14 @@ def report(res: dict) -> str:
                          _g(r.get("final_valid")), _g(r.get("best_valid")),
                          f"{_g(pk.get('value'), '{:.3g}')} ({pk.get('where')})", _g(pk.get("fp16_headroom"), "{:.3g}"),
                          f"{pred['residual']:.3g} / {pred['ffn_hidden']:.3g}" if pred else "-",
+                         held(pred, pk),
                          (f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-")
                          if twin_label else None])
         return rows
 
     headers = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops", "loss scale first → lowest → "
                "final", "final valid", "best valid", "max abs activation (where)", "fp16 headroom",
-               "CPU analysis: residual / FFN max"]
+               "CPU analysis: residual / FFN max", "its prediction held"]
     if res["parts"]["fp16"]:
         c = cfg["fp16"]
         text += (f"## fp16: the paper's IWSLT model ({c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} "
@@ -555,8 +564,9 @@ def report(res: dict) -> str:
                  f"Steps count the overflow steps fairseq skipped. Activations: the largest |value| of the residual "
                  f"stream and the FFN hidden units over every layer and training step (headroom = 65504 / it; below 1 "
                  f"it leaves fp16's range). The CPU analysis (results/diagnostics/fp16_headroom.md) measured the same "
-                 f"quantities in fp32 at its own, smaller setting: it predicted headroom of thousands for every "
-                 f"method at 6 layers.\n\n")
+                 f"quantities in fp32 at its own, smaller setting and depths (its column: the same method at the same "
+                 f"depth, where it has one); its prediction held where both stay inside fp16's range, or both leave "
+                 f"it.\n\n")
         text += common.md_table(headers, [row[:-1] for row in train_rows(res["parts"]["fp16"], False)]) + "\n\n"
     if res["parts"]["deep"]:
         text += ("## deep: T-Fixup at depth, the depth study's runs at fairseq_dtype's precision\n\nThe fp32 column is "
