@@ -173,6 +173,38 @@ def test_flop_count_behind_mfu_matches_a_hand_count(iwslt_bin, tmp_path):
     assert 3 * (linear + attention) <= counted <= 3 * linear + 3.5 * attention
 
 
+def test_report_of_gpu_records_gives_loss_scales_overflows_and_the_fp32_records(tmp_path):
+    """The report of the GPU mode's records (made up here: no GPU ran them): loss scales, overflow steps, headroom,
+    the CPU analysis's prediction, and the committed fp32 record of the same run beside the deep and bf16 ones."""
+    cfg = {**gpu.MODES["default"], "mode": "default", "data": "IWSLT'14"}
+    env = {"device": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "torch": "2.11.0+cu130", "cuda": "13.0",
+           "cudnn": 91000, "capability": "9.0", "memory_gib": 79.2, "date_utc": "2026-11-28 09:00 UTC"}
+    maxima = {"encoder": {"stream": [3.0] * 6, "ffn": [2.0] * 6}, "decoder": {"stream": [9.0] * 6, "ffn": [1.0] * 6}}
+    trained = dict(status="ok", steps=802, overflow_steps=2, valid_curve=[(400, 7.5), (800, 6.9)], final_valid=6.9,
+                   best_valid=6.9, activation_max=maxima, activation_peak=gpu.peak_of(maxima), env=env,
+                   loss_scale={"first": 128.0, "lowest": 32.0, "final": 64.0, "drops": 2})
+    records = {
+        "fp16-tfixup-lr0.001-fp16": dict(trained, id="fp16-tfixup-lr0.001-fp16", part="fp16", method="tfixup", lr=1e-3,
+                                         layers=6, updates=800),
+        "deep-tfixup-100-fp16": dict(trained, id="deep-tfixup-100-fp16", part="deep", method="tfixup", depth=100,
+                                     updates=600, fp32_id="tfixup-100"),
+        "bf16-gpt2-L6-tfixup-s1": dict(id="bf16-gpt2-L6-tfixup-s1", part="bf16", status="ok", updates=1000, env=env,
+                                       valid_curve=[(1000, 5.4)], fp32_id="gpt2-L6-tfixup-s1", s_per_update=0.01),
+    }
+    res = gpu.summarise(cfg, records, 16, "cuda")
+    assert not res["complete"] and res["devices"] == [env["device"]]
+    text = gpu.report(res)
+    assert "PARTIAL: 3 of 16 runs" in text and "the paper's IWSLT model" in text
+    assert "driver 580.159.04" in text and "CUDA 13.0" in text
+    row = next(line for line in text.splitlines() if line.startswith("| fp16-tfixup"))
+    assert "800 / 802 | 2 | 2 | 128 → 32 → 64" in row and "9 (decoder.0.stream)" in row and "| yes |" in row
+    twin = res["fp32_twins"]["deep-tfixup-100-fp16"]
+    assert twin["id"] == "tfixup-100" and twin["device"] == "cpu" and twin["best_valid"] is not None
+    assert res["fp32_twins"]["bf16-gpt2-L6-tfixup-s1"]["best_valid"] is not None
+    gpu.plot(res, tmp_path / "gpu.png")
+    assert (tmp_path / "gpu.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_peak_of_calls_an_inf_an_overflow_and_the_prediction_that_missed_it():
     assert gpu.peak_of({"encoder": {"stream": [3.0, float("inf")], "ffn": [9.0, 1.0]}}) == {
         "value": float("inf"), "where": "encoder.1.stream", "over_fp16": True, "fp16_headroom": None}

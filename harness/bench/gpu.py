@@ -251,7 +251,7 @@ def peak_of(maxima: dict) -> dict:
     if not cells:
         return {"value": None, "where": None, "fp16_headroom": None, "over_fp16": None}
     bad = [c for c in cells if not math.isfinite(c[0])]
-    value, where = bad[0] if bad else max(cells)
+    value, where = bad[0] if bad else max(cells, key=lambda c: c[0])  # the first of equal maxima
     return {"value": value, "where": where, "over_fp16": bool(bad) or value > FP16_MAX,
             "fp16_headroom": FP16_MAX / value if math.isfinite(value) and value > 0 else None}
 
@@ -487,7 +487,8 @@ def fp32_twin(part: str, rec: dict):
     curve = [v for _, v in twin.get("valid_curve", []) if v is not None and math.isfinite(v)]
     return {"id": twin["id"], "status": twin.get("status"), "best_valid": min(curve) if curve else None,
             "final_valid": twin["valid_curve"][-1][1] if twin.get("valid_curve") else None,
-            "device": twin.get("device") or (twin.get("machine") or {}).get("device")}
+            "device": twin.get("device") or (twin.get("machine") or {}).get("device")
+            or ("cpu" if " --cpu " in twin.get("command", "") else "?")}
 
 
 def held(pred, peak: dict) -> str:
@@ -557,20 +558,22 @@ def report(res: dict) -> str:
                "CPU analysis: residual / FFN max", "its prediction held"]
     if res["parts"]["fp16"]:
         c = cfg["fp16"]
-        text += (f"## fp16: the paper's IWSLT model ({c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} "
-                 f"layers), {c['updates']} updates of {c['max_tokens']} tokens\n\nT-Fixup without warmup; Post-LN and "
-                 f"Pre-LN with fairseq's inverse_sqrt warmup over {c['warmup']} updates; lr "
-                 f"{', '.join(f'{x:g}' for x in c['lrs'])}; valid every {c['valid_every']} updates (bits per token). "
-                 f"Steps count the overflow steps fairseq skipped. Activations: the largest |value| of the residual "
-                 f"stream and the FFN hidden units over every layer and training step (headroom = 65504 / it; below 1 "
-                 f"it leaves fp16's range). The CPU analysis (results/diagnostics/fp16_headroom.md) measured the same "
-                 f"quantities in fp32 at its own, smaller setting and depths (its column: the same method at the same "
-                 f"depth, where it has one); its prediction held where both stay inside fp16's range, or both leave "
-                 f"it.\n\n")
+        text += (f"## fp16: {c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers"
+                 + (" (the paper's IWSLT model)" if res["mode"] == "default" else "")
+                 + f", {c['updates']} updates of {c['max_tokens']} tokens, in fairseq's --fp16 on CUDA (fp32 on CPU)"
+                 f"\n\nArms: {'; '.join(FP16_ARMS[a].label for a in c['arms'])} (warmup: fairseq's inverse_sqrt over "
+                 f"{c['warmup']} updates); lr {', '.join(f'{x:g}' for x in c['lrs'])}; valid every {c['valid_every']} "
+                 f"updates (bits per token). Steps count the overflow steps fairseq skipped. Activations: the largest "
+                 f"|value| of the residual stream and the FFN hidden units over every layer and training step "
+                 f"(headroom = 65504 / it; below 1 it leaves fp16's range). The CPU analysis "
+                 f"(results/diagnostics/fp16_headroom.md) measured the same quantities in fp32 at its own, smaller "
+                 f"setting and depths (its column: the same method at the same depth, where it has one); its "
+                 f"prediction held where both stay inside fp16's range, or both leave it.\n\n")
         text += common.md_table(headers, [row[:-1] for row in train_rows(res["parts"]["fp16"], False)]) + "\n\n"
     if res["parts"]["deep"]:
-        text += ("## deep: T-Fixup at depth, the depth study's runs at fairseq_dtype's precision\n\nThe fp32 column is "
-                 "the depth study's record of the same run (results/bench/depth/runs/), best valid loss.\n\n")
+        text += ("## deep: T-Fixup at depth, the depth study's runs in fairseq's --fp16 on CUDA (fp32 on CPU)\n\nThe "
+                 "fp32 column is the depth study's record of the same run (results/bench/depth/runs/), best valid "
+                 "loss.\n\n")
         text += common.md_table(headers + ["fp32 record: best valid"], train_rows(res["parts"]["deep"], True)) + "\n\n"
     if res["parts"]["bf16"]:
         text += ("## bf16: the HuggingFace study's causal LMs under torch.autocast(bfloat16)\n\nThe hf study's specs "
