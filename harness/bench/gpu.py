@@ -692,7 +692,7 @@ def prepare(iwslt: pathlib.Path = IWSLT_BIN, hf_data: pathlib.Path = HF_DATA, bu
     hf.check_data(hf_data)
     if bundle and not (device_bundle.BUNDLE / "pylib" / "fairseq").is_dir():
         device_bundle.make(python)
-    carry = [iwslt, hf_data] + ([device_bundle.BUNDLE / "pylib"] if bundle else [])
+    carry = [iwslt, hf_data] + ([device_bundle.BUNDLE] if bundle else [])  # the paths a device call's carry names
     sizes = {str(p.relative_to(common.REPO)) if p.is_relative_to(common.REPO) else str(p): round(size_mib(p), 1)
              for p in carry}
     total = sum(sizes.values())
@@ -727,7 +727,8 @@ def parser():
                    help="cuda: the first GPU, fp16/bf16 (the study's purpose); cpu: the same code in fp32 (tests)")
     p.add_argument("--hf-data", default=str(HF_DATA),
                    help=f"the HuggingFace study's exported data (default {HF_DATA}; made by prepare)")
-    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                   help="the parts to run now (default all); the report covers every part's records")
     p.add_argument("--jobs", type=int, help="training runs at a time, sharing the device (default 4 on cuda, 1 on "
                                             "cpu); the speed runs go one at a time, after them")
     p.add_argument("--stop-after", type=float, metavar="SECONDS",
@@ -771,8 +772,10 @@ def main(argv=None) -> int:
         common.die(f"--hf-data {hf_data}: not an exported folder (no meta.json); make it here with: "
                    f"python -m harness.bench.gpu prepare")
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
-           + ("; bf16: " + hf.data_description(hf_data) if "bf16" in args.parts else "")}
-    all_runs = make_runs(cfg, data, hf_data, args.device, args.parts, args.peak_tflops)
+           + ("; bf16: " + hf.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
+    # the report covers every part; --parts chooses what runs now
+    all_runs = make_runs(cfg, data, hf_data, args.device, PARTS, args.peak_tflops)
+    chosen = [r for r in all_runs if r.meta["part"] in args.parts]
     deadline = t0 + args.stop_after if args.stop_after is not None else None
     jobs = 1 if args.in_process else (args.jobs or (4 if args.device == "cuda" else 1))
 
@@ -782,8 +785,8 @@ def main(argv=None) -> int:
     def summary(records):
         return summarise(cfg, records, len(all_runs), args.device)
 
-    training = [r for r in all_runs if r.meta["part"] != "speed"]
-    timing = [r for r in all_runs if r.meta["part"] == "speed"]
+    training = [r for r in chosen if r.meta["part"] != "speed"]
+    timing = [r for r in chosen if r.meta["part"] == "speed"]
     # the training runs share the device (``jobs`` at a time); the speed runs go alone, after them
     for todo, n in ((training, jobs), (timing, 1)):
         if todo or args.report_only:
