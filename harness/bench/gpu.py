@@ -329,7 +329,8 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                         rec["valid_curve"].append((n, round(v, 4)))
                         if cfg.common.fp16:
                             rec["loss_scale_curve"].append((n, scale()))
-                        common.log(f"  update {n}/{max_update}: train {rec['train_curve'][-1][1]:.3f} valid {v:.3f} bits"
+                        common.log(f"  update {n}/{max_update}: train {rec['train_curve'][-1][1]:.3f} "
+                                   f"valid {v:.3f} bits"
                                    + (f", loss scale {scale():g}" if cfg.common.fp16 else "")
                                    + f" ({time.time() - t_start:.0f} s)")
                         if not math.isfinite(v):
@@ -439,7 +440,8 @@ def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, dead
     if rc == 0 and (rundir / "result.json").is_file():
         record.update(json.loads((rundir / "result.json").read_text()))
         return record
-    record.update(status="error", error_tail=(rundir / "train.log").read_text(errors="replace").strip().splitlines()[-8:])
+    tail = (rundir / "train.log").read_text(errors="replace").strip().splitlines()[-8:]
+    record.update(status="error", error_tail=tail)
     return record
 
 
@@ -467,7 +469,8 @@ def _read(path: pathlib.Path):
 
 
 def cpu_prediction(method: str, layers: int):
-    """The CPU analysis's (fp32) largest residual-stream and FFN-hidden values for METHOD at LAYERS per side, or None."""
+    """The CPU analysis's (fp32) largest residual-stream and FFN-hidden values for METHOD at LAYERS per side, or
+    None."""
     pred = _read(CPU_PREDICTION)
     run = (pred or {}).get("runs", {}).get(f"{method}/{layers}")
     if not run:
@@ -553,9 +556,9 @@ def report(res: dict) -> str:
                          if twin_label else None])
         return rows
 
-    headers = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops", "loss scale first → lowest → "
-               "final", "final valid", "best valid", "max abs activation (where)", "fp16 headroom",
-               "CPU analysis: residual / FFN max", "its prediction held"]
+    headers = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops",
+               "loss scale first → lowest → final", "final valid", "best valid", "max abs activation (where)",
+               "fp16 headroom", "CPU analysis: residual / FFN max", "its prediction held"]
     if res["parts"]["fp16"]:
         c = cfg["fp16"]
         text += (f"## fp16: {c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers"
@@ -583,7 +586,8 @@ def report(res: dict) -> str:
         for rid in res["parts"]["bf16"]:
             r, twin = recs[rid], res["fp32_twins"].get(rid)
             best = min((v for _, v in r.get("valid_curve", []) if math.isfinite(v)), default=None)
-            rows.append([rid, r["status"], r.get("updates"), _g(r["valid_curve"][-1][1] if r.get("valid_curve") else None),
+            final = r["valid_curve"][-1][1] if r.get("valid_curve") else None
+            rows.append([rid, r["status"], r.get("updates"), _g(final),
                          _g(best), f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-",
                          _g(r.get("s_per_update"), "{:.4f}"), _g(r.get("peak_memory_mib"), "{:.0f}")])
         text += common.md_table(["run", "status", "updates", "final valid", "best valid", "fp32 record: best valid",
@@ -740,7 +744,8 @@ def parser():
                 "carries). 'python -m harness.bench.gpu one' runs a single run (the study starts these).")
     for action in p._actions:
         if action.dest == "data":
-            action.default, action.help = str(IWSLT_BIN), f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
+            action.default = str(IWSLT_BIN)
+            action.help = f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
         if action.dest == "data_root":
             action.help = argparse.SUPPRESS
     return p
