@@ -170,6 +170,11 @@ COVERED = {
     "python -m harness.bench.depth --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.batch --out results/bench --data work/data-bin/iwslt14-v1000": ("flags",),
     "python -m harness.bench.lm --out results/bench --jobs 1": ("flags",),
+    # docs/measurements.md: the GPU study, prepared here (downloads fairseq's sources) and its CPU mode
+    # (tests/test_bench_gpu.py runs both on small data)
+    "python -m harness.bench.gpu prepare": ("flags",),
+    "python -m harness.bench.gpu --device cpu --smoke --out /tmp/gpu --data work/data-bin/iwslt14-v1000 "
+    "--hf-data work/hf-data": ("flags",),
     # docs/pipelines.md: a language model with fairseq's own tools (one block, run in order)
     "mkdir -p work/lm-text": ("lm",),
     "zcat ../shared/data/multi30k/train.en.gz | sacremoses -l en -j 1 tokenize | tr [:upper:] [:lower:] > "

@@ -98,10 +98,24 @@ def real_batches(trainer, n: int) -> list:
     return [sample for sample, _ in zip(itr, range(n))]
 
 
+def count_cpu_attention() -> None:
+    """Make torch's flop counter count the CPU's fused attention kernel (scaled_dot_product_attention on CPU, which
+    fairseq's self-attention takes) with the formulas it has for the CUDA kernels; it counted nothing for it."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    for op, formula in ((aten._scaled_dot_product_flash_attention_for_cpu, fc.sdpa_flop),
+                        (aten._scaled_dot_product_flash_attention_for_cpu_backward, fc.sdpa_backward_flop)):
+        if op not in fc.flop_registry:
+            fc.register_flop_formula(op, get_raw=True)(formula)  # FORMULA takes shapes already
+
+
 def step_flops(trainer, sample) -> int:
-    """FLOPs of one train_step on this batch (forward and backward matmuls)."""
+    """FLOPs of one train_step on this batch (forward and backward matmuls, attention's included)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    count_cpu_attention()
     counter = FlopCounterMode(display=False)
     with counter:
         trainer.train_step([sample])
