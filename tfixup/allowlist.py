@@ -137,9 +137,9 @@ def _component(group: str, name, where: str, components) -> None:
     allowed = components[group]
     if name is not None and name not in allowed:
         kind = "model (--arch)" if group == "model" else group.replace("_", " ")
-        shown = ", ".join(allowed) if len(allowed) <= 8 else f"{len(allowed)} archs of its methods' models"
+        shown = ", ".join(allowed) if len(allowed) <= 8 else "the archs of its methods' models"
         raise UntrustedConfig(f"{where}={_show(name)} is a {kind} this project does not train or evaluate with "
-                              f"(it uses {shown}; tfixup/allowlist.py)")
+                              f"(it uses {shown}: tfixup/allowlist_table.py)")
 
 
 def _fields(obj: dict, where: str, components, fields) -> None:

@@ -1,0 +1,312 @@
+"""Issue 46: a checkpoint's config and a config's EXTRA_TRAIN_ARGS held to an allow-list (tfixup/allowlist.py).
+
+Checkpoints holding only safe types (dicts, strings, a Namespace, bytes) truncated a file through a criterion
+that saves predictions, read /etc/passwd and opened a FIFO through a task's language dictionary and through a
+bytes-valued embeddings path; EXTRA_TRAIN_ARGS read a FIFO, loaded another run's checkpoint and, by short
+flags (-a, -s en, -sen), trained another model or direction than config.resolved.json recorded. Each case
+here: the marker file outside the run is never created, truncated or read, the FIFO never opened, and the
+refusal is one line naming the field. Checkpoints of the project's own methods and fairseq's legacy
+``args`` form (fairseq <= 0.9, as the T-Fixup authors' fork saves) load."""
+
+import argparse
+import copy
+import os
+import subprocess
+import threading
+import time
+
+import pytest
+import torch
+
+from conftest import REPO, USER_DIR, fairseq_command, last_error, write_dicts
+
+import fairseq_tfixup  # noqa: F401  (installs the checks, as --user-dir does)
+from tfixup import allowlist, checkpoints, literals
+
+SCRIPTS = REPO / "scripts"
+EXPERIMENT = "iwslt14_de_en_tfixup"
+
+
+class FifoWatch:
+    """A FIFO at PATH, and whether anything opened it for reading: a thread tries to open its write end
+    without blocking, which succeeds only while a reader has it open, and then writes a line and closes,
+    so that a reader that opened it does not block forever (the test fails instead of hanging)."""
+
+    def __init__(self, path):
+        self.path, self.opened, self._stop = str(path), False, threading.Event()
+        os.mkfifo(self.path)
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.is_set():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader
+                time.sleep(0.02)
+                continue
+            self.opened = True
+            try:
+                os.write(fd, b"opened\n")
+            finally:
+                os.close(fd)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(5)
+        return self.opened
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    watch = FifoWatch(tmp_path / "fifo")
+    yield watch
+    watch.close()
+
+
+def marker(tmp_path):
+    """A file outside any run that an attacker would truncate or read: its content must stay."""
+    path = tmp_path / "outside" / "precious.txt"
+    path.parent.mkdir()
+    path.write_text("root:x:0:0:precious\n", encoding="utf-8")
+    return path
+
+
+def evil(tiny_checkpoint, tmp_path, name, edit):
+    """The tiny real checkpoint (cfg form, as fairseq-train 0.12 saves) with EDIT(state) applied, saved as NAME."""
+    _, _, state = tiny_checkpoint
+    state = copy.deepcopy(state)
+    edit(state)
+    path = tmp_path / name
+    torch.save(state, path)
+    return path
+
+
+def refused(error, path, *words):
+    line = str(error)
+    assert "\n" not in line and line.startswith(f"{path}: refused: ") and all(w in line for w in words), line
+    return line
+
+
+# ---------------------------------------------------------------- the table
+
+
+def test_the_table_is_what_fairseq_and_the_method_table_give():
+    """The allow-list is derived, not written by hand: regenerate with `python -m tfixup.allowlist write`."""
+    from tfixup import allowlist_table, methods
+
+    components, fields = allowlist.derive()
+    assert components == allowlist_table.COMPONENTS and fields == allowlist_table.FIELDS, \
+        "tfixup/allowlist_table.py is stale: python -m tfixup.allowlist write"
+    archs = {a for m in methods.METHODS.values() for a in (m.arch, m.lm_arch) if a}
+    assert archs <= set(components["model"]) and set(components["task"]) == set(methods.TASKS)
+    assert set(components["optimizer"]) == {m.optimizer for m in methods.METHODS.values()}
+    # every field issue 46 found naming a file is dropped, with no list of them anywhere
+    for name in ("save_predictions", "lang_dict", "fixed_dictionary", "sampling_weights_from_file", "extra_data",
+                 "config_yaml", "multitask_config_yaml", "label_dir", "baseline_model", "seq2seq_path",
+                 "wer_kenlm_model", "wer_lexicon", "continue_once", "ema_seed_model", "quantization_config_path",
+                 "encoder_embed_path", "bpe_codes", "user_dir", "save_dir", "data"):
+        assert fields.get(name, ["drop"])[0] == "drop", name
+
+
+def configs_args():
+    """fairseq's parse of the command of every config of configs/ (train.sh's, as the table scripts run them)."""
+    from fairseq import options
+
+    from harness import config
+
+    for name in config.experiment_names():
+        cfg = config.resolve(name, environ={})
+        args = config.train_args(cfg, "DATA", "OUT")
+        yield name, options.parse_args_and_arch(options.get_training_parser(), args)
+
+
+def method_args():
+    """fairseq's parse of every method's translation model and language model, as the studies train them."""
+    from fairseq import options
+
+    from tfixup import methods
+
+    for name, m in methods.METHODS.items():
+        for task in methods.TASKS:
+            if task == "language_modeling" and not m.lm_arch:
+                continue
+            recipe = methods.Recipe(name, 16, 32, 2, 1, 1, 1e-3, task=task)
+            yield f"{name}/{task}", options.parse_args_and_arch(options.get_training_parser(),
+                                                                ["DATA", *methods.train_args(recipe)])
+
+
+def test_every_pipelines_and_studys_settings_pass_and_keep_their_values():
+    """Every config's command and every method's (translation and language model), in the legacy args form
+    (the whole command line in one Namespace: every field of every component): nothing refused, and every
+    value kept but those the allow-list drops (paths: save_dir, data, user_dir, ...)."""
+    _, fields = allowlist._table()
+    seen = 0
+    for name, args in [*configs_args(), *method_args()]:
+        state = {"args": copy.deepcopy(args)}
+        allowlist.check_config(state)
+        kept = vars(state["args"])
+        for key, value in vars(args).items():
+            if fields.get(key, ["?"])[0] == "drop":
+                assert kept[key] == fields[key][1], (name, key)
+            elif key in kept:
+                assert kept[key] == value, (name, key)
+            else:  # text no component of the project reads
+                assert key not in fields and isinstance(value, str), (name, key, value)
+        seen += 1
+    assert seen > 30
+
+
+def test_a_real_cfg_checkpoint_and_one_with_bleu_validation_pass(tiny_checkpoint, tmp_path):
+    """The cfg form fairseq-train 0.12 saves (groups as dicts, the model's Namespace), also with --eval-bleu's
+    task settings (the quickstart's config: a detokenizer's name and generation settings as JSON)."""
+    path, data, state = tiny_checkpoint
+    state = copy.deepcopy(state)
+    state["cfg"]["task"].update(eval_bleu=True, eval_bleu_detok="moses", eval_bleu_remove_bpe="@@ ",
+                                eval_bleu_args='{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}')
+    literals.check_state(state, "x.pt")
+    assert state["cfg"]["task"]["eval_bleu_args"] == '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}'
+    assert state["cfg"]["model"].arch == "transformer_tfixup" and state["cfg"]["task"]["source_lang"] == "de"
+    assert state["cfg"]["checkpoint"]["save_dir"] == "checkpoints" and state["cfg"]["task"]["data"] is None
+
+
+# ---------------------------------------------------------------- case 1: a criterion that writes a file
+
+
+@pytest.fixture
+def ranking(tiny_checkpoint, tmp_path):
+    target = marker(tmp_path)
+    path = evil(tiny_checkpoint, tmp_path, "ranking.pt", lambda s: s["cfg"].update(criterion={
+        "_name": "sentence_ranking", "save_predictions": str(target), "ranking_head_name": "sentence_classification_head",
+        "num_classes": 2}))
+    return path, target
+
+
+def test_case1_a_criterion_outside_the_list_is_refused_and_the_file_kept(ranking, tiny_checkpoint):
+    """fairseq-validate DATA --path evil.pt --user-dir fairseq_tfixup created the file; here each loader
+    refuses the checkpoint, naming its criterion."""
+    from fairseq import checkpoint_utils
+
+    path, target = ranking
+    _, data, _ = tiny_checkpoint
+    for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load):
+        with pytest.raises(literals.UnsafeCheckpoint) as e:
+            load(str(path))
+        refused(e.value, path, "cfg.criterion._name='sentence_ranking' is a criterion this project does not "
+                               "train or evaluate with (it uses cross_entropy, label_smoothed_cross_entropy")
+    with pytest.raises(literals.UnsafeCheckpoint):
+        fairseq_command("validate", data, "--path", path, "--user-dir", USER_DIR, "--task", "translation",
+                        "-s", "de", "-t", "en", "--cpu", "--valid-subset", "valid", "--max-tokens", "1000")
+    assert target.read_text(encoding="utf-8") == "root:x:0:0:precious\n"
+
+
+def run_dir(tmp_path, checkpoint, data, name="run"):
+    """A run folder as train.sh leaves it (its record), holding CHECKPOINT as checkpoint_last.pt."""
+    from harness import config
+
+    out = tmp_path / name
+    (out / "checkpoints").mkdir(parents=True)
+    config.record(config.resolve(EXPERIMENT, environ={}), ["fairseq-train ..."], out / config.RECORD, data)
+    (out / "checkpoints" / "checkpoint_last.pt").write_bytes(checkpoint.read_bytes())
+    return out
+
+
+def test_case1_evaluate_sh_refuses_the_run_and_truncates_nothing(ranking, tiny_checkpoint, tmp_path):
+    """bash scripts/evaluate.sh (its averaging's validation) truncated the file to 0 bytes."""
+    path, target = ranking
+    _, data, _ = tiny_checkpoint
+    out = run_dir(tmp_path, path, data)
+    proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
+                          capture_output=True, text=True)
+    last_error(proc, f"{out}/checkpoints/checkpoint_last.pt: refused: cfg.criterion._name='sentence_ranking'")
+    assert target.read_text(encoding="utf-8") == "root:x:0:0:precious\n" and not (out / "eval").exists()
+
+
+# ---------------------------------------------------------------- case 2: a task that names files
+
+
+def multilingual(tiny_checkpoint, tmp_path, lang_dict):
+    return evil(tiny_checkpoint, tmp_path, "multilingual.pt", lambda s: s["cfg"]["task"].update(
+        _name="translation_multi_simple_epoch", lang_pairs="de-en", lang_dict=str(lang_dict)))
+
+
+def test_case2_the_hub_refuses_a_task_outside_the_list_and_opens_no_fifo(tiny_checkpoint, tmp_path, fifo):
+    """TransformerModel.from_pretrained (after import fairseq_tfixup) opened the FIFO and blocked."""
+    from fairseq.models.transformer import TransformerModel
+
+    _, data, _ = tiny_checkpoint
+    path = multilingual(tiny_checkpoint, tmp_path, fifo.path)
+    with pytest.raises(literals.UnsafeCheckpoint) as e:
+        TransformerModel.from_pretrained(str(path.parent), checkpoint_file=path.name, data_name_or_path=str(data))
+    refused(e.value, path, "cfg.task._name='translation_multi_simple_epoch' is a task this project does not train "
+                           "or evaluate with (it uses language_modeling, translation")
+    assert not fifo.close(), "the FIFO was opened"
+
+
+def test_case2_translate_refuses_before_reading_the_named_file(tiny_checkpoint, tmp_path):
+    """`echo x | bash scripts/translate.sh RUN` printed /etc/passwd's lines in its error; its model check
+    (harness/translate.py, before fairseq's hub) refuses the checkpoint, and nothing of the file shows."""
+    from harness import translate
+
+    _, data, _ = tiny_checkpoint
+    secret = marker(tmp_path)
+    path = multilingual(tiny_checkpoint, tmp_path, secret)
+    with pytest.raises(translate.TranslateError) as e:
+        translate.load_hub(path, data)
+    assert "root:x" not in str(e.value) and "translation_multi_simple_epoch" in str(e.value)
+
+
+# ---------------------------------------------------------------- case 3: bytes
+
+
+@pytest.mark.parametrize("value", ["fifo", b"https://example.invalid/embeddings.txt"])
+def test_case3_bytes_are_refused_and_no_fifo_is_opened(tiny_checkpoint, tmp_path, fifo, value):
+    """encoder_embed_path = b"/path/to/fifo" was not cleared (the filter checked only str):
+    load_model_ensemble opened the FIFO; a URL as bytes passed the URL check too."""
+    from fairseq import checkpoint_utils
+
+    _, data, _ = tiny_checkpoint
+    value = fifo.path.encode() if value == "fifo" else value
+    path = evil(tiny_checkpoint, tmp_path, "bytes.pt", lambda s: setattr(s["cfg"]["model"], "encoder_embed_path", value))
+    with pytest.raises(literals.UnsafeCheckpoint) as e:
+        checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    refused(e.value, path, "cfg.model.encoder_embed_path=b", "is a bytes, which no fairseq setting is")
+    assert not fifo.close(), "the FIFO was opened"
+
+
+def test_strings_naming_files_are_dropped_whatever_their_field(tiny_checkpoint, tmp_path, fifo):
+    """A str naming a file in any field the allow-list does not keep (none needs a list) is set back to
+    fairseq's default: the model builds without opening it."""
+    from fairseq import checkpoint_utils
+
+    _, data, _ = tiny_checkpoint
+
+    def edit(state):
+        state["cfg"]["model"].encoder_embed_path = fifo.path
+        state["cfg"]["model"].lang_dict = fifo.path  # a field of no component the project uses
+        state["cfg"]["common_eval"]["results_path"] = fifo.path
+        state["cfg"]["checkpoint"]["continue_once"] = fifo.path
+
+    path = evil(tiny_checkpoint, tmp_path, "paths.pt", edit)
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    assert state["cfg"].model.encoder_embed_path is None and "lang_dict" not in state["cfg"].model
+    assert state["cfg"].common_eval.results_path is None and state["cfg"].checkpoint.continue_once is None
+    models, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data)})
+    assert type(models[0]).__name__ == "TFixupTransformerModel"
+    assert not fifo.close(), "the FIFO was opened"
+
+
+@pytest.mark.parametrize("where, value, words", [
+    ("model", {"arch": "lstm"}, "cfg.model.arch='lstm' is a model (--arch) this project does not"),
+    ("task", {"source_lang": "../../etc"}, "cfg.task.source_lang='../../etc' must be a plain name"),
+    ("task", {"eval_bleu_args": '{"lm_path": "/etc/passwd"}'}, "cfg.task.eval_bleu_args="),
+    ("optimization", {"max_update": "${oc.env:HOME}"}, "cfg.optimization.max_update='${oc.env:HOME}' must be a number"),
+    ("model", {"activation_fn": "os.system"}, "cfg.model.activation_fn='os.system' must be one of gelu"),
+])
+def test_kept_fields_must_be_of_their_kind(tiny_checkpoint, tmp_path, where, value, words):
+    path = evil(tiny_checkpoint, tmp_path, "kind.pt", lambda s: (
+        [setattr(s["cfg"][where], k, v) for k, v in value.items()] if isinstance(s["cfg"][where], argparse.Namespace)
+        else s["cfg"][where].update(value)))
+    with pytest.raises(literals.UnsafeCheckpoint) as e:
+        checkpoints.load(path)
+    refused(e.value, path, words)
