@@ -21,7 +21,7 @@ import torch
 from conftest import REPO, USER_DIR, fairseq_command, last_error, write_dicts
 
 import fairseq_tfixup  # noqa: F401  (installs the checks, as --user-dir does)
-from tfixup import allowlist, checkpoints, literals
+from tfixup import checkpoints, literals
 
 SCRIPTS = REPO / "scripts"
 EXPERIMENT = "iwslt14_de_en_tfixup"
@@ -93,7 +93,7 @@ def refused(error, path, *words):
 
 def test_the_table_is_what_fairseq_and_the_method_table_give():
     """The allow-list is derived, not written by hand: regenerate with `python -m tfixup.allowlist write`."""
-    from tfixup import allowlist_table, methods
+    from tfixup import allowlist, allowlist_table, methods
 
     components, fields = allowlist.derive()
     assert components == allowlist_table.COMPONENTS and fields == allowlist_table.FIELDS, \
@@ -140,6 +140,8 @@ def test_every_pipelines_and_studys_settings_pass_and_keep_their_values():
     """Every config's command and every method's (translation and language model), in the legacy args form
     (the whole command line in one Namespace: every field of every component): nothing refused, and every
     value kept but those the allow-list drops (paths: save_dir, data, user_dir, ...)."""
+    from tfixup import allowlist
+
     _, fields = allowlist._table()
     seen = 0
     for name, args in [*configs_args(), *method_args()]:
@@ -310,3 +312,174 @@ def test_kept_fields_must_be_of_their_kind(tiny_checkpoint, tmp_path, where, val
     with pytest.raises(literals.UnsafeCheckpoint) as e:
         checkpoints.load(path)
     refused(e.value, path, words)
+
+
+# ---------------------------------------------------------------- case 4: EXTRA_TRAIN_ARGS
+
+
+@pytest.mark.parametrize("extra, words", [
+    ("--encoder-embed-path FIFO", "--encoder-embed-path is not among the settings a config may add"),
+    ("--continue-once OTHER/checkpoints/checkpoint_last.pt", "--continue-once is not among"),
+    ("--ema-seed-model x.pt", "--ema-seed-model is not among"),
+    ("--quantization-config-path q.yaml", "--quantization-config-path is not among"),
+    ("--train-subset /abs", "--train-subset is not among"),
+    ("-a transformer", "--arch (given as -a) is already in the command the config makes: set ARCH or METHOD"),
+    ("-s en -t de", "--source-lang (given as -s) is already in the command the config makes: set SRC"),
+    ("-sen -tde", "--source-lang (given as -sen) is already in the command the config makes: set SRC"),
+    ("--target-lang=de", "--target-lang is already in the command the config makes: set TGT"),
+    ("--cpu", "--cpu is set by train.sh"), ("--distributed-world-size 2", "--distributed-world-size is set by train.sh"),
+    ("/etc", "'/etc' is not a fairseq-train option of this command"),
+    ("--eval-bleu --eval-bleu-detok /etc/x", "--eval-bleu-detok='/etc/x' must be a plain name"),
+])
+def test_case4_extra_train_args_pass_only_settings_of_the_allow_list(extra, words):
+    """Parsed by fairseq-train's own parser for the config's command, so every spelling is its one setting."""
+    from harness import config
+
+    with pytest.raises(config.ConfigError) as e:
+        config.train_args(config.resolve(EXPERIMENT, {"EXTRA_TRAIN_ARGS": extra}, environ={}), "DATA", "OUT")
+    line = str(e.value)
+    assert "\n" not in line and f"(--set EXTRA_TRAIN_ARGS): EXTRA_TRAIN_ARGS: {words}" in line, line
+
+
+def test_case4_the_settings_configs_use_pass():
+    from harness import config
+
+    extra = ("--eval-bleu --eval-bleu-detok moses --eval-bleu-remove-bpe --eval-bleu-args '{\"beam\": 1}' "
+             "--patience 3 --best-checkpoint-metric bleu --maximize-best-checkpoint-metric --tfixup-zero-attn-bias")
+    args = config.train_args(config.resolve(EXPERIMENT, {"EXTRA_TRAIN_ARGS": extra}, environ={}), "DATA", "OUT")
+    assert args[-3:] == ["--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric"] or \
+        "--tfixup-zero-attn-bias" in args
+
+
+def test_case4_train_sh_refuses_in_one_line_and_opens_no_fifo(tmp_path, fifo):
+    """EXTRA_TRAIN_ARGS=--encoder-embed-path /a/fifo made train.sh read it: refused before anything runs or is
+    written (the other spellings above go through the same check, train.sh's train-args step)."""
+    data = write_dicts(tmp_path / "data")
+    proc = subprocess.run(["bash", str(SCRIPTS / "train.sh"), "--cpu", "--set",
+                           f"EXTRA_TRAIN_ARGS=--encoder-embed-path {fifo.path}", EXPERIMENT, str(data),
+                           str(tmp_path / "run")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    last_error(proc, "(--set EXTRA_TRAIN_ARGS): EXTRA_TRAIN_ARGS: --encoder-embed-path is not among the settings")
+    assert not (tmp_path / "run" / "train.log").exists()
+    assert not fifo.close(), "the FIFO was opened"
+
+
+# ---------------------------------------------------------------- cases 5 and 8: fairseq's legacy args form
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tiny_checkpoint, tmp_path_factory):
+    """A data-bin on the tiny checkpoint's dictionaries (fairseq-preprocess, in this process): a few made-up
+    sentence pairs in train, valid and test, and test's raw target text."""
+    _, dicts, _ = tiny_checkpoint
+    root = tmp_path_factory.mktemp("tiny_bin")
+    text = root / "text"
+    text.mkdir()
+    for split, n in (("train", 8), ("valid", 4), ("test", 3)):
+        for lang in ("de", "en"):
+            lines = [" ".join(f"{lang}{(i * 7 + j) % 40}" for j in range(3 + i % 4)) for i in range(n)]
+            (text / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = root / "bin"
+    fairseq_command("preprocess", "--source-lang", "de", "--target-lang", "en", "--trainpref", text / "train",
+                    "--validpref", text / "valid", "--testpref", text / "test", "--srcdict", dicts / "dict.de.txt",
+                    "--tgtdict", dicts / "dict.en.txt", "--destdir", out, "--workers", "1")
+    (out / "test.raw.en").write_text((text / "test.en").read_text(encoding="utf-8"), encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def legacy(tiny_checkpoint, tmp_path_factory):
+    """A checkpoint in fairseq's legacy form (fairseq <= 0.9, the T-Fixup authors' fork): the training
+    arguments as fairseq's parser makes them (state["args"], an argparse.Namespace), no cfg."""
+    _, _, state = tiny_checkpoint
+    state = copy.deepcopy(state)
+    args = state["cfg"]["model"]  # fairseq's parse of the whole command line (conftest.save_tiny_checkpoint)
+    assert isinstance(args, argparse.Namespace) and args.save_dir == "checkpoints"
+    state.update(args=args, cfg=None)
+    path = tmp_path_factory.mktemp("legacy") / "legacy.pt"
+    torch.save(state, path)
+    return path
+
+
+def test_case5_a_legacy_checkpoint_loads_through_the_hub_generate_and_validate(legacy, tiny_bin):
+    """It failed with ConfigCompositionException: Error merging override checkpoint.save_dir=null (the
+    loader set the non-Optional save_dir and restore_file to None)."""
+    from fairseq.models.transformer import TransformerModel
+
+    hub = TransformerModel.from_pretrained(str(legacy.parent), checkpoint_file=legacy.name,
+                                           data_name_or_path=str(tiny_bin))
+    assert type(hub.models[0]).__name__ == "TFixupTransformerModel"
+    assert hub.translate("de1 de2 de3", beam=1, max_len_a=0, max_len_b=5) is not None
+    log = fairseq_command("generate", tiny_bin, "--path", legacy, "--user-dir", USER_DIR, "--task", "translation",
+                          "-s", "de", "-t", "en", "--cpu", "--beam", "1", "--max-len-a", "0", "--max-len-b", "5",
+                          "--batch-size", "8", "--required-batch-size-multiple", "1")
+    assert "Generate test with beam=1" in log, log[-2000:]
+    log = fairseq_command("validate", tiny_bin, "--path", legacy, "--user-dir", USER_DIR, "--task", "translation",
+                          "-s", "de", "-t", "en", "--cpu", "--max-tokens", "1000", "--required-batch-size-multiple", "1")
+    assert "valid on 'valid' subset" in log, log[-2000:]
+
+
+def test_case8_evaluate_sh_averages_and_scores_a_legacy_checkpoint(legacy, tiny_bin, tmp_path):
+    out = run_dir(tmp_path, legacy, tiny_bin)
+    proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(tiny_bin), str(out)],
+                          capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "MAX_LEN_A": "0", "MAX_LEN_B": "5",
+                               "AVG_CANDIDATES": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "eval" / "results.json").exists() and (out / "eval" / "averaged.pt").exists()
+
+
+# ---------------------------------------------------------------- item 9's minors: a closed terminal, OPTIMIZER, refusals
+
+
+def test_closing_the_terminal_books_the_run_interrupted_with_the_resume_line(tmp_path):
+    """SIGHUP to train.sh's process group (what closing its terminal sends) was booked "killed" by the next run."""
+    import signal
+
+    from conftest import TINY_RUN, group_left, kill_group
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "fairseq-train").write_text("#!/bin/sh\necho \"fairseq_cli.train | {'_name': None}\"\nexec sleep 300\n")
+    (fake / "fairseq-train").chmod(0o755)
+    data, out = write_dicts(tmp_path / "data"), tmp_path / "run"
+    err = open(tmp_path / "stderr", "w")
+    job = subprocess.Popen(["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
+                           stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+                           env={**os.environ, **TINY_RUN, "PATH": f"{fake}:{os.environ['PATH']}"})
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and job.poll() is None and not (
+                (out / "train.log").exists() and "fairseq_cli.train" in (out / "train.log").read_text()):
+            time.sleep(0.1)
+        assert job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        os.killpg(job.pid, signal.SIGHUP)
+        rc = job.wait(timeout=60)
+        assert not group_left(job.pid)
+    finally:
+        kill_group(job.pid)
+    stderr = (tmp_path / "stderr").read_text()
+    assert rc == 129, stderr[-3000:]
+    assert "interrupted: " in stderr and "rerun the same command to resume: bash " in stderr, stderr[-3000:]
+    assert (out / "train_runs.tsv").read_text().splitlines()[-1].endswith("\tinterrupted")
+    assert not (out / "train_run.open").exists()
+
+
+def test_optimizer_is_one_of_the_method_tables():
+    from harness import config
+
+    with pytest.raises(config.ConfigError, match=r"\(--set OPTIMIZER\): OPTIMIZER must be one of auto, adam, radam, "
+                                                  r"sgd, got 'bogus'"):
+        config.resolve(EXPERIMENT, {"OPTIMIZER": "bogus"}, environ={})
+    assert config.resolve(EXPERIMENT, {"OPTIMIZER": "radam"}, environ={}).values["OPTIMIZER"] == "radam"
+
+
+def test_a_refusal_of_the_plugin_is_not_followed_by_rerun_to_resume(tmp_path):
+    """fairseq-train ended by a one-line refusal (error: ...; tfixup/errors.py) was advised "rerun the same
+    command to resume", which fails the same way."""
+    from harness import recover
+
+    log = ("2026-01-01 | INFO | fairseq_cli.train | {'_name': None}\n"
+           "error: --fp16 needs a CUDA GPU (fairseq's FP16 optimizer keeps its fp32 copy there) and this machine "
+           "has none: drop --fp16\n")
+    line = recover.train_failure(log, 1, str(tmp_path), ["bash", "scripts/train.sh", "--cpu", EXPERIMENT, "d", "o"])
+    assert line.startswith("--fp16 needs a CUDA GPU") and "resume" not in line and "fail the same way" in line, line
