@@ -184,13 +184,13 @@ def ranking(tiny_checkpoint, tmp_path):
     return path, target
 
 
-def test_case1_a_criterion_outside_the_list_is_refused_and_the_file_kept(ranking, tiny_checkpoint):
+def test_case1_a_criterion_outside_the_list_is_refused_and_the_file_kept(ranking, tiny_bin):
     """fairseq-validate DATA --path evil.pt --user-dir fairseq_tfixup created the file; here each loader
     refuses the checkpoint, naming its criterion."""
     from fairseq import checkpoint_utils
 
     path, target = ranking
-    _, data, _ = tiny_checkpoint
+    data = tiny_bin
     for load in (checkpoint_utils.load_checkpoint_to_cpu, checkpoints.load):
         with pytest.raises(literals.UnsafeCheckpoint) as e:
             load(str(path))
@@ -213,10 +213,10 @@ def run_dir(tmp_path, checkpoint, data, name="run"):
     return out
 
 
-def test_case1_evaluate_sh_refuses_the_run_and_truncates_nothing(ranking, tiny_checkpoint, tmp_path):
+def test_case1_evaluate_sh_refuses_the_run_and_truncates_nothing(ranking, tiny_bin, tmp_path):
     """bash scripts/evaluate.sh (its averaging's validation) truncated the file to 0 bytes."""
     path, target = ranking
-    _, data, _ = tiny_checkpoint
+    data = tiny_bin
     out = run_dir(tmp_path, path, data)
     proc = subprocess.run(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
                           capture_output=True, text=True)
@@ -351,13 +351,14 @@ def test_case4_the_settings_configs_use_pass():
         "--tfixup-zero-attn-bias" in args
 
 
-def test_case4_train_sh_refuses_in_one_line_and_opens_no_fifo(tmp_path, fifo):
+def test_case4_train_sh_refuses_in_one_line_and_opens_no_fifo(tmp_path, fifo, tiny_bin):
     """EXTRA_TRAIN_ARGS=--encoder-embed-path /a/fifo made train.sh read it: refused before anything runs or is
     written (the other spellings above go through the same check, train.sh's train-args step)."""
-    data = write_dicts(tmp_path / "data")
+    from conftest import TINY_RUN
+
     proc = subprocess.run(["bash", str(SCRIPTS / "train.sh"), "--cpu", "--set",
-                           f"EXTRA_TRAIN_ARGS=--encoder-embed-path {fifo.path}", EXPERIMENT, str(data),
-                           str(tmp_path / "run")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                           f"EXTRA_TRAIN_ARGS=--encoder-embed-path {fifo.path}", EXPERIMENT, str(tiny_bin),
+                           str(tmp_path / "run")], capture_output=True, text=True, env={**os.environ, **TINY_RUN})
     last_error(proc, "(--set EXTRA_TRAIN_ARGS): EXTRA_TRAIN_ARGS: --encoder-embed-path is not among the settings")
     assert not (tmp_path / "run" / "train.log").exists()
     assert not fifo.close(), "the FIFO was opened"
@@ -483,3 +484,58 @@ def test_a_refusal_of_the_plugin_is_not_followed_by_rerun_to_resume(tmp_path):
            "has none: drop --fp16\n")
     line = recover.train_failure(log, 1, str(tmp_path), ["bash", "scripts/train.sh", "--cpu", EXPERIMENT, "d", "o"])
     assert line.startswith("--fp16 needs a CUDA GPU") and "resume" not in line and "fail the same way" in line, line
+
+
+def test_case5_a_legacy_checkpoint_loads_through_interactive(legacy, tiny_bin, monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("de1 de2 de3\n"))
+    log = fairseq_command("interactive", tiny_bin, "--path", legacy, "--user-dir", USER_DIR, "--task", "translation",
+                          "-s", "de", "-t", "en", "--cpu", "--beam", "1", "--max-len-a", "0", "--max-len-b", "5")
+    assert "H-0\t" in log, log[-2000:]
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoints(tiny_checkpoint, tmp_path_factory):
+    """A tiny T-Fixup language model's checkpoint in both forms (cfg, as fairseq-train 0.12 saves; legacy
+    args), and a language-model data-bin on the tiny dictionaries (fairseq-preprocess --only-source)."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from omegaconf import OmegaConf
+
+    from tfixup import methods
+
+    _, dicts, _ = tiny_checkpoint
+    root = tmp_path_factory.mktemp("lm")
+    text = root / "text"
+    text.mkdir()
+    for split, n in (("train", 8), ("valid", 4), ("test", 3)):
+        lines = [" ".join(f"en{(i * 5 + j) % 40}" for j in range(6)) for i in range(n)]
+        (text / f"{split}.en").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = root / "bin"
+    fairseq_command("preprocess", "--only-source", "--trainpref", text / "train.en", "--validpref", text / "valid.en",
+                    "--testpref", text / "test.en", "--srcdict", dicts / "dict.en.txt", "--destdir", data,
+                    "--workers", "1")
+    recipe = methods.Recipe("tfixup", 16, 32, 2, 1, 1, 1e-3, task="language_modeling", tokens_per_sample=8)
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(data), *methods.train_args(recipe)])
+    model = tasks.setup_task(args).build_model(args)
+    history = [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": None}, "num_updates": 3}]
+    paths = {}
+    for form in ("cfg", "args"):
+        cfg = OmegaConf.to_container(convert_namespace_to_omegaconf(args), resolve=True, enum_to_str=True)
+        state = {"args": args if form == "args" else None, "cfg": cfg if form == "cfg" else None,
+                 "model": model.state_dict(), "extra_state": {}, "last_optimizer_state": None,
+                 "optimizer_history": history}
+        paths[form] = root / f"lm-{form}.pt"
+        torch.save(state, paths[form])
+    return paths, data
+
+
+def test_a_language_models_checkpoints_load_through_eval_lm(lm_checkpoints):
+    paths, data = lm_checkpoints
+    for form, path in paths.items():
+        log = fairseq_command("eval_lm", data, "--path", path, "--user-dir", USER_DIR, "--cpu", "--gen-subset", "valid",
+                              "--tokens-per-sample", "8", "--max-tokens", "1000", "--required-batch-size-multiple", "1")
+        assert "Loss (base 2)" in log, (form, log[-2000:])
