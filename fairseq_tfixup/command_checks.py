@@ -90,8 +90,16 @@ def training_parser(base_args):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse prints its usage and exits
+    """argparse that raises instead of printing and exiting (an error, -h)."""
+
+    def error(self, message):
         raise errors.Refused(message)
+
+    def print_help(self, file=None):
+        pass
+
+    def exit(self, status=0, message=None):
+        raise errors.Refused("-h/--help is no setting")
 
 
 def given_dests(parser, words) -> tuple:

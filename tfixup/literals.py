@@ -11,7 +11,9 @@ checkpoint) calls ``install()``, which
   ``checkpoint_utils.load_checkpoint_to_cpu``, the one loader of fairseq-train's
   resume, fairseq-generate, -interactive, -validate and the hub) and refuses a
   checkpoint holding anything but a literal there, in one line naming the file and
-  the field (``UnsafeCheckpoint``);
+  the field (``UnsafeCheckpoint``); then holds its config to the allow-list of
+  allowlist.py (this project's components and plain settings; every other field,
+  those naming files among them, set back to fairseq's default);
 * checks a command line once parsed, before fairseq composes its config from it;
 * replaces fairseq's own ``eval_str_list``/``eval_str_dict``/``eval_bool`` and, in
   each fairseq module that calls ``eval`` on a config value, the name ``eval``, by
