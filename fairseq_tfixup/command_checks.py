@@ -84,8 +84,15 @@ def training_parser(base_args):
     argument of its task, arch, criterion, optimizer and scheduler added, as fairseq builds it."""
     from fairseq import options
 
+    # this plugin is imported already (this module is part of it): its --user-dir is left out, which fairseq
+    # would import again and log that it has
+    words = list(base_args)
+    for i, word in enumerate(words):
+        if word == "--user-dir" and i + 1 < len(words):
+            del words[i:i + 2]
+            break
     built = []
-    options.parse_args_and_arch(options.get_training_parser(), list(base_args), modify_parser=built.append)
+    options.parse_args_and_arch(options.get_training_parser(), words, modify_parser=built.append)
     return built[-1]
 
 
