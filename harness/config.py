@@ -33,7 +33,8 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-# plain Python, no fairseq import: a config check or dry run stays fast
+# plain Python, no fairseq import: a config check or dry run stays fast (train_args imports fairseq for a
+# config that has EXTRA_TRAIN_ARGS, to parse them with fairseq-train's own parser)
 from tfixup import literals, methods
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
