@@ -131,7 +131,7 @@ def check_extra_train_args(base_args, extra, owned_flags=None, key_of=None) -> N
     nor BASE_ARGS (the command the config makes; KEY_OF: flag -> its config key) sets."""
     from tfixup import allowlist
 
-    components, fields = allowlist._table()
+    components, fields = allowlist.table()
     parser = training_parser(base_args)
     flags = {}  # dest -> its long flag, for messages
     for action in parser._actions:
@@ -166,8 +166,8 @@ def check_extra_train_args(base_args, extra, owned_flags=None, key_of=None) -> N
                                  "choices of this project's components; tfixup/allowlist.py): remove it from "
                                  "EXTRA_TRAIN_ARGS, or set it on train.sh's own command line after --")
         if isinstance(value, str) and kind not in ("literal",) and not isinstance(kind, list) \
-                and not allowlist._fits(kind, value):
-            raise errors.Refused(f"{flag}={value!r} must be {allowlist._WHAT.get(kind, kind)}")
+                and not allowlist.fits(kind, value):
+            raise errors.Refused(f"{flag}={value!r} must be {allowlist.describe(kind)}")
 
 
 def _spelling(words, parser, dest) -> str:

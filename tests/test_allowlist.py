@@ -142,7 +142,7 @@ def test_every_pipelines_and_studys_settings_pass_and_keep_their_values():
     value kept but those the allow-list drops (paths: save_dir, data, user_dir, ...)."""
     from tfixup import allowlist
 
-    _, fields = allowlist._table()
+    _, fields = allowlist.table()
     seen = 0
     for name, args in [*configs_args(), *method_args()]:
         state = {"args": copy.deepcopy(args)}

@@ -23,7 +23,7 @@ import json
 import math
 import re
 import sys
-from typing import Any, Dict, Mapping
+from typing import Dict
 
 from tfixup import errors
 
@@ -38,7 +38,7 @@ COMPONENT_GROUPS = ("model", "task", "criterion", "optimizer", "lr_scheduler", "
 COMPONENT_FIELDS = {"arch": "model", "task": "task", "criterion": "criterion", "optimizer": "optimizer",
                     "lr_scheduler": "lr_scheduler", "scoring": "scoring", "bpe": "bpe", "tokenizer": "tokenizer"}
 
-# Strings kept, by field, each of a kind that names no file (the value is checked: VETTED_KINDS)
+# Strings kept, by field, each of a kind that names no file (its value is checked: fits)
 VETTED = {
     "source_lang": "name", "target_lang": "name",  # translation's languages (and moses's)
     "bpe_separator": "symbol",  # subword_nmt's "@@"
@@ -50,15 +50,15 @@ VETTED = {
 # strings fairseq eval()s (literals.EVALUATED) of the kept components: literals of their shape
 EVALUATED_KEPT = ("adam_betas", "adaptive_softmax_cutoff", "adaptive_input_cutoff")
 
-MAX_STR = 256
-MAX_LIST = 4096
+MAX_LIST = 4096  # items of a list setting (fairseq's have a few)
 
 
 class UntrustedConfig(errors.Refused):
     """A checkpoint's config naming a component, or holding a value, outside the allow-list."""
 
 
-def _table():
+def table():
+    """(COMPONENTS, FIELDS) of allowlist_table.py."""
     from tfixup import allowlist_table
 
     return allowlist_table.COMPONENTS, allowlist_table.FIELDS
@@ -74,6 +74,11 @@ _REFERENCE = re.compile(r"\$\{[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\}")
 _WHAT = {"int": "a number", "float": "a number", "bool": "True or False", "numbers": "numbers",
          "literal": "a literal of numbers", "name": "a plain name (letters, digits, _ . + -)",
          "symbol": "a short string without / \\ $ { }", "json": "a JSON object of plain values"}
+
+
+def describe(kind) -> str:
+    """What a value of KIND is, for messages."""
+    return "one of " + ", ".join(kind[1]) if isinstance(kind, list) else _WHAT.get(kind, kind)
 
 
 def _show(value) -> str:
@@ -97,7 +102,7 @@ def _json_ok(text) -> bool:
         (v is None or _number(v) or isinstance(v, str) and _SYMBOL.fullmatch(v)) for k, v in obj.items())
 
 
-def _fits(kind, v) -> bool:
+def fits(kind, v) -> bool:
     """V is a value of KIND (None always is: fairseq's Optional fields, and unset ones)."""
     if v is None or isinstance(v, str) and _REFERENCE.fullmatch(v):
         return True
@@ -164,9 +169,8 @@ def _fields(obj: dict, where: str, components, fields) -> None:
             _component(COMPONENT_FIELDS[key], value, name, components)
         elif kind == "drop":
             obj[key] = default
-        elif not _fits(kind, value):
-            what = "one of " + ", ".join(kind[1]) if isinstance(kind, list) else _WHAT.get(kind, kind)
-            raise UntrustedConfig(f"{name}={_show(value)} must be {what}")
+        elif not fits(kind, value):
+            raise UntrustedConfig(f"{name}={_show(value)} must be {describe(kind)}")
 
 
 def check_config(state, components=None, fields=None) -> None:
@@ -175,7 +179,7 @@ def check_config(state, components=None, fields=None) -> None:
     fairseq's default and drop text fairseq does not know, in place. Sizes and depth are bounded before
     (literals.evaluated_fields)."""
     if components is None:
-        components, fields = _table()
+        components, fields = table()
     args = state.get("args")
     if args is not None:
         if not isinstance(args, argparse.Namespace):
