@@ -228,8 +228,15 @@ def test_case1_evaluate_sh_refuses_the_run_and_truncates_nothing(ranking, tiny_b
 
 
 def multilingual(tiny_checkpoint, tmp_path, lang_dict):
-    return evil(tiny_checkpoint, tmp_path, "multilingual.pt", lambda s: s["cfg"]["task"].update(
-        _name="translation_multi_simple_epoch", lang_pairs="de-en", lang_dict=str(lang_dict)))
+    """cfg.task: fairseq's parse of --task translation_multi_simple_epoch --lang-pairs de-en --lang-dict LANG_DICT."""
+    from fairseq import options
+
+    _, data, _ = tiny_checkpoint
+    task = options.parse_args_and_arch(options.get_training_parser(), [
+        str(data), "--task", "translation_multi_simple_epoch", "--lang-pairs", "de-en", "--lang-dict", str(lang_dict),
+        "--arch", "transformer_tfixup", "-s", "de", "-t", "en"])
+    task._name = "translation_multi_simple_epoch"
+    return evil(tiny_checkpoint, tmp_path, "multilingual.pt", lambda s: s["cfg"].update(task=task))
 
 
 def test_case2_the_hub_refuses_a_task_outside_the_list_and_opens_no_fifo(tiny_checkpoint, tmp_path, fifo):
