@@ -105,7 +105,7 @@ def test_the_table_is_what_fairseq_and_the_method_table_give():
     for name in ("save_predictions", "lang_dict", "fixed_dictionary", "sampling_weights_from_file", "extra_data",
                  "config_yaml", "multitask_config_yaml", "label_dir", "baseline_model", "seq2seq_path",
                  "wer_kenlm_model", "wer_lexicon", "continue_once", "ema_seed_model", "quantization_config_path",
-                 "encoder_embed_path", "bpe_codes", "user_dir", "save_dir", "data"):
+                 "encoder_embed_path", "embed_path", "bpe_codes", "user_dir", "save_dir", "restore_file"):
         assert fields.get(name, ["drop"])[0] == "drop", name
 
 
@@ -169,7 +169,16 @@ def test_a_real_cfg_checkpoint_and_one_with_bleu_validation_pass(tiny_checkpoint
     literals.check_state(state, "x.pt")
     assert state["cfg"]["task"]["eval_bleu_args"] == '{"beam": 1, "max_len_a": 1.2, "max_len_b": 10}'
     assert state["cfg"]["model"].arch == "transformer_tfixup" and state["cfg"]["task"]["source_lang"] == "de"
-    assert state["cfg"]["checkpoint"]["save_dir"] == "checkpoints" and state["cfg"]["task"]["data"] is None
+    assert state["cfg"]["checkpoint"]["save_dir"] == "checkpoints" and state["cfg"]["common"]["user_dir"] is None
+    assert state["cfg"]["task"]["data"] == str(data)  # the data-bin folder, for a caller that names none
+    # a hydra config's model nests its encoder and decoder settings: the same allow-list holds there
+    nested = {"model": {"_name": "transformer_tfixup", "encoder": {"embed_dim": 16, "embed_path": "/x/fifo"},
+                        "decoder": {"layers": 1, "xformers_att_config": "{'name': 'x'}"}}}
+    from tfixup import allowlist
+
+    allowlist.check_config({"cfg": nested})
+    assert nested["model"]["encoder"] == {"embed_dim": 16, "embed_path": None}
+    assert nested["model"]["decoder"] == {"layers": 1, "xformers_att_config": None}
 
 
 # ---------------------------------------------------------------- case 1: a criterion that writes a file
@@ -311,6 +320,8 @@ def test_strings_naming_files_are_dropped_whatever_their_field(tiny_checkpoint, 
     ("task", {"eval_bleu_args": '{"lm_path": "/etc/passwd"}'}, "cfg.task.eval_bleu_args="),
     ("optimization", {"max_update": "${oc.env:HOME}"}, "cfg.optimization.max_update='${oc.env:HOME}' must be a number"),
     ("model", {"activation_fn": "os.system"}, "cfg.model.activation_fn='os.system' must be one of gelu"),
+    ("task", {"data": "https://example.invalid/data-bin"}, "cfg.task.data='https://example.invalid/data-bin' must be a "
+                                                           "folder's path"),
 ])
 def test_kept_fields_must_be_of_their_kind(tiny_checkpoint, tmp_path, where, value, words):
     path = evil(tiny_checkpoint, tmp_path, "kind.pt", lambda s: (

@@ -4,8 +4,9 @@ A checkpoint's config is data. Every component it names (task, model/arch, crite
 scheduler, bpe, tokenizer, scoring) must be one this project trains or evaluates with, and of its fields
 only those whose values are plain numbers, booleans, short enums, or strings of a few vetted kinds
 (a language code, a BPE separator, generation settings as JSON) are kept, each checked for its kind.
-Every other field is set back to fairseq's default, so nothing a loaded checkpoint says names a file:
-paths (save_dir, encoder_embed_path, bpe_codes, lang_dict, save_predictions, ...) need no list, being
+Every other field is set back to fairseq's default, so nothing a loaded checkpoint says names a file
+but its data-bin folder (``data``, which fairseq's loader needs when the caller names none): paths
+(save_dir, encoder_embed_path, bpe_codes, lang_dict, save_predictions, ...) need no list, being
 strings of no vetted kind. Anything else (a component of another kind, a value of the wrong kind,
 bytes, a URL in a kept string) is refused in one line naming the field and the fix (``Refused``).
 
@@ -46,6 +47,10 @@ VETTED = {
     "eval_bleu_detok": "name",  # a tokenizer's name ("moses", "space")
     "eval_bleu_args": "json", "eval_bleu_detok_args": "json",  # generation settings, tokenizer options
     "best_checkpoint_metric": "name",
+    # the data-bin folder: fairseq's loader sets its task up from it when the caller names none
+    # (load_model_ensemble(paths)); the task reads its dict.LANG.txt there. Every loader of the project
+    # (the hub, generate, validate, evaluate.sh, translate.sh) passes its own.
+    "data": "folder",
 }
 # strings fairseq eval()s (literals.EVALUATED) of the kept components: literals of their shape
 EVALUATED_KEPT = ("adam_betas", "adaptive_softmax_cutoff", "adaptive_input_cutoff")
@@ -71,9 +76,11 @@ _SYMBOL = re.compile(r"[^/\\${}\x00-\x1f\x7f]{0,32}")
 # a reference to another value of the same config (fairseq's own defaults: "${dataset.max_tokens}"); no
 # resolver (${oc.env:...}), which would read the environment
 _REFERENCE = re.compile(r"\$\{[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\}")
+_UNSAFE_PATH = re.compile(r"[\x00-\x1f\x7f]|\$\{")
 _WHAT = {"int": "a number", "float": "a number", "bool": "True or False", "numbers": "numbers",
          "literal": "a literal of numbers", "name": "a plain name (letters, digits, _ . + -)",
-         "symbol": "a short string without / \\ $ { }", "json": "a JSON object of plain values"}
+         "symbol": "a short string without / \\ $ { }", "json": "a JSON object of plain values",
+         "folder": "a folder's path (no URL, no ${...})", "group": "a group of settings"}
 
 
 def describe(kind) -> str:
@@ -121,6 +128,8 @@ def fits(kind, v) -> bool:
         return isinstance(v, str) and bool(_SYMBOL.fullmatch(v))
     if kind == "json":
         return _json_ok(v)
+    if kind == "folder":
+        return isinstance(v, str) and len(v) <= 4096 and "://" not in v and not _UNSAFE_PATH.search(v)
     return False
 
 
@@ -148,11 +157,16 @@ def _component(group: str, name, where: str, components) -> None:
 
 
 def _fields(obj: dict, where: str, components, fields) -> None:
-    """Check and filter one group's fields (a dict, or a Namespace's __dict__) in place."""
+    """Check and filter one group's fields (a dict, or a Namespace's __dict__) in place; a nested group
+    (the transformer's encoder and decoder) likewise (depth bounded before: literals.evaluated_fields)."""
     for key, value in list(obj.items()):
         name = f"{where}.{key}"
         if not isinstance(key, str):
             raise UntrustedConfig(f"{where} has a key {_show(key)} that is no name")
+        kind, default = fields.get(key, (None, None))
+        if kind == "group" and isinstance(value, dict):  # a nested group of settings (encoder, decoder)
+            _fields(value, name, components, fields)
+            continue
         if not _plain(value):
             raise UntrustedConfig(f"{name}={_show(value)} is a {type(value).__name__}, which no fairseq setting "
                                   "is (they are numbers, booleans, strings or lists of them)")
@@ -160,7 +174,6 @@ def _fields(obj: dict, where: str, components, fields) -> None:
             if value is not None and not (isinstance(value, str) and _NAME.fullmatch(value)):
                 raise UntrustedConfig(f"{name}={_show(value)} is not a plain name")
             continue
-        kind, default = fields.get(key, (None, None))
         if kind is None:  # no field of fairseq's or the project's components: a number is kept, text dropped
             if not (value is None or _number(value) or
                     isinstance(value, (list, tuple)) and all(map(_number, value))):
@@ -288,7 +301,8 @@ def _add_dataclass(fields: Dict, dc) -> None:
     for f in dataclasses.fields(dc):
         if f.name.startswith("_"):
             continue
-        if dataclasses.is_dataclass(f.type):  # transformer's encoder/decoder groups: flat names too
+        if dataclasses.is_dataclass(f.type):  # TransformerConfig's encoder/decoder groups: their fields by name
+            _merge(fields, f.name, "group", None)
             _add_dataclass(fields, f.type)
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -352,10 +366,14 @@ def derive():
         if getattr(cls, "__dataclass", None) is not None:
             _add_dataclass(fields, cls.__dataclass)
         _add_parser(fields, cls.add_args)
+    from fairseq.models.transformer import TransformerConfig, TransformerModelBase
+
     for arch in components["model"]:
         cls = ARCH_MODEL_REGISTRY[arch]
         if getattr(cls, "__dataclass", None) is not None:
             _add_dataclass(fields, cls.__dataclass)
+        if issubclass(cls, TransformerModelBase):  # its flags are TransformerConfig's, which a hydra config nests
+            _add_dataclass(fields, TransformerConfig)
         _add_parser(fields, cls.add_args)
     for group in ("criterion", "optimizer", "lr_scheduler", "scoring", "bpe", "tokenizer"):
         registry = REGISTRIES[group]
