@@ -16,7 +16,9 @@ It refuses a torch older than 2.6 (whose ``torch.load`` unpickles code by defaul
 loads every checkpoint fairseq reads with ``weights_only=True`` itself, allows
 that safe loader to read fairseq's checkpoints, which pickle an ``argparse.Namespace``; holds every
 config string fairseq ``eval()``s to Python literals, in checkpoints fairseq loads
-and on command lines (literals.py, docs/security.md); and makes fairseq's
+and on command lines (literals.py, docs/security.md); holds every checkpoint's config to an
+allow-list of this project's components and plain settings, its paths set back to fairseq's
+defaults (tfixup/allowlist.py); and makes fairseq's
 checkpoint writes atomic (checkpoints.install_atomic_saves).
 
 Use it with ``fairseq-train --user-dir fairseq_tfixup`` (from a checkout, or

@@ -33,7 +33,8 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, NamedTuple, Optional, Sequence
 
-# plain Python, no fairseq import: a config check or dry run stays fast
+# plain Python, no fairseq import: a config check or dry run stays fast (train_args imports fairseq for a
+# config that has EXTRA_TRAIN_ARGS, to parse them with fairseq-train's own parser)
 from tfixup import literals, methods
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -59,7 +60,9 @@ _PREPARE_SCRIPT = re.compile(r"prepare-[a-z0-9-]+\.sh")
 _PLAIN_WORD = re.compile(r"[A-Za-z0-9_.,:=+@%/-]+")
 CHOICES = {"SHARE_EMBED": ("decoder", "all", "none"), "SCHEDULE": ("auto", "warmup", "matched", "nowarmup"),
            "FP16": ("0", "1"), "COMPOUND_SPLIT": ("0", "1"), "LOWERCASE": ("0", "1"),
-           "PAPER_METRIC": ("tok", "detok")}
+           "PAPER_METRIC": ("tok", "detok"),
+           # auto: the method's own; else an optimizer of the method table (tfixup/methods.py)
+           "OPTIMIZER": ("auto", *sorted({m.optimizer for m in methods.METHODS.values()}))}
 
 
 class ConfigError(ValueError):
@@ -70,6 +73,7 @@ class Config(NamedTuple):
     name: str  # the experiment's name (file name without .conf)
     path: str  # the experiment file
     values: Dict[str, str]  # every key of defaults.conf, resolved
+    sources: Dict[str, str] = {}  # where a key's value came from, when not the file (the environment, --set)
 
 
 def parse(text: str, where: str) -> Dict[str, str]:
@@ -156,7 +160,7 @@ def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[M
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]} (the keys are those of {CONFIG_DIR / 'defaults.conf'})")
     check(values, str(path), sources)
-    return Config(path.stem, str(path.resolve()), values)
+    return Config(path.stem, str(path.resolve()), values, sources)
 
 
 def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, str]] = None) -> None:
@@ -386,8 +390,26 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
         args += ["--save-interval-updates", v["SAVE_INTERVAL_UPDATES"], "--keep-interval-updates", v["KEEP_LAST"]]
     args += {"cpu": ["--cpu"], "cuda": ["--fp16"] if v["FP16"] == "1" else []}[device]
     extra = shlex.split(v["EXTRA_TRAIN_ARGS"])
-    owned_flags(extra, f"{cfg.path}: EXTRA_TRAIN_ARGS", args)
+    where = f"{cfg.sources.get('EXTRA_TRAIN_ARGS', cfg.path)}: EXTRA_TRAIN_ARGS"
+    owned_flags(extra, where, args)
+    if extra:
+        extra_flags(args, extra, where)
     return args + extra
+
+
+def extra_flags(args: Sequence[str], extra: Sequence[str], where: str) -> None:
+    """EXTRA (EXTRA_TRAIN_ARGS) parsed by fairseq-train's own parser for the command ARGS, so that every
+    spelling of a flag (-s en, -sen, --source-lang=en) is the one setting it is: each must be a setting of the
+    allow-list (tfixup/allowlist.py) that neither train.sh nor the config's command sets. Imports fairseq,
+    hence only for a config that has EXTRA_TRAIN_ARGS."""
+    from fairseq_tfixup import command_checks
+    from tfixup import errors
+
+    key_of = {flag: key for key, flags in KEY_FLAGS.items() for flag in flags}
+    try:
+        command_checks.check_extra_train_args(list(args), list(extra), OWNED_FLAGS, key_of)
+    except errors.Refused as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def has_checkpoints(run_dir) -> bool:

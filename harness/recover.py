@@ -295,6 +295,10 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                 + ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
                    if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")
                 + "; nothing was trained")
+    refused = [line[len("error: "):].strip() for line in run.splitlines() if line.startswith("error: ")]
+    if refused:  # the plugin's one-line refusal of a setting or an input (tfixup/errors.py): no crash to resume from
+        return (f"{refused[-1][:400]} (fairseq-train refused the run: rerunning the same command will fail the same "
+                "way until that is fixed)")
     errors = [line.strip() for line in run.splitlines() if re.match(r"\s*\w*(Error|Exception)\b.*:", line)]
     if rc in (137, -9, 143, -15) or not errors:
         # killed (the OOM killer, a preemption) or ended without an error of its own: resuming is the fix

@@ -129,14 +129,16 @@ on_exit() {  # [EXIT_CODE] (default $?: a trap that runs commands before on_exit
   fi
 }
 trap on_exit EXIT
-# SIGTERM/SIGINT: one line saying what was kept (KEPT: a script that keeps finished steps says so)
+# SIGTERM/SIGINT/SIGHUP (a closed terminal): one line saying what was kept (KEPT: a script that keeps
+# finished steps says so)
 KEPT="nothing published"
 on_signal() {  # EXIT_CODE
-  trap '' TERM INT  # Ctrl-C sends SIGINT to the script and its supervisor's SIGTERM follows: one line
+  trap '' TERM INT HUP  # Ctrl-C sends SIGINT to the script and its supervisor's SIGTERM follows: one line
   STEP=""; log "interrupted: $KEPT"; exit "$1"
 }
 trap 'on_signal 143' TERM
 trap 'on_signal 130' INT
+trap 'on_signal 129' HUP
 step() { STEP=$*; log "$*"; }
 
 # DIR (or, while it does not exist, the folder it would be made in) takes new files: else one line

@@ -33,7 +33,7 @@ Other:
   -h, --help            this text
 Outputs in OUT_DIR: checkpoints/, config.resolved.json (the resolved config and the exact
 command), train.log, train_command.sh, train_runs.tsv (wall time and outcome per run: 0, the
-exit code of a failed run, "interrupted" for SIGTERM/SIGINT, "killed" for a run that could not
+exit code of a failed run, "interrupted" for SIGTERM/SIGINT/SIGHUP, "killed" for a run that could not
 book itself). On a failure the last line names the cause and the next command to run.
 One train.sh at a time per OUT_DIR (a lock, OUT_DIR/.lock); OUT_DIR keeps its settings once it
 holds a checkpoint (before that, a rerun may change them).
@@ -209,16 +209,18 @@ run_training() {
   # each run's wall time and device count, for the report's device-hours; a run stopped
   # by SIGTERM/SIGINT (e.g. SLURM preemption) still books its time
   python3 -m harness.run_ledger open "$OUT" "$WORLD" "$device_name"
-  # SIGTERM/SIGINT (scripts/lib.sh's supervise sends SIGTERM to fairseq-train too): book the
-  # run as interrupted, whatever fairseq-train's exit code was, and say what was kept
+  # SIGTERM/SIGINT/SIGHUP (scripts/lib.sh's supervise sends SIGTERM to fairseq-train too; closing the
+  # terminal sends SIGHUP to its whole process group): book the run as interrupted, whatever
+  # fairseq-train's exit code was, and say what was kept
   stopped() {  # EXIT_CODE
-    trap '' TERM INT
+    trap '' TERM INT HUP
     python3 -m harness.run_ledger close "$OUT" interrupted
     STEP=""; log "interrupted: $(python3 -m harness.run_ledger saved "$OUT"); rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
     exit "$1"
   }
   trap 'stopped 143' TERM
   trap 'stopped 130' INT
+  trap 'stopped 129' HUP
   if [ ${#CMDS[@]} -gt 1 ]; then
     local pids=() r pid
     # on any exit the ranks are stopped as supervise stops a tree (harness/proc.py): SIGTERM to each
@@ -237,7 +239,7 @@ run_training() {
     # fairseq-train dies with this script, even on kill -9 (lib.sh PARENT_DEATH)
     "${PARENT_DEATH[@]}" bash -c "exec ${CMDS[0]}" 2>&1 | tee -a "$OUT/train.log" | quiet "$MAX_UPDATE" "$MAX_EPOCH" || rc=$?
   fi
-  trap - TERM INT
+  trap - TERM INT HUP
   python3 -m harness.run_ledger close "$OUT" "$rc"
   # the cause and the next command, in one line (NaN, bad data, a corrupt checkpoint, ...)
   [ "$rc" = 0 ] || die "$(python3 -m harness train-failure --log "$OUT/train.log" --exit "$rc" \

@@ -81,11 +81,11 @@ def test_cpu_processes_share_the_batch_or_keep_their_own():
 
 def test_overrides_env_and_set_and_quoted_extra_args():
     (cmd,) = dry_run("iwslt14_de_en_tfixup", "--cpu", "--set", "DROPOUT=0.2", "--set",
-                     "EXTRA_TRAIN_ARGS=--best-checkpoint-metric 'a metric/with space' --patience 3",
+                     "EXTRA_TRAIN_ARGS=--eval-bleu-args '{\"beam\": 2, \"lenpen\": 0.6}' --patience 3",
                      env={"MAX_UPDATE": "17", "EMBED_DIM": "64", "ENCODER_LAYERS": "3"})
     args = parse_train_command(cmd)
     assert (args.max_update, args.encoder_embed_dim, args.encoder_layers, args.dropout) == (17, 64, 3, 0.2)
-    assert args.best_checkpoint_metric == "a metric/with space" and args.patience == 3
+    assert args.eval_bleu_args == '{"beam": 2, "lenpen": 0.6}' and args.patience == 3
 
 
 def test_multinode_command_goes_through_torchrun():

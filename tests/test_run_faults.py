@@ -83,7 +83,8 @@ exec sleep 300
     out = tmp_path / "run"
     out.mkdir()
     (out / "train_runs.tsv").symlink_to("/dev/full")
-    failed = train(dict_dir, out, "--set", "EXTRA_TRAIN_ARGS=--no-such-flag", env=env)
+    # (after --: a config's EXTRA_TRAIN_ARGS is refused before fairseq-train starts, tests/test_allowlist.py)
+    failed = run("bash", SCRIPTS / "train.sh", "--cpu", EXPERIMENT, dict_dir, out, "--", "--no-such-flag", env=env)
     last_error(failed, "fairseq-train refused its arguments (unrecognized arguments: --no-such-flag)", "EXTRA_TRAIN_ARGS")
     (booked,) = [p.name for p in out.glob("train_run.open.*")]  # the outcome kept in the name: exit 2
     assert booked.endswith(".2") and not (out / "train_run.open").exists()

@@ -17,9 +17,11 @@ off (torch's environment switch or the per-call flag), which would unpickle
 arbitrary code.
 
 Safe unpickling does not cover what fairseq does with the plain strings of a
-checkpoint's config: some it ``eval()``s when it builds a model. ``load`` also
-refuses a checkpoint holding anything but a literal in those fields (literals.py),
-and ``verify`` tests the zip's CRCs, which torch does not: a bit flip in a tensor
+checkpoint's config: some it ``eval()``s when it builds a model, others name files
+and components it builds. ``load`` also refuses a checkpoint holding anything but a
+literal in those fields (literals.py) or anything outside the allow-list of components
+and settings, whose other fields it sets back to fairseq's defaults (allowlist.py), and
+``verify`` tests the zip's CRCs, which torch does not: a bit flip in a tensor
 loads without error and trains into NaN.
 
 ``install_atomic_saves`` (at plugin import) makes fairseq's checkpoint writes
@@ -140,7 +142,8 @@ def load(path, mmap: bool = False, check_crc: bool = False) -> dict:
     """A checkpoint's state, safely (``weights_only=True``), on CPU. ``mmap=True`` maps
     the tensors instead of reading them: cheap when only the bookkeeping is needed.
     ``check_crc``: ``verify`` it first. Refused: pickled code (``pickle.UnpicklingError``),
-    a non-literal in a field fairseq evaluates (``literals.UnsafeCheckpoint``); unreadable:
+    a non-literal in a field fairseq evaluates or a config outside the allow-list
+    (``literals.UnsafeCheckpoint``); unreadable:
     ``CorruptCheckpoint`` (``NotACheckpoint`` for a file in neither of torch's formats); each in
     one line naming PATH."""
     register_safe_globals()

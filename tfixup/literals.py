@@ -11,7 +11,9 @@ checkpoint) calls ``install()``, which
   ``checkpoint_utils.load_checkpoint_to_cpu``, the one loader of fairseq-train's
   resume, fairseq-generate, -interactive, -validate and the hub) and refuses a
   checkpoint holding anything but a literal there, in one line naming the file and
-  the field (``UnsafeCheckpoint``);
+  the field (``UnsafeCheckpoint``); then holds its config to the allow-list of
+  allowlist.py (this project's components and plain settings; every other field,
+  those naming files among them, set back to fairseq's default);
 * checks a command line once parsed, before fairseq composes its config from it;
 * replaces fairseq's own ``eval_str_list``/``eval_str_dict``/``eval_bool`` and, in
   each fairseq module that calls ``eval`` on a config value, the name ``eval``, by
@@ -98,42 +100,6 @@ EVAL_MODULES = (
 )
 # modules holding fairseq.utils' eval helpers (their own name or a `from fairseq.utils import`)
 HELPER_MODULES = ("fairseq.utils", "fairseq.options", "fairseq.data.multilingual.multilingual_data_manager")
-
-# Every config field naming a file (or URL) that fairseq 0.12 reads when it builds a model, a task's
-# text tools or the hub from a checkpoint's args/cfg: field -> what reads it. A loaded checkpoint has its
-# weights, so none is needed then: check_state clears them (None), and refuses a URL (fairseq would
-# download it). The caller's own values (the hub's bpe_codes=, a command line) are applied after.
-FILE_FIELDS = {
-    "encoder_embed_path": "models/transformer/transformer_base.py, transformer_legacy.py, lstm.py, fconv*.py, "
-                          "lightconv.py: pretrained embeddings read as text (utils.parse_embedding)",
-    "decoder_embed_path": "the same, for the decoder; lstm_lm.py, fconv_lm.py, transformer_lm.py",
-    "embed_path": "models/transformer/transformer_config.py (encoder.embed_path, decoder.embed_path)",
-    "bpe_codes": "data/encoders/subword_nmt_bpe.py, fastbpe.py (file_utils.cached_path: a URL is downloaded)",
-    "sentencepiece_model": "data/encoders/sentencepiece_bpe.py (cached_path)",
-    "sentencepiece_model_path": "data/encoders/byte_bpe.py (cached_path)",
-    "bpe_vocab_file": "data/encoders/hf_bert_bpe.py",
-    "gpt2_encoder_json": "data/encoders/gpt2_bpe.py (cached_path)",
-    "gpt2_vocab_bpe": "data/encoders/gpt2_bpe.py (cached_path)",
-    "bpe_merges": "data/encoders/hf_byte_bpe.py (cached_path)",
-    "bpe_vocab": "data/encoders/hf_byte_bpe.py (cached_path)",
-    "replace_unk": "hub_utils.py GeneratorHubInterface (utils.load_align_dict opens it)",
-    "lm_path": "fairseq_cli/generate.py (a language model's checkpoint)",
-    "user_dir": "utils.import_user_module (imports it: runs its code)",
-    "pretrained_checkpoint": "models/fconv_self_att.py",
-    "pretrained_xlm_checkpoint": "models/transformer_from_pretrained_xlm.py",
-    "pretrained_mlm_checkpoint": "models/roberta/enc_dec.py",
-    "load_pretrained_encoder_from": "models/speech_to_text/*.py",
-    "load_pretrained_decoder_from": "models/speech_to_text/*.py",
-    "w2v_path": "models/wav2vec/wav2vec2_asr.py, hubert/hubert_asr.py, speech_to_text/xm_transformer.py",
-    "save_dir": "checkpoint_utils.py (training writes there)",
-    "restore_file": "checkpoint_utils.py (training reads it)",
-    "finetune_from_model": "checkpoint_utils.py (training reads it)",
-    "tensorboard_logdir": "logging/progress_bar.py (training writes there)",
-    "log_file": "fairseq_cli/train.py (training writes there)",
-    "plasma_path": "data/plasma_utils.py",
-}
-# fields that name a registry entry or the data folder: kept, but a URL there is refused
-URL_REFUSED = ("bpe", "tokenizer", "data")
 
 MAX_ITEMS = 1_000_000  # elements of a value in all, every container and string counted (see _measure)
 MAX_TEXT = 10_000  # characters of a value (fairseq's own are under 100)
@@ -358,40 +324,24 @@ def evaluated_fields(obj, prefix="", depth=0):
 
 
 def check_state(state, where) -> None:
-    """Refuse a checkpoint's state (``torch.load``'s dict) whose args/cfg hold, in a field
-    fairseq evaluates, anything but a literal of the field's type (``UnsafeCheckpoint`` naming
-    WHERE and the field); then clear every field naming a file (FILE_FIELDS), refusing a URL."""
+    """Refuse a checkpoint's state (``torch.load``'s dict) whose args/cfg hold, in a field fairseq
+    evaluates, anything but a literal of the field's type, or anything outside the allow-list
+    (allowlist.check_config: a component this project does not use, a value not of its field's kind);
+    ``UnsafeCheckpoint`` naming WHERE and the field. Every field the allow-list does not keep (those
+    naming files among them) is set back to fairseq's default, in place."""
+    from tfixup import allowlist
+
     if not isinstance(state, Mapping):
         return
     try:
         for part in ("args", "cfg"):
             for name, value in evaluated_fields(state.get(part), f"{part}."):
                 field_value(value, name.rsplit(".", 1)[-1], name)
-        for part in ("args", "cfg"):
-            _clear_files(state.get(part), f"{part}.")
-    except NotALiteral as e:
-        raise UnsafeCheckpoint(f"{where}: refused: {e}; not a checkpoint fairseq wrote (or altered "
-                               "since): delete it or replace it with a trusted copy") from None
-
-
-def _clear_files(obj, prefix) -> None:
-    """Set every FILE_FIELDS string of a checkpoint's args/cfg (as torch.load gives them: dicts,
-    lists, Namespaces; depth bounded by evaluated_fields already) to None, in place."""
-    if isinstance(obj, argparse.Namespace):
-        obj = vars(obj)  # the Namespace's own dict: setting a key sets the attribute
-    if isinstance(obj, dict):
-        for key, value in list(obj.items()):
-            if isinstance(value, str) and (key in FILE_FIELDS or key in URL_REFUSED):
-                if "://" in value:
-                    raise NotALiteral(f"{prefix}{key}={_show(value)} names a URL, which fairseq would download; "
-                                      "a checkpoint names no file or URL fairseq needs once its weights are loaded")
-                if key in FILE_FIELDS and value:
-                    obj[key] = None
-            else:
-                _clear_files(value, f"{prefix}{key}.")
-    elif isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            _clear_files(value, f"{prefix}{i}.")
+        allowlist.check_config(state)
+    except (NotALiteral, allowlist.UntrustedConfig) as e:
+        raise UnsafeCheckpoint(f"{where}: refused: {e}; fairseq-tfixup loads only checkpoints of its own models "
+                               "and tasks that hold plain settings (docs/security.md): rebuild it with this "
+                               "project, or replace it with a trusted copy") from None
 
 
 # ---------------------------------------------------------------- fairseq's eval helpers, literal only
