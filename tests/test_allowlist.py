@@ -486,8 +486,8 @@ def test_closing_the_terminal_books_the_run_interrupted_with_the_resume_line(tmp
 def test_optimizer_is_one_of_the_method_tables():
     from harness import config
 
-    with pytest.raises(config.ConfigError, match=r"\(--set OPTIMIZER\): OPTIMIZER must be one of auto, adam, radam, "
-                                                  r"sgd, got 'bogus'"):
+    with pytest.raises(config.ConfigError, match=r"\(--set OPTIMIZER\): OPTIMIZER must be one of auto, adam, giadam, "
+                                                  r"radam, sgd, got 'bogus'"):
         config.resolve(EXPERIMENT, {"OPTIMIZER": "bogus"}, environ={})
     assert config.resolve(EXPERIMENT, {"OPTIMIZER": "radam"}, environ={}).values["OPTIMIZER"] == "radam"
 
