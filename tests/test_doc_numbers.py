@@ -15,10 +15,8 @@ from harness import docs
 
 def test_every_number_of_the_docs_has_a_record():
     found = docs.unrecorded(docs.DOCS)
-    assert not found, (
-        f"{len(found)} numbers in the docs have no results record (record each in a results record made by a "
-        "command, put it in a generated block, or take it out; python -m harness.docs check lists them):\n"
-        + docs.report(found))
+    assert not found, (f"{len(found)} numbers in the docs have no results record: {docs.FIX} "
+                       "(python -m harness.docs check lists them):\n" + docs.report(found))
 
 
 def test_generated_blocks_are_what_the_records_make():
