@@ -170,8 +170,9 @@ class Number(NamedTuple):
 
 
 GENERATED = re.compile(r"<!-- generated: (.*?) -->\n.*?<!-- end generated -->", re.S)
-# a block's source: the records (paths under results/, globs allowed) and the keys its numbers come from
-SOURCE = re.compile(r"<!-- numbers: (.*?) -->", re.S)
+# a block's source, on a line of its own: the records (paths under results/, globs allowed) and the keys its
+# numbers come from (not one shown in `code`, as this project's docs show the rule)
+SOURCE = re.compile(r"^[ \t]*<!-- numbers: (.*?) -->", re.S | re.M)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|https?://\S+|<!--.*?-->")
 _EXEMPT = [

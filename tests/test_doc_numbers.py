@@ -139,6 +139,8 @@ def test_invented_numbers_fail_though_some_record_holds_a_value_like_them(repo):
     text = "T-Fixup needs 0.44x the updates, ends at perplexity 38.5, each run 10.0 min.\n"
     assert check(repo, text, "<!-- numbers: bench/toy.json: best -->") == ["0.44x", "38.5", "10.0 min"]
     assert check(repo, text, source="") == ["0.44x", "38.5", "10.0 min"]  # no source named: nothing is recorded
+    # the rule shown in `code` (as README shows it) names no source
+    assert check(repo, "Written `<!-- numbers: bench/toy.json -->`: 0.44x.\n", source="") == ["0.44x"]
     # named where they come from, the same numbers are recorded
     assert check(repo, text, "<!-- numbers: bench/toy.json: ratio, ppl_loss; bench/toy/runs/*.json: wall_s -->") == []
 
