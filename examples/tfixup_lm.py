@@ -20,6 +20,7 @@ import re
 import torch
 from torch import nn
 
+from tfixup import atomic
 from tfixup.torch_tfixup import apply_tfixup
 
 SHARED = pathlib.Path(os.environ.get("TFIXUP_SHARED_DATA", pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -154,9 +155,7 @@ def write_record(a, curves: dict, out: pathlib.Path) -> None:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                          f"{torch.get_num_threads()} threads", "settings": vars(a), "runs": curves}
-    tmp = out / "tfixup_lm_precision.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, out / "tfixup_lm_precision.json")
+    atomic.write_text(out / "tfixup_lm_precision.json", json.dumps(record, indent=1))
     fig, (ax_l, ax_p) = plt.subplots(1, 2, figsize=(9, 3.4))
     for prec, c in curves.items():
         ax_l.plot(*zip(*c["train_loss"]), lw=0.8, label=prec)
@@ -169,8 +168,7 @@ def write_record(a, curves: dict, out: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"T-Fixup LM (apply_tfixup), {a.layers} layers, d={a.dim}, lr {a.lr:g}, seed {a.seed}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out / "tfixup_lm_precision.png.tmp.png", dpi=100)
-    os.replace(out / "tfixup_lm_precision.png.tmp.png", out / "tfixup_lm_precision.png")
+    atomic.write_file(out / "tfixup_lm_precision.png", lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     print(f"wrote {out}/tfixup_lm_precision.{{json,png}}")
 
 

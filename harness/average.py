@@ -77,9 +77,10 @@ class DiskFull(RuntimeError):
     """A save that found the disk full, in one line naming the file, the space free and the fix."""
 
 
-def save_average(paths: Sequence[str], out: str) -> None:
+def save_average(paths: Sequence[str], out: str, shown: str = None) -> None:
     """The average of PATHS written to OUT through the one atomic writer (never a half-written file, no
-    temp file left: fairseq's own writer left OUT.tmp on a full disk); a full disk is ``DiskFull``."""
+    temp file left: fairseq's own writer left OUT.tmp on a full disk); a full disk is ``DiskFull``, naming
+    SHOWN (default OUT): the checkpoint a candidate written to a temp file is for."""
     state = average_checkpoints(paths)
     try:
         atomic.write_file(out, lambda tmp: checkpoints.save(state, tmp))
@@ -89,7 +90,7 @@ def save_average(paths: Sequence[str], out: str) -> None:
         folder = os.path.dirname(os.path.abspath(out))
         need = sum(t.numel() * t.element_size() for t in state["model"].values())
         free = shutil.disk_usage(folder).free
-        raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {out}: {free / 2 ** 20:.0f} MiB free on "
+        raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {shown or out}: {free / 2 ** 20:.0f} MiB free on "
                        f"the disk of {folder}, the model needs about {need / 2 ** 20:.0f} MiB; free some space, "
                        "then rerun the same command") from None
 
@@ -138,23 +139,19 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     one with the lowest VALID loss (the test set is never looked at)."""
     tried = []
     best = None
-    tmp = out + ".candidate.pt"
     # Listed once, newest first; each candidate K averages the first K (listing may load
     # checkpoint_last.pt to compare its update count).
     every = last_checkpoints(ckpt_dir, 10 ** 9)
     updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
-    try:
+    with atomic.temp_file(out) as tmp:  # a failed candidate leaves nothing behind
         for k in sorted({min(int(c), len(every)) for c in candidates}):
             paths = every[:k]
-            save_average(paths, tmp)
+            save_average(paths, tmp, shown=out)
             loss = valid_loss(tmp, data, validate_args)
             tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
             if best is None or loss < best["valid_loss"]:
                 best = tried[-1]
                 os.replace(tmp, out)
-    finally:  # a failed candidate leaves nothing behind
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return {"chosen": best, "tried": tried, "num_updates": updates}
 
 

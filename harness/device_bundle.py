@@ -27,6 +27,8 @@ import tarfile
 import tempfile
 import zipfile
 
+from tfixup import atomic
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 BUNDLE = REPO / "work" / "device"
 PURE = ("hydra", "omegaconf", "antlr4")  # fairseq's pure-Python dependencies the GPU machine lacks
@@ -55,10 +57,10 @@ def _pip_download(args: list, dest: str) -> pathlib.Path:
 
 
 def make(python: str, out: pathlib.Path = BUNDLE) -> pathlib.Path:
-    """Write the bundle to OUT/pylib (built in a temporary folder, then moved into place)."""
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="pylib.", dir=out))
-    try:
+    """Write the bundle to OUT/pylib through the one atomic writer (tfixup/atomic.py's write_folder: built
+    in a temp folder, then renamed into place; a failure leaves the old bundle or none, never half of one)."""
+
+    def fill(tmp: pathlib.Path) -> None:
         skip = shutil.ignore_patterns("*.so", "__pycache__", "examples")
         for name in ("fairseq", "fairseq_cli", *PURE):
             shutil.copytree(_package_dir(name), tmp / name, ignore=skip)
@@ -79,12 +81,8 @@ def make(python: str, out: pathlib.Path = BUNDLE) -> pathlib.Path:
                                  "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
                                  "--platform", "manylinux_2_28_x86_64", "bitarray"], dl)
             zipfile.ZipFile(whl).extractall(tmp)
-        final = out / "pylib"
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    final = atomic.write_folder(out / "pylib", fill)
     size = sum(f.stat().st_size for f in final.rglob("*") if f.is_file())
     log(f"bundle ready: {final} ({size / 2**20:.1f} MiB, bitarray for Python {python})")
     return final
@@ -114,7 +112,7 @@ def setup(out: pathlib.Path = BUNDLE) -> None:
         os.chdir(cwd)
     (out / "bin").mkdir(exist_ok=True)
     launcher = out / "bin" / "fairseq-train"
-    launcher.write_text(LAUNCHER.format(python=sys.executable))
+    atomic.write_text(launcher, LAUNCHER.format(python=sys.executable))
     launcher.chmod(0o755)
     log(f"compiled {', '.join(CYTHON)}; launcher {launcher}")
 

@@ -1,41 +1,51 @@
-"""Every number in the docs comes from a results record.
+"""Every number in the docs comes from a results record, and each paragraph names the record.
 
-    python -m harness.docs check [FILE ...]   list each number of the docs that no record holds
+    python -m harness.docs check [FILE ...]   list each number of the docs that its paragraph's records do not hold
     python -m harness.docs write [FILE ...]   rewrite each generated block of the docs from the records
 
 FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.md. The records are
 ``results/**/*.json`` (their numbers, list lengths, the numbers of their prose fields, the flag values of their
-commands), the count of records in each folder, and what a job printed at its end (``results/**/summary.txt``).
-A doc's section (from a heading to the next) that links to results (``results/bench/X.md``, a figure, a folder's
-README) is matched against those records only; a section that links none, against every record.
+commands), the count of records in each folder (key ``(count)``), and what a job printed at its end
+(``results/**/summary.txt``).
 
-A number in a doc is *recorded* when it is
+A number written by hand sits in a *block* (lines between blank lines: a paragraph, a table, a list without blank
+lines) that names where its numbers come from, in a line at its end::
 
-* a record's value rounded to the precision the doc shows (``8.22`` for 8.2237; ``1.91 %`` for 0.0191;
-  ``0.88M`` for 876,032; ``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time record: wall_s, ...;
-  a perplexity also for 2 ** a loss in bits), or
-* "X of Y runs": a study's runs recorded and planned, or
-* a difference or ratio of the record values behind two numbers of its paragraph or table row, at the
-  precision shown (``+16.5 BLEU (30.7 vs 14.2)``; ``at update 700 (0.28x)`` of 2500), or
-* inside a generated block, which ``write`` makes from the records (atomically, in place)::
+    T-Fixup reaches valid perplexity 39.3, ReZero 41.8 and DyT 52 at 24 layers.
+    <!-- numbers: bench/lm.json: headline.*.best_ppl, config.depths -->
 
-      <!-- generated: python -m harness.docs write (studies) -->
-      ...
-      <!-- end generated -->
+Entries are separated by ``;``: a record (a path under results/, globs allowed: ``bench/lm/runs/*.json``), then
+after ``: `` the keys of its values (comma-separated, list indices left out, globs allowed; ``best_ppl`` is any key
+ending in it; no keys: every value of the record). A number is *recorded* when one of those values, rounded to the
+precision the doc shows, is the number (``8.22`` for 8.2237; ``1.91 %`` for 0.0191; ``0.88M`` for 876,032;
+``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time key: wall_s, ...; a perplexity also for 2 ** a loss in
+bits), or "X of Y runs": a study's runs recorded and planned. A block whose source line also says ``derived``
+may show the difference, ratio or mean of the values behind two recorded numbers of it, at the precision shown
+(``+16.5 BLEU (30.7 vs 14.2)``; not a duration or a percentage). A number in a block
+with no such line is not recorded, whatever the records hold; so is a number its named records do not hold, an
+invented one, or one whose record changed under it.
+
+A generated block is written from the records by ``write`` (atomically, in place) and not checked number by
+number::
+
+    <!-- generated: python -m harness.docs write (studies) -->
+    ...
+    <!-- end generated -->
 
 Exempt, and nothing else: code (fenced and indented blocks, `spans`: commands, flags, paths), link targets,
-dates and times of day, version numbers, years of citations, section/table/figure numbers, a model's sizes
-written D-F-H (128-256-4), the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the
+comments, dates and times of day, version numbers, years of citations, section/table/figure numbers, a model's
+sizes written D-F-H (128-256-4), the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the
 exponents of its rules (``^-1/4``).
 
-tests/test_doc_numbers.py runs ``check`` on the docs and fails with each unrecorded number, its file:line
-and the nearest record values.
+tests/test_doc_numbers.py runs ``check`` on the docs and fails with each unrecorded number, its file:line, why,
+and the record values near it.
 """
 
 import argparse
 import bisect
 import collections
 import decimal
+import fnmatch
 import json
 import math
 import os
@@ -92,9 +102,20 @@ def _walk(obj, path: str, out: list) -> None:
             _walk(v, f"{path}[{i}]", out)
 
 
+_RECORDS: dict = {}  # results folder -> (the stat of its records, their values): read again when one changes
+
+
 def record_values(results: pathlib.Path = RESULTS) -> Dict[str, List[Value]]:
     """record file (relative to the repo) -> its numbers; a folder of records also has their count
     (under FOLDER/*.json)."""
+    files = sorted([*results.rglob("*.json"), *results.rglob("summary.txt")])
+    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    if _RECORDS.get(results, (None,))[0] != stamp:
+        _RECORDS[results] = (stamp, _read_records(results))
+    return _RECORDS[results][1]
+
+
+def _read_records(results: pathlib.Path) -> Dict[str, List[Value]]:
     out = {}
     for f in sorted(results.rglob("*.json")):
         rel = str(f.relative_to(results.parent))
@@ -111,7 +132,7 @@ def record_values(results: pathlib.Path = RESULTS) -> Dict[str, List[Value]]:
                     for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", line)]
     for folder in sorted({f.parent for f in results.rglob("*.json")}):
         rel = f"{folder.relative_to(results.parent)}/*.json"
-        out[rel] = [Value(float(len(list(folder.glob("*.json")))), f"{rel} (count)")]
+        out[rel] = [Value(float(len(list(folder.glob("*.json")))), f"{rel}:(count)")]
     return out
 
 
@@ -141,21 +162,24 @@ class Number(NamedTuple):
     value: float
     error: float  # half a unit of its last digit
     scale: tuple  # what a record value is multiplied by to read as shown (1, 100 for %, 1/60 for min, ...)
-    para: int  # paragraph (or table row) of the file
-    scope: tuple  # the record files its section links to ((): every record)
+    para: int  # block of the file (lines between blank lines: a paragraph, a table, a list without gaps)
+    source: tuple  # the block's <!-- numbers: ... --> line, parsed: ((record glob, (key patterns)), ...)
     runs: tuple = ()  # "X of Y runs": (X, Y), a study's runs recorded and planned
     perplexity: bool = False  # a perplexity: also 2 ** a loss in bits
     time: bool = False  # a duration (s, min, h)
 
 
 GENERATED = re.compile(r"<!-- generated: (.*?) -->\n.*?<!-- end generated -->", re.S)
+# a block's source, on a line of its own: the records (paths under results/, globs allowed) and the keys its
+# numbers come from (not one shown in `code`, as this project's docs show the rule)
+SOURCE = re.compile(r"^[ \t]*<!-- numbers: (.*?) -->", re.S | re.M)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|https?://\S+|<!--.*?-->")
 _EXEMPT = [
     re.compile(r"\b\d{4}-\d{2}-\d{2}(?:/\d{2})?(?:T[\d:+]*)?"),  # dates (2026-11-22/23)
     re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:-\d{1,2}:\d{2})?"),  # times of day
     re.compile(r"\b\d+\.\d+\.\d+(?:\.\d+)?(?:\+\w+)?"),  # versions a.b.c
-    re.compile(r"(?i:python|torch|fairseq|pip|numpy|matplotlib|omegaconf|sacrebleu|version|bash)[ <>=]*"
+    re.compile(r"(?i:python|torch|fairseq|pip|numpy|matplotlib|omegaconf|version|bash)[ <>=]*"
                r"\d+(?:\.\d+)*(?:-\d+(?:\.\d+)*)?"),  # versions: Python 3.8-3.12, pip < 26.2, fairseq 0.12
     re.compile(r"(?:ICML|ICLR|EMNLP|NeurIPS|ACL|al\.,?) \d{4}"),  # citations' years
     re.compile(r"(?:§|Tables? |Fig\. |Figure |Section |Algorithm |#|issue #)\d+(?:\.\d+)*[a-z]?"
@@ -164,7 +188,7 @@ _EXEMPT = [
     re.compile(r"\^\(?[-−]?\d+/\d+\)?"),  # exponents of the paper's rules: ^-1/4, ^(-1/2)
     re.compile(r"[A-Za-z]+'\d+"),  # corpora: IWSLT'14, WMT'17
     re.compile(r"(?<![\w.])\d+-\d+-\d+(?![\w.])"),  # a model's sizes, embed-FFN-heads (128-256-4), as in commands
-    re.compile(r"\b95 ?% (?=paired-bootstrap|confidence|interval)"),  # the convention of an interval
+    re.compile(r"\b95 ?% (?=paired[- ]bootstrap|confidence|interval)"),  # the convention of an interval
 ]
 _NUMBER = re.compile(
     r"(?<![\w.\d/])[+\-−]?(?P<num>\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
@@ -174,7 +198,6 @@ _RUNS = re.compile(r"(?<![\w.])(\d+) of (\d+)(?: runs\b)")
 # what a record value is multiplied by to read in a unit: seconds or hours as minutes, a fraction as percent
 _SCALES = {"%": (100.0, 1.0), "M": (1e-6,), "k": (1e-3,), "K": (1e-3,), "min": (1 / 60, 60.0),
            "h": (1 / 3600, 1.0), "hour": (1 / 3600, 1.0), "hours": (1 / 3600, 1.0)}
-_RESULTS_LINK = re.compile(r"\]\(([^)#]*results/[^)#]*|[\w.-]+\.(?:md|json|png))(?:#[^)]*)?\)")
 
 
 def _blank(text: str, pattern) -> str:
@@ -183,16 +206,17 @@ def _blank(text: str, pattern) -> str:
 
 
 def doc_text(text: str) -> str:
-    """The prose of a Markdown text, positions kept: code, link targets, generated blocks and the exempt
-    numbers blanked out."""
+    """The prose of a Markdown text, positions kept: code, link targets, comments, generated blocks and the
+    exempt numbers blanked out."""
     text = _blank(text, GENERATED)
+    text = _blank(text, SOURCE)
     lines, fence, prev_blank, indented = text.split("\n"), False, True, False
     for i, line in enumerate(lines):
         if line.lstrip().startswith("```"):
             fence = not fence
             lines[i] = ""
             continue
-        indented = line.startswith("    ") and (indented or prev_blank) and not line.lstrip().startswith(("|", "-", "*"))
+        indented = line.startswith("    ") and (indented or prev_blank) and not re.match(r"\||[-*] ", line.lstrip())
         if fence or indented:
             lines[i] = ""
             continue
@@ -207,42 +231,43 @@ def _decimals(num: str) -> int:
     return len(num.split(".")[1]) if "." in num else 0
 
 
-def _scope(links: list, doc: pathlib.Path, repo: pathlib.Path) -> tuple:
-    """The record files of a section's links to results: STEM.json beside a linked report or figure, the
-    records of its folder (STEM/...), every record of a linked folder's README."""
-    out = set()
-    for link in links:
-        target = (doc.parent / link).resolve()
-        try:
-            rel = target.relative_to(repo.resolve())
-        except ValueError:
+def parse_source(spec: str) -> tuple:
+    """'bench/lm.json: best_ppl, ratio_to_baseline; main-job/summary.txt' -> ((record glob, key patterns), ...):
+    records are paths under results/ (globs allowed); no keys: every value of the record."""
+    out = []
+    for entry in spec.split(";"):
+        entry = " ".join(entry.split())
+        if not entry:
             continue
-        if not str(rel).startswith("results/"):
-            continue
-        if target.name == "README.md":
-            out.add(str(rel.parent) + "/")
-        else:
-            stem = rel.with_suffix("")
-            out.update({f"{stem}.json", f"{stem}/"})
-    return tuple(sorted(out))
+        path, _, keys = entry.partition(": ")
+        path = path.strip().rstrip(":")
+        path = path[len("results/"):] if path.startswith("results/") else path
+        out.append((path, tuple(k.strip() for k in keys.split(",") if k.strip())))
+    return tuple(out)
 
 
 def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> List[Number]:
-    """The numbers of a doc that need a record."""
+    """The numbers of a doc that need a record, each with its block's source."""
     rel = rel or str(path)
-    raw = path.read_text(encoding="utf-8").split("\n")
-    text = doc_text("\n".join(raw)).split("\n")
-    # sections: from a heading to the next; each its links to results
-    starts = [i for i, line in enumerate(text) if line.startswith("#")] + [len(text)]
-    scope_of = [()] * len(text)
-    for a, b in zip([0] + starts[:-1], starts):
-        sc = _scope([m.group(1) for line in raw[a:b] for m in _RESULTS_LINK.finditer(line)], path, repo)
-        scope_of[a:b] = [sc] * (b - a)
-    out, para = [], 0
+    raw_text = path.read_text(encoding="utf-8")
+    raw = raw_text.split("\n")
+    text = doc_text(raw_text).split("\n")
+    # blocks: runs of lines that are not blank in the doc as written; a source line (anywhere in a block, usually
+    # its last line) names the block's records
+    block_of, block, prev_blank = [], 0, True
+    for line in raw:
+        blank = not line.strip()
+        if not blank and prev_blank:
+            block += 1
+        block_of.append(block)
+        prev_blank = blank
+    sources: Dict[int, tuple] = {}
+    for m in SOURCE.finditer(raw_text):
+        b = block_of[raw_text.count("\n", 0, m.start())]
+        sources[b] = sources.get(b, ()) + parse_source(m.group(1))
+    out = []
     for i, line in enumerate(text):
-        if not line.strip() or line.lstrip().startswith("|"):
-            para += 1  # a blank line ends a paragraph; each table row is one
-        keep = dict(file=rel, line=i + 1, para=para, scope=scope_of[i])
+        keep = dict(file=rel, line=i + 1, para=block_of[i], source=sources.get(block_of[i], ()))
         for m in _RUNS.finditer(line):  # 33 of 55 runs: a study's count
             out.append(Number(text=m.group(), value=float(m.group(2)), error=0.5, scale=(1.0,),
                               runs=(int(m.group(1)), int(m.group(2))), **keep))
@@ -298,6 +323,7 @@ class Pool(NamedTuple):
 
     @classmethod
     def of(cls, values: List[Value]) -> "Pool":
+        values = sorted(values)
         times = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
         return cls(values, [v.value for v in values], times, [v.value for v in times])
 
@@ -329,10 +355,16 @@ def matches(n: Number, pool: Pool) -> List[Value]:
 
 
 def derived(n: Number, operands: List[tuple]) -> bool:
-    """N is the difference or the ratio of the record values behind two numbers of its paragraph."""
+    """N is the difference, the ratio or the mean of the record values behind two numbers of its block
+    (``+16.5 BLEU (30.7 vs 14.2)``, ``mean +2.54``); not a duration or a percentage."""
+    # a mean only at two significant digits or more: of 5e-4 and 1e-7, 3e-4 would be one
+    mean = len(re.sub(r"\D", "", n.text.split("e")[0]).lstrip("0")) >= 2
+    if n.time or 100.0 in n.scale:
+        return False  # a duration or a percentage is measured, not a sum of the paragraph's numbers
     vals = sorted({v.value for _, found in operands for v in found[:8]})
     near = lambda x: abs(x - n.value) <= n.error * 1.01 + 1e-12 and shown_as(x, n)  # noqa: E731
-    return any(a != b and (near(abs(a - b)) or (b and near(a / b))) for a in vals for b in vals)
+    return any(a != b and (near(abs(a - b)) or (b and near(a / b)) or (mean and near((a + b) / 2)))
+               for a in vals for b in vals)
 
 
 def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
@@ -341,13 +373,53 @@ def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
     return sorted(values[max(0, i - k):i + k], key=lambda v: abs(v.value - n.value))[:k]
 
 
-def _in_scope(records: Dict[str, List[Value]], scope: tuple) -> Pool:
-    files = [f for f in records if not scope or any(f == s or (s.endswith("/") and f.startswith(s)) for s in scope)]
-    return Pool.of(sorted(v for f in files for v in records[f]))
+def key_of(v: Value) -> str:
+    """A value's key in its record, list indices left out: rows[3].best_ppl -> rows.best_ppl."""
+    return re.sub(r"\[\d+\]", "", v.source.split(":", 1)[1]) if ":" in v.source else ""
+
+
+def _key_matches(key: str, patterns: tuple) -> bool:
+    return not patterns or any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(key, "*." + p) for p in patterns)
+
+
+_INDEX: dict = {}  # id(records) -> (records, {record: {key: its values}})
+
+
+def _index(records: Dict[str, List[Value]]) -> Dict[str, Dict[str, List[Value]]]:
+    held, index = _INDEX.get(id(records), (None, None))
+    if held is not records:
+        index = {}
+        for f, vals in records.items():
+            by_key: Dict[str, List[Value]] = {}
+            for v in vals:
+                by_key.setdefault(key_of(v), []).append(v)
+            index[f] = by_key
+        _INDEX[id(records)] = (records, index)
+    return index
+
+
+def _every(records: Dict[str, List[Value]]) -> Pool:
+    """Every value of the records, for the message of a number its source does not hold."""
+    held, pool = _INDEX.get("every", (None, None))
+    if held is not records:
+        pool = Pool.of([v for vals in records.values() for v in vals])
+        _INDEX["every"] = (records, pool)
+    return pool
+
+
+def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
+    """The values a block's source names: its records' values at its keys."""
+    out = []
+    for glob, keys in source:
+        for f, by_key in _index(records).items():
+            if fnmatch.fnmatchcase(f, "results/" + glob):
+                out.extend(v for k, vals in by_key.items() if _key_matches(k, keys) for v in vals)
+    return Pool.of(out)
 
 
 def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
-    """(number, its nearest record values) for every number of FILES that no record holds."""
+    """(number, why, nearest record values) for every number of FILES that its block's source does not hold
+    (no source, or not among the named records' values at the named keys)."""
     records, counts = record_values(repo / "results"), study_counts(repo / "results")
     pools: Dict[tuple, Pool] = {}
     out = []
@@ -355,28 +427,53 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
         nums = numbers(repo / rel, str(rel), repo)
         found = {}
         for n in nums:
-            if n.scope not in pools:
-                pools[n.scope] = _in_scope(records, n.scope)
-            found[id(n)] = [] if n.runs else matches(n, pools[n.scope])
+            if n.source not in pools:
+                pools[n.source] = source_pool(records, n.source)
+            found[id(n)] = [] if n.runs else matches(n, pools[n.source])
         for n in nums:
             if n.runs:
                 if n.runs not in counts:
-                    out.append((n, [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
+                    out.append((n, "no study has these counts",
+                                [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
                 continue
             if found[id(n)]:
                 continue
             operands = [(m, found[id(m)]) for m in nums if m.para == n.para and found[id(m)]]
-            if not derived(n, operands):
-                out.append((n, nearest(n, pools[n.scope])))
+            if ("derived", ()) in n.source and derived(n, operands):
+                continue
+            elsewhere = matches(n, _every(records))
+            if not n.source:
+                why = "its block has no <!-- numbers: RECORD: KEY --> line"
+            else:
+                why = "not in its block's source (" + "; ".join(
+                    f"{g}: {', '.join(k)}" if k else g for g, k in n.source) + ")"
+            out.append((n, why, _suggest(elsewhere) if elsewhere else nearest(n, pools[n.source])))
     return out
+
+
+def _suggest(values: List[Value], k: int = 3) -> List[Value]:
+    """A few of VALUES from different records and keys, for the message."""
+    seen, out = set(), []
+    for v in values:
+        where = (v.source.split(":", 1)[0], key_of(v))
+        if where not in seen:
+            seen.add(where)
+            out.append(v)
+    return out[:k]
 
 
 def report(found: List[tuple]) -> str:
     lines = []
-    for n, near in found:
+    for n, why, near in found:
         cands = "; ".join(f"{v.value:g} ({v.source})" for v in near)
-        lines.append(f"{n.file}:{n.line}: {n.text}  nearest records: {cands or 'none'}")
+        lines.append(f"{n.file}:{n.line}: {n.text}: {why}; records with values near it: {cands or 'none'}")
     return "\n".join(lines)
+
+
+FIX = ("name the record and key each number comes from in a line '<!-- numbers: bench/STUDY.json: KEY, KEY; "
+       "bench/STUDY/runs/*.json: KEY -->' at the end of its paragraph or table (paths under results/, globs "
+       "allowed; '; derived' for a difference or ratio of its numbers; harness/docs.py says more), put the "
+       "number in a generated block ('python -m harness.docs write' fills it), or take it out")
 
 
 # ---------------------------------------------------------------- generated blocks
@@ -623,8 +720,7 @@ def main(argv: Optional[list] = None) -> int:
     found, old = unrecorded(a.files, REPO), stale(a.files, REPO)
     if found:
         print(report(found))
-        print(f"{len(found)} numbers with no record: record each (a results record made by a command), "
-              "generate it (a block 'python -m harness.docs write' fills) or take it out", file=sys.stderr)
+        print(f"{len(found)} numbers with no record: {FIX}", file=sys.stderr)
     for f in old:
         print(f"{f}: generated blocks older than the records: run python -m harness.docs write {f}", file=sys.stderr)
     if found or old:

@@ -148,6 +148,34 @@ def last_saved_update(text: str) -> str:
     return found[-1] if found else ""
 
 
+def last_run(text: str) -> str:
+    """The last fairseq-train run's part of a log that every run appends to (train.log): from the last
+    config dump on (fairseq_cli.train logs one at its start, plain or hydra logging); all of TEXT when
+    there is none."""
+    starts = [m.start() for m in re.finditer(r"fairseq_cli\.train \| \{|fairseq_cli.train\].*\{'_name'", text)]
+    return text[starts[-1]:] if starts else text
+
+
+# what fairseq-train's log says when it fails (harness/recover.py turns each into one line and the fix)
+NAN = re.compile(r"gradients are Nan/Inf|Minimum loss scale reached|NaN or Inf found in input tensor|"
+                 r"loss is nan|FloatingPointError")
+DATA = re.compile(r"Dataset not found|Unable to infer|index out of range in self|Tried to load .* but found|"
+                  r"No such file or directory: .*\.(idx|bin)|mmap length is greater than file size|"
+                  r"buffer is smaller than requested size|cannot mmap an empty file")
+CKPT = re.compile(r"Cannot load model parameters from checkpoint|PytorchStreamReader failed|"
+                  r"Weights only load failed|UnpicklingError|failed finding central directory")
+LOAD_MODEL = re.compile(r"Cannot load model parameters from checkpoint")
+SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
+                  r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
+DISK = re.compile(r"No space left on device|Errno 28|ENOSPC|file write failed|Disk quota exceeded")
+# fairseq's batch_by_size: a sentence longer than --max-tokens
+TOKENS = re.compile(r"sentence at index \d+ of size \d+ exceeds max_tokens limit of \d+|"
+                    r"The dataset is empty\. This could indicate that all elements in the dataset have been skipped")
+# the shell could not start the command: too long an argument list (E2BIG), no such program
+NOT_RUN = re.compile(r"Argument list too long|fairseq-train: (?:command )?not found")
+ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$", re.M)
+
+
 # ---------------------------------------------------------------- what the scripts show of a training
 #
 # ``python3 -m harness.fairseq_log quiet [--max-update N] [--max-epoch E]`` (scripts/pipeline-lib.sh's

@@ -24,6 +24,7 @@ import shlex
 import shutil
 from typing import Optional, Sequence
 
+from harness import fairseq_log
 from harness.fairseq_log import last_value
 from tfixup import checkpoints
 
@@ -140,23 +141,6 @@ def foreign_model_advice(last: str, what: str) -> str:
 
 # ---------------------------------------------------------------- why fairseq-train failed
 
-_NAN = re.compile(r"gradients are Nan/Inf|Minimum loss scale reached|NaN or Inf found in input tensor|"
-                  r"loss is nan|FloatingPointError")
-_DATA = re.compile(r"Dataset not found|Unable to infer|index out of range in self|Tried to load .* but found|"
-                   r"No such file or directory: .*\.(idx|bin)|mmap length is greater than file size|"
-                   r"buffer is smaller than requested size|cannot mmap an empty file")
-_CKPT = re.compile(r"Cannot load model parameters from checkpoint|PytorchStreamReader failed|"
-                   r"Weights only load failed|UnpicklingError|failed finding central directory")
-_LOAD_MODEL = re.compile(r"Cannot load model parameters from checkpoint")
-_SIZE = re.compile(r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
-                   r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)")
-_DISK = re.compile(r"No space left on device|Errno 28|ENOSPC|file write failed|Disk quota exceeded")
-# fairseq's batch_by_size: a sentence longer than --max-tokens
-_TOKENS = re.compile(r"sentence at index \d+ of size \d+ exceeds max_tokens limit of \d+|"
-                     r"The dataset is empty\. This could indicate that all elements in the dataset have been skipped")
-# the shell could not start the command: too long an argument list (E2BIG), no such program
-_NOT_RUN = re.compile(r"Argument list too long|fairseq-train: (?:command )?not found")
-_ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$", re.M)
 
 
 def _mb(n: int) -> str:
@@ -211,16 +195,12 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
     command = shlex.join(argv)
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
-    run = text = log_text
-    # the failed run only: train.log is appended to by every run
-    starts = [m.start() for m in re.finditer(r"fairseq_cli\.train \| \{|fairseq_cli.train\].*\{'_name'", text)]
-    if starts:
-        run = text[starts[-1]:]
+    run = fairseq_log.last_run(log_text)  # train.log is appended to by every run: the failed one only
 
     saved = glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt"))
     need = max([os.path.getsize(p) for p in saved] or [0])
     free = shutil.disk_usage(run_dir if os.path.isdir(run_dir) else ".").free
-    if _DISK.search(run) or free < need:  # (torch names no errno; the plugin's saves do: checkpoints.save)
+    if fairseq_log.DISK.search(run) or free < need:  # (torch names no errno; the plugin's saves do: checkpoints.save)
         q, resume = shlex.quote, command
         state = "no checkpoint was saved yet (the rerun starts over)"
         if os.path.exists(last):
@@ -236,7 +216,7 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
         return (f"disk full (ENOSPC) on the disk of {run_dir} ({_mb(free)} free{size}): training stopped; {state}; "
                 f"free some space, then resume with: {resume}")
 
-    if _NAN.search(run):
+    if fairseq_log.NAN.search(run):
         if os.path.exists(last):  # a bit flip in checkpoint_last.pt loads without error and trains into NaN
             try:
                 checkpoints.verify(last)
@@ -259,13 +239,13 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                 "longer DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
                 "(--set FP16=0) instead of fp16")
 
-    if _CKPT.search(run) and os.path.exists(last):
+    if fairseq_log.CKPT.search(run) and os.path.exists(last):
         try:
             state = checkpoints.load(last, mmap=True, check_crc=True)
         except LOAD_ERRORS as e:
             return corrupt_last_advice(last, e, command)
-        if _LOAD_MODEL.search(run):  # it loads, but its tensors do not fit this run's model
-            sizes = _SIZE.findall(run)
+        if fairseq_log.LOAD_MODEL.search(run):  # it loads, but its tensors do not fit this run's model
+            sizes = fairseq_log.SIZE.findall(run)
             dictionary = re.compile(r"(embed_tokens|output_projection)\.weight$")
             if sizes and all(dictionary.search(n) and a.split(",")[1:] == b.split(",")[1:] for n, a, b in sizes):
                 name, a, b = sizes[0]
@@ -276,21 +256,21 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
             detail = f"{sizes[0][0]} {sizes[0][1]} in the checkpoint, {sizes[0][2]} now" if sizes else "other parameters"
             return foreign_model_advice(last, f"a {what} model: {detail}")
 
-    m = _ARGS.search(run)
+    m = fairseq_log.ARGS.search(run)
     if m and rc == 2:
         return (f"fairseq-train refused its arguments ({m.group(1).strip()[:200]}): fix EXTRA_TRAIN_ARGS in the "
                 f"config (or --set EXTRA_TRAIN_ARGS=...) or the arguments after --, then rerun; nothing was trained")
-    m = _DATA.search(run)
+    m = fairseq_log.DATA.search(run)
     if m:
         return (f"fairseq-train could not use the data ({m.group(0)}): rebuild the data-bin with "
                 "scripts/prepare-*.sh (rerunning the same command will fail the same way)")
-    m = _TOKENS.search(run)
+    m = fairseq_log.TOKENS.search(run)
     if m:
         own = _config_value(run_dir, "MAX_TOKENS") or 0
         return (f"no sentence pair fits in a batch of MAX_TOKENS tokens (fairseq: {m.group(0)}): set MAX_TOKENS above "
                 f"the longest pair, e.g. {_retry(argv, 'MAX_TOKENS', str(int(max(own, 4096))))}; nothing was trained")
-    if rc in (126, 127) or _NOT_RUN.search(run):
-        why = _NOT_RUN.search(run)
+    if rc in (126, 127) or fairseq_log.NOT_RUN.search(run):
+        why = fairseq_log.NOT_RUN.search(run)
         return (f"fairseq-train could not be started ({why.group(0) if why else f'exit {rc}'}): "
                 + ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
                    if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")

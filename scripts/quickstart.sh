@@ -37,7 +37,8 @@ Writes under DIR: data-bin/, runs/EXPERIMENT/ (checkpoints, train.log, eval/resu
 eval/generate-test.txt), runs/EXPERIMENT/report.md and runs/EXPERIMENT/learning-curve.png.
 The summary ends with the model's files, the command that trains it longer, a Python snippet, and
 the command that translates your own text (scripts/translate.sh RUN_DIR). Torch's thread count:
-one per core shared with running trainings (OMP_NUM_THREADS=N chooses), printed.
+one per core shared with running trainings, not more than the cores free at the start (OMP_NUM_THREADS=N
+chooses), printed, with a line when the machine is oversubscribed.
 Rerunning the same command resumes. BPE_MERGES=N in the environment replaces the config's BPE
 merges for prepare-corpus.sh corpora (a smoke run on --train-lines 1000 needs about 1000).
 Any config key can be overridden through the environment,
@@ -114,7 +115,9 @@ if [ "$DRY_RUN" = 1 ]; then
   show "${SUMMARY_CMD[@]}"
   exit 0
 fi
-# torch threads for training and evaluation: not more than the cores other trainings leave
+# torch threads for training and evaluation: not more than the cores other trainings leave (set_threads),
+# then not more than the cores free now (other work takes cores too), with a line when the machine is busy
+USER_THREADS=${OMP_NUM_THREADS:-}
 set_threads
 if [ "$NO_INSTALL" = 0 ]; then
   log "1/6 install (skipped when already done)"
@@ -123,6 +126,13 @@ if [ "$NO_INSTALL" = 0 ]; then
   . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 fi
 use_venv
+load=$(python3 -m harness.cpu_load threads "$OMP_NUM_THREADS" ${USER_THREADS:+--chosen-by-user})
+threads=${load%%$'\n'*}
+[ "$load" = "$threads" ] || log "${load#*$'\n'}"
+if [ "$threads" != "$OMP_NUM_THREADS" ]; then
+  log "torch threads: $threads per process (fewer cores are free now than set_threads counted)"
+  export OMP_NUM_THREADS=$threads TFIXUP_THREADS=$threads
+fi
 log "2/6 prepare $DATASET -> $DATA"
 "${PREPARE_CMD[@]}"
 log "3/6 train $EXPERIMENT -> $RUN (rerun to resume)"

@@ -116,6 +116,6 @@ def test_averaging_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_checkpoint
     with pytest.raises(average.DiskFull) as e:
         average.choose_and_average(str(ckpts), [1], str(data), str(out / "averaged.pt"), [])
     line = str(e.value)
-    assert line.startswith(f"disk full (ENOSPC) writing the averaged checkpoint {out}/averaged.pt.candidate.pt: ")
+    assert line.startswith(f"disk full (ENOSPC) writing the averaged checkpoint {out}/averaged.pt: ")
     assert "MiB free on the disk of" in line and "\n" not in line
     assert list(out.iterdir()) == [] and sorted(p.name for p in ckpts.iterdir()) == ["checkpoint_last.pt"]

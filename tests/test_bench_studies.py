@@ -540,10 +540,11 @@ runlib.run_study("study", pathlib.Path({str(tmp_path)!r}), runs, lambda recs: {{
     env = dict(os.environ, TFIXUP_BENCH_WORK=str(tmp_path / "work"))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    # the run's child has started (its pid file): the study's handler is installed (before any run starts), and a
+    # SIGTERM before run_logged has registered the child still stops it (run_logged checks after registering)
     deadline = time.time() + 60
     while time.time() < deadline and not (tmp_path / "work" / "study" / "sleep.pid").exists():
         time.sleep(0.1)
-    time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-1500:]

@@ -142,10 +142,14 @@ def test_cli_ln_norms(iwslt_bin, tmp_path):
     assert_png(tmp_path / "ln_norms.png")
 
 
-def test_cli_grad_norms(iwslt_bin, tmp_path):
+def test_cli_grad_norms(iwslt_bin, tmp_path, capsys):
     rc = cli.main(["grad-norms", "--data", str(iwslt_bin), "--depths", "1,2", "--inits", "1", "--sentences", "16",
                    "--out", str(tmp_path)] + TINY)
     assert rc == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "[grad-norms] gradient" in line]
+    # a line after every gradient: 3 models x 1 init x (the model and depths 1, 2)
+    assert [line.split(" (")[0] for line in lines] == [f"[grad-norms] gradient {i} of 9" for i in range(1, 10)]
+    assert "min so far, about" in lines[0] and lines[-1].endswith("about 0.0 min left at that rate")
     meta = json.loads((tmp_path / "grad_norms.json").read_text())
     arrays = read_npz(tmp_path / "grad_norms.npz")
     assert set(meta["models"]) == {"postln", "preln", "tfixup"}
@@ -175,6 +179,31 @@ def test_cli_hessian_on_multi30k(shared_data, tmp_path):
     arrays = read_npz(out / "hessian.npz")
     assert np.isfinite(arrays["postln_density"]).all() and (arrays["postln_density"] >= 0).all()
     assert_png(out / "hessian.png")
+
+
+def test_grad_norms_stopped_says_so_in_one_line_and_leaves_no_file(iwslt_bin, tmp_path, capsys, monkeypatch):
+    """Ctrl-C or SIGTERM (raised as KeyboardInterrupt) in the middle: exit 130, one line, no file of the
+    command (they are written whole at its end)."""
+    from fairseq_tfixup.diagnostics import grad_norms
+
+    calls = []
+
+    def stopped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    real = grad_norms.grads_at_init
+    monkeypatch.setattr(grad_norms, "grads_at_init", stopped)
+    out = tmp_path / "out"
+    rc = cli.main(["grad-norms", "--data", str(iwslt_bin), "--depths", "1", "--inits", "1", "--sentences", "8",
+                   "--model", "tfixup", "--out", str(out)] + TINY)
+    captured = capsys.readouterr()
+    assert rc == 130 and "[grad-norms] gradient 1 of 2" in captured.out
+    err = captured.err.strip()
+    assert err.startswith("tfixup-diagnose grad-norms: interrupted; nothing is half-made") and "\n" not in err
+    assert not out.exists() or not list(out.iterdir())
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

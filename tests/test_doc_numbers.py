@@ -1,6 +1,8 @@
 """Every number in README.md, docs/measurements.md and results/diagnostics/README.md comes from a results
-record (harness/docs.py says what counts): found in results/**/*.json at the precision shown, derived from
-recorded numbers of its paragraph, or written by ``python -m harness.docs write`` into a generated block.
+record (harness/docs.py says what counts): found, at the precision shown, among the values of the records its
+paragraph names (``<!-- numbers: RECORD: KEY -->``), derived from recorded numbers of its paragraph, or written
+by ``python -m harness.docs write`` into a generated block. An invented number, or a record changed under an
+unchanged text, fails.
 
 Run alone: ``python -m pytest -q tests/test_doc_numbers.py``; ``python -m harness.docs check`` lists the same."""
 
@@ -13,10 +15,8 @@ from harness import docs
 
 def test_every_number_of_the_docs_has_a_record():
     found = docs.unrecorded(docs.DOCS)
-    assert not found, (
-        f"{len(found)} numbers in the docs have no results record (record each in a results record made by a "
-        "command, put it in a generated block, or take it out; python -m harness.docs check lists them):\n"
-        + docs.report(found))
+    assert not found, (f"{len(found)} numbers in the docs have no results record: {docs.FIX} "
+                       "(python -m harness.docs check lists them):\n" + docs.report(found))
 
 
 def test_generated_blocks_are_what_the_records_make():
@@ -51,9 +51,14 @@ def repo(tmp_path):
     return tmp_path
 
 
-def check(repo, text):
-    (repo / "doc.md").write_text(text)
-    return [n.text for n, _ in docs.unrecorded(["doc.md"], repo)]
+SOURCE = "<!-- numbers: bench/toy.json; bench/toy/runs/*.json -->"
+
+
+def check(repo, text, source=SOURCE):
+    """The numbers of TEXT the records do not hold, each of its paragraphs naming SOURCE."""
+    text = "\n\n".join(p.rstrip("\n") + ("\n" + source if source else "") for p in text.split("\n\n"))
+    (repo / "doc.md").write_text(text + "\n")
+    return [n.text for n, _, _ in docs.unrecorded(["doc.md"], repo)]
 
 
 def test_a_number_matches_a_record_at_the_precision_it_shows(repo):
@@ -78,8 +83,10 @@ def test_counts_of_runs_are_a_studys(repo):
 
 
 def test_a_difference_or_ratio_of_recorded_numbers_of_its_paragraph(repo):
-    assert check(repo, "8.22 against 7.09: 1.13 lower\n") == []
-    assert check(repo, "8.22 against 7.09.\n\nLater: 1.13 lower\n") == ["1.13"]  # another paragraph
+    derived = SOURCE.replace(" -->", "; derived -->")
+    assert check(repo, "8.22 against 7.09: 1.13 lower\n", derived) == []
+    assert check(repo, "8.22 against 7.09.\n\nLater: 1.13 lower\n", derived) == ["1.13"]  # another paragraph
+    assert check(repo, "8.22 against 7.09: 1.13 lower\n") == ["1.13"]  # its source does not say derived
 
 
 def test_exemptions_are_code_dates_versions_sections_sizes_and_the_papers_constants(repo):
@@ -101,21 +108,71 @@ def test_a_generated_block_is_written_from_the_records_and_not_checked(repo):
     assert "| toy | 3 | 5 | [**PARTIAL**](../results/bench/toy.md) |" in text and "999" not in text
     assert text.startswith("Intro.\n\n") and text.endswith("<!-- end generated -->\n\nEnd.\n")
     assert docs.stale(["docs/m.md"], repo) == [] and docs.write(["docs/m.md"], repo) == []
-    assert [n.text for n, _ in docs.unrecorded(["docs/m.md"], repo)] == []
+    assert [n.text for n, _, _ in docs.unrecorded(["docs/m.md"], repo)] == []
     assert not list(doc.parent.glob(".*.tmp"))  # written atomically: no temp file left
 
 
-def test_check_lists_each_number_with_its_file_line_and_nearest_records(repo):
-    (repo / "doc.md").write_text("line one\nbest 8.23 bits\n")
-    found = docs.unrecorded(["doc.md"], repo)
-    line = docs.report(found)
-    assert line.startswith("doc.md:2: 8.23  nearest records: 8.2237 (results/bench/toy.json:rows[0].best)")
-
+def test_check_lists_each_number_with_its_file_line_why_and_nearest_records(repo):
+    (repo / "doc.md").write_text("line one\nbest 8.23 bits\n" + SOURCE + "\n")
+    line = docs.report(docs.unrecorded(["doc.md"], repo))
+    assert line.startswith("doc.md:2: 8.23: not in its block's source (bench/toy.json; bench/toy/runs/*.json); "
+                           "records with values near it: 8.2237 (results/bench/toy.json:rows[0].best)")
 
 
 def test_the_check_command_says_what_to_do(repo, monkeypatch, capsys):
     monkeypatch.setattr(docs, "REPO", repo)
-    (repo / "doc.md").write_text("best 8.23 bits\n")
+    (repo / "doc.md").write_text("best 8.22 bits\n")
     assert docs.main(["check", "doc.md"]) == 1
     out, err = capsys.readouterr()
-    assert out.startswith("doc.md:1: 8.23  nearest records:") and "take it out" in err
+    assert out.startswith("doc.md:1: 8.22: its block has no <!-- numbers: RECORD: KEY --> line; records with "
+                          "values near it: 8.2237 (results/bench/toy.json:rows[0].best)")
+    assert "<!-- numbers: bench/STUDY.json: KEY" in err and "generated block" in err and "take it out" in err
+
+
+# ---------------------------------------------------------------- invented numbers fail
+
+
+def test_invented_numbers_fail_though_some_record_holds_a_value_like_them(repo):
+    """A ratio, a perplexity and a time, each made up: the toy records hold values that round to each
+    (0.4375 -> 0.44x, 2 ** 5.266 -> 38.5, 601-603 s -> 10.0-10.1 min), but not where the paragraph says its
+    numbers come from."""
+    text = "T-Fixup needs 0.44x the updates, ends at perplexity 38.5, each run 10.0 min.\n"
+    assert check(repo, text, "<!-- numbers: bench/toy.json: best -->") == ["0.44x", "38.5", "10.0 min"]
+    assert check(repo, text, source="") == ["0.44x", "38.5", "10.0 min"]  # no source named: nothing is recorded
+    # the rule shown in `code` (as README shows it) names no source
+    assert check(repo, "Written `<!-- numbers: bench/toy.json -->`: 0.44x.\n", source="") == ["0.44x"]
+    # named where they come from, the same numbers are recorded
+    assert check(repo, text, "<!-- numbers: bench/toy.json: ratio, ppl_loss; bench/toy/runs/*.json: wall_s -->") == []
+
+
+def test_a_record_changed_under_an_unchanged_text_fails(repo):
+    text = "T-Fixup needs 0.44x the updates, ends at perplexity 38.5, each run 10.0 min.\n"
+    source = "<!-- numbers: bench/toy.json: ratio, ppl_loss; bench/toy/runs/*.json: wall_s -->"
+    assert check(repo, text, source) == []
+    toy = repo / "results" / "bench" / "toy.json"
+    res = json.loads(toy.read_text())
+    res["rows"][0].update(ratio=0.5, ppl_loss=5.5)
+    toy.write_text(json.dumps(res))
+    for i in (1, 2, 3):
+        (repo / "results" / "bench" / "toy" / "runs" / f"r{i}.json").write_text(json.dumps({"wall_s": 700.0}))
+    assert check(repo, text, source) == ["0.44x", "38.5", "10.0 min"]
+
+
+def test_numbers_made_up_and_written_into_the_readme_fail():
+    """The numbers a maintainer made up and wrote into README (issue 50), in a paragraph of their own and inside
+    the README's paragraphs that already name their records: each fails."""
+    invented = ["48 layers", "44.2", "0.81x", "2.6 hours", "41.7", "3.9 h", "12 %", "perplexity 47.3"]
+    raw = (docs.REPO / "README.md").read_text(encoding="utf-8").split("\n")
+    sources = [i for i, line in enumerate(raw) if line.lstrip().startswith("<!-- numbers:")]
+    assert sources
+    for i in [len(raw)] + sources:
+        sentence = "Invented: " + ", ".join(invented) + "."
+        text = "\n".join(raw[:i] + ([""] if i == len(raw) else []) + [sentence] + raw[i:])
+        with_invented = docs.REPO / "results" / ".invented-README.md"
+        try:
+            with_invented.write_text(text, encoding="utf-8")
+            found = docs.unrecorded([str(with_invented.relative_to(docs.REPO))])
+        finally:
+            with_invented.unlink()
+        flagged = [n.text for n, _, _ in found if n.line == (i + 2 if i == len(raw) else i + 1)]
+        assert flagged == ["48", "44.2", "0.81x", "2.6 hours", "41.7", "3.9 h", "12 %", "47.3"], (i, flagged)

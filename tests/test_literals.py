@@ -71,23 +71,21 @@ def _nested(levels: int, width: int = 2) -> str:
 ])
 def test_sizes_are_bounded_from_the_syntax_before_anything_is_built(text, limit):
     """The guard capped each sequence, not the total: these were accepted (the first took 2.4 GB and
-    5 s; nested shared lists kept fairseq-generate busy ~40 min). Each is refused at once, in one line
-    naming the field and the limit, having allocated next to nothing."""
-    import time
+    5 s; nested shared lists kept fairseq-generate busy ~40 min). Each is refused from its syntax, in one
+    line naming the field and the limit, having allocated next to nothing (no clock: a walk of the value
+    would not return here at all)."""
     import tracemalloc
 
     tracemalloc.start()
-    started = time.perf_counter()
     try:
         with pytest.raises(literals.TooLarge) as e:
             literals.literal(text, "encoder_xformers_att_config")
-        took = time.perf_counter() - started
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     line = str(e.value)
     assert "\n" not in line and line.startswith("encoder_xformers_att_config=") and f"(the limit, {limit})" in line
-    assert took < 1.0 and peak < 20e6, (took, peak)  # the parse tree of a 96 KB text: a few MB
+    assert peak < 20e6, peak  # the parse tree of a 96 KB text: a few MB, not the value it describes
 
 
 def test_the_largest_literals_within_the_limits_still_build():

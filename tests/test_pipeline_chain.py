@@ -198,14 +198,22 @@ def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_pat
     its group ends with it, in either phase."""
     import shutil
 
+    import threading
+
     out = tmp_path / "run"
     shutil.copytree(trained[0] / "checkpoints", out / "checkpoints")
     for name in ("config.resolved.json", "train_command.sh"):
         shutil.copy(trained[0] / name, out / name)
+    # translating: the translations' temp file is a FIFO, so the generate step blocks on opening it until this
+    # test opens the other end: the job is held inside that step, whatever the machine's speed
+    fifo = out / "eval" / "generate-test.txt.tmp"
+    if phase == "translating":
+        fifo.parent.mkdir()
+        os.mkfifo(fifo)
     err = open(tmp_path / "stderr", "w")
     job = subprocess.Popen(["bash", str(SCRIPTS / "evaluate.sh"), "--cpu", EXPERIMENT, str(data), str(out)],
                            stdout=subprocess.DEVNULL, stderr=err, env=env(PROGRESS_SECONDS="1"), start_new_session=True)
-    def averaging():  # the average step's process runs (its arguments: --ckpt-dir)
+    def averaging():  # the average step's process runs (its arguments: --ckpt-dir), for the seconds it averages
         for member in group_members(job.pid):
             try:
                 if b"--ckpt-dir" in pathlib.Path(f"/proc/{member.split()[0]}/cmdline").read_bytes():
@@ -214,14 +222,23 @@ def test_kill_9_of_evaluate_leaves_nothing_running(phase, trained, data, tmp_pat
                 pass
         return False
 
-    started = {"averaging": averaging, "translating": lambda: (out / "eval" / "generate-test.txt.tmp").exists()}[phase]
+    opened = threading.Event()
+    if phase == "translating":
+        reader = []
+        threading.Thread(target=lambda: (reader.append(os.open(fifo, os.O_RDONLY)), opened.set()), daemon=True).start()
+    started = {"averaging": averaging, "translating": opened.is_set}[phase]
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and job.poll() is None and not started():
             time.sleep(0.05)
-        assert job.poll() is None, (tmp_path / "stderr").read_text()[-3000:]
+        assert job.poll() is None and started(), (tmp_path / "stderr").read_text()[-3000:]
         os.kill(job.pid, signal.SIGKILL)  # the script's own PID, outright
         job.wait()
         assert not group_left(job.pid)
     finally:
         kill_group(job.pid)
+        if phase == "translating":
+            if not opened.is_set():  # the job never opened it: open the writing end, which lets the reader go
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+                opened.wait()
+            os.close(reader[0])

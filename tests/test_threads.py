@@ -65,3 +65,25 @@ def test_the_main_job_says_its_thread_count(cpu_main_job):
     stderr = (work.parent / "stderr").read_text()
     # the fixture sets OMP_NUM_THREADS=1: said once, by quickstart.sh, not again by train.sh
     assert stderr.count("torch threads: ") == 1 and "torch threads: 1 per process (OMP_NUM_THREADS as set)" in stderr
+
+
+# ---------------------------------------------------------------- the cores free now (harness/cpu_load.py)
+
+
+def test_threads_not_more_than_the_cores_free_now():
+    from harness import cpu_load
+
+    assert cpu_load.threads(2, 0.1, 2) == (2, "")  # an idle machine: what set_threads chose
+    assert cpu_load.threads(1, 0.3, 2) == (1, "")
+    n, line = cpu_load.threads(2, 1.6, 2)  # other work takes one and a half cores: one thread, and a line
+    assert n == 1 and line.startswith("the machine is oversubscribed: about 1.6 of its 2 cores are busy")
+    n, line = cpu_load.threads(2, 1.8, 2, chosen_by_user=True)  # OMP_NUM_THREADS as set: kept, and said
+    assert n == 2 and "takes 2 thread(s) (OMP_NUM_THREADS as set)" in line and "\n" not in line
+
+
+def test_busy_cores_from_two_samples_of_proc_stat(monkeypatch):
+    from harness import cpu_load
+
+    samples = iter([[100, 0, 50, 800, 50, 0, 0, 0], [160, 0, 90, 900, 50, 0, 0, 0]])  # 100 busy of 200 ticks
+    monkeypatch.setattr(cpu_load, "_times", lambda stat: next(samples))
+    assert cpu_load.busy_cores(interval=0, cores=4) == 2.0

@@ -4,6 +4,7 @@ leaves nothing (a writer killed outright leaves its temp file, removed by the ne
 to that folder). Files get the usual mode (0666 less the umask), not mkstemp's 0600;
 folders (``write_folder``) 0777 less the umask, not mkdtemp's 0700."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -16,18 +17,28 @@ def write_file(path, write) -> pathlib.Path:
     """Call ``write(tmp_path)`` to produce ``path``'s content, then rename it into place. The temp name
     holds the writer's PID: the temp files of writers that died (kill -9 mid-save) are removed first."""
     path = pathlib.Path(path)
+    with temp_file(path) as tmp:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    return path
+
+
+@contextlib.contextmanager
+def temp_file(path):
+    """A temp file beside PATH, named as write_file names its own (so that a writer killed outright leaves
+    it to the next write into that folder), removed on leaving unless renamed away: for a caller that
+    writes candidates and moves the best one into place (harness/average.py)."""
+    path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
+        yield tmp
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def write_folder(path, write) -> pathlib.Path:

@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import shlex
+import signal
 import sys
 import tempfile
 import warnings
@@ -250,12 +251,23 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(hydra|omegaconf|fairseq)(\.|$)")
     for name in ("fairseq", "fairseq_tfixup", "hydra", "matplotlib", "PIL"):  # the progress lines are ours
         logging.getLogger(name).setLevel(logging.WARNING)
+    previous = signal.signal(signal.SIGTERM, _interrupted)  # SIGTERM as Ctrl-C: one line, no traceback
     try:
         run(a)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         print(f"tfixup-diagnose: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"tfixup-diagnose {a.command}: interrupted; nothing is half-made (every file it writes is written "
+              "whole, at the end or per finished run); rerun the same command to run it again", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

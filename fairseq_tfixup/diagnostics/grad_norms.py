@@ -13,6 +13,7 @@ gradient is averaged over ``inits`` random initialisations (seeds seed, seed+1, 
 import dataclasses
 import pathlib
 import re
+import time
 from collections import OrderedDict
 from typing import Callable, Dict, List
 
@@ -60,6 +61,20 @@ def group_order(g: str):
             int(re.sub(r"\D", "", g) or 0))
 
 
+class Progress:
+    """'[grad-norms] gradient I of N (WHAT): M min so far, about R min left at that rate' after each step."""
+
+    def __init__(self, total: int, log: Callable[[str], None]):
+        self.total, self.done, self.log, self.started = total, 0, log, time.monotonic()
+
+    def step(self, what: str) -> None:
+        self.done += 1
+        took = time.monotonic() - self.started
+        left = took / self.done * (self.total - self.done)
+        self.log(f"[grad-norms] gradient {self.done} of {self.total} ({what}): {took / 60:.1f} min so far, "
+                 f"about {left / 60:.1f} min left at that rate")
+
+
 def grads_at_init(data_bin, spec: ModelSpec, seed: int, split: str, n_sentences: int, device: str):
     args, task, model, criterion = build(data_bin, spec, seed=seed, device=device)
     model.train()  # dropout is 0 in ``spec``
@@ -71,16 +86,22 @@ def grads_at_init(data_bin, spec: ModelSpec, seed: int, split: str, n_sentences:
 def run_grad_norms(data_bin, out, models=("postln", "preln", "tfixup"), spec=None, depths=(2, 4, 6, 8, 12),
                    split: str = "valid", n_sentences: int = 500, inits: int = 3, seed: int = 1,
                    device: str = "cpu", log: Callable[[str], None] = print) -> dict:
-    """Writes grad_norms.{png,npz,json} to ``out``."""
+    """Writes grad_norms.{png,npz,json} to ``out``, each whole, at the end (a stopped run leaves none of them);
+    a progress line after every gradient, with the time so far and what is left at that rate."""
     spec = dataclasses.replace(spec or ModelSpec(), dropout=0.0)
     out = pathlib.Path(out)
     per_layer, arrays = {}, {"depths": np.asarray(depths)}
     last_fc2: Dict[str, List[float]] = {}
     summary = {}
+    progress = Progress(len(models) * inits * (1 + len(depths)), log)
+    log(f"[grad-norms] {progress.total} gradients at initialisation ({len(models)} models x {inits} inits x "
+        f"({spec.encoder_layers}+{spec.decoder_layers} layers and depths {','.join(map(str, depths))})), "
+        f"{n_sentences} sentence pairs of {split} each; the files are written at the end")
     for m in models:
         rows, names = [], None
         for k in range(inits):
             model = grads_at_init(data_bin, dataclasses.replace(spec, model=m), seed + k, split, n_sentences, device)
+            progress.step(f"{m} {spec.encoder_layers}+{spec.decoder_layers} layers, init {k + 1} of {inits}")
             norms = group_norms(model)
             names = names or list(norms)
             rows.append([norms[g] for g in names])
@@ -94,6 +115,7 @@ def run_grad_norms(data_bin, out, models=("postln", "preln", "tfixup"), spec=Non
             for k in range(inits):
                 s = dataclasses.replace(spec, model=m, encoder_layers=L, decoder_layers=L)
                 model = grads_at_init(data_bin, s, seed + k, split, n_sentences, device)
+                progress.step(f"{m} {L}+{L} layers, init {k + 1} of {inits}")
                 vals.append([float(model.decoder.layers[L - 1].fc2.weight.grad.norm()),
                              float(model.encoder.layers[L - 1].fc2.weight.grad.norm())])
             sweep.append(vals)

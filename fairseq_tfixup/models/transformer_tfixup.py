@@ -61,9 +61,10 @@ def without_layer_norms(layer: nn.Module) -> nn.Module:
 def without_fused_encoder_path(layer: nn.Module) -> nn.Module:
     """fairseq 0.12.2's encoder layer switches, in eval mode after ``load_state_dict``, to a fused
     kernel (BetterTransformer) that computes stock Post-LN itself, and its encoder feeds that kernel
-    batch-first tensors; a layer whose norms, residual path or caller differ must never take it."""
-    if hasattr(layer, "can_use_fastpath"):
-        layer.can_use_fastpath = False
+    batch-first tensors; a layer whose norms, residual path or caller differ must never take it. The flag
+    is set on any fairseq (one without that path ignores it), so tests/test_method_layout.py can see that a
+    method's encoder layers went through here."""
+    layer.can_use_fastpath = False
     return layer
 
 
