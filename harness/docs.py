@@ -532,7 +532,9 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         conv_ratio = cm["arms"][cm["better"]]["ratio_mean"] if cm else None
         qm = q.get(name)
         gap = qm["arms"][qm["better"]]["tfixup_gap"] if qm else None
-        arm = next((a for a in lrp.get("methods", {}) if a in (name, name + "_matched")), None)
+        # its better schedule in the lr study too: the arm (with or without warmup) of the lower best valid loss
+        ran = [a for a in (name, name + "_matched") if a in lrp.get("methods", {})]
+        arm = min(ran, key=lambda a: _or_inf(lrp["methods"][a].get("best_valid_mean")), default=None)
         lm_ = lrp.get("methods", {}).get(arm) if arm else None
         best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
         open_ = " (open)" if lm_ and not lm_.get("grid_closed") else ""
@@ -542,6 +544,10 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
                     + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
     return "\n".join(rows)
+
+
+def _or_inf(v) -> float:
+    return float("inf") if v is None else v
 
 
 def _partial(res: dict) -> str:
@@ -572,7 +578,7 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
 
     def value(r, key):
         if r["status"] == "nan":
-            return f"diverged (NaN by update {r['updates']})"
+            return f"diverged (not finite after update {r['updates']})"
         return f"{r[key]:.1f}" if r["status"] == "ok" and r.get(key) is not None else r["status"]
 
     def cells(at, key):
