@@ -34,7 +34,7 @@ from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel
 
 from fairseq_tfixup.baselines.post_ln import register_presets
-from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
+from fairseq_tfixup.models.transformer_tfixup import is_layer_norm, without_fused_encoder_path
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,9 @@ class SmallInitTransformerModel(TransformerModel):
     def build_model(cls, args, task):
         model = super().build_model(args, task)
         apply_small_init_(model)
+        if getattr(args, "encoder_normalize_before", False):  # fairseq's fused kernel computes Post-LN only
+            for layer in model.encoder.layers:
+                without_fused_encoder_path(layer)
         logger.info("small init (transformers'): linear weights and embeddings N(0, %g), biases 0; %s", INIT_STD,
                     "Pre-LN" if getattr(args, "encoder_normalize_before", False) else "Post-LN")
         return model
