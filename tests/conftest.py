@@ -85,10 +85,11 @@ def last_error(proc, *words):
 # second the shared IWSLT data-bin; the files after them that need either find it made.
 LONGEST_FIRST = ["test_docs_commands.py", "test_pipeline_chain.py", "test_faults.py", "test_bench_studies.py",
                  "test_run_faults.py", "test_allowlist.py", "test_bench_gpu.py", "test_method_layout.py",
-                 "test_hf_distributed.py", "test_bench_hf.py", "test_hf_trainer.py", "test_hf_saved.py", "test_methods.py", "test_cli.py", "test_lm.py", "test_diagnostics.py",
-                 "test_translate.py", "test_literals.py", "test_safe_load.py", "test_pipeline_data.py",
-                 "test_table_rows.py", "test_scheduler.py", "test_one_line_refusals.py",
-                 "test_bench_lr.py", "test_noise.py", "test_bench_smoke.py"]
+                 "test_hf_distributed.py", "test_bench_hf.py", "test_hf_trainer.py", "test_hf_saved.py",
+                 "test_methods.py", "test_cli.py", "test_lm.py", "test_diagnostics.py", "test_translate.py",
+                 "test_literals.py", "test_safe_load.py", "test_pipeline_data.py", "test_table_rows.py",
+                 "test_scheduler.py", "test_one_line_refusals.py", "test_bench_lr.py", "test_noise.py",
+                 "test_bench_smoke.py"]
 
 
 def pytest_collection_modifyitems(items):
