@@ -291,3 +291,11 @@ def mean_lr_text(schedules: list, updates: int, lr: float, budget: str = "") -> 
         cells.append(f"{label} {frac:.2f}{gives_up}")
     return (f"**Mean lr over the {budget or f'{updates}-update'} budget**, as a fraction of the peak lr "
             f"{lr:g} (tfixup/schedules.py): " + "; ".join(cells) + ".\n\n")
+
+
+def run_env(threads) -> dict:
+    """The environment of a run's own process (``python -m harness.bench.STUDY one``): THREADS torch threads,
+    unbuffered output, nothing fetched from a hub (models are built from configs), this checkout importable."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
+                PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))

@@ -423,9 +423,7 @@ def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, dead
     atomic.write_json(rundir / "spec.json", spec)
     cmd = [sys.executable, "-m", "harness.bench.gpu", "one", "--spec", rundir / "spec.json",
            "--result", rundir / "result.json"]
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
-               PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(common.REPO), os.environ.get("PYTHONPATH")])))
+    env = common.run_env(threads)
     t0 = time.time()
     rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", env)
     record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
