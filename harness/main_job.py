@@ -197,9 +197,10 @@ def page(rec) -> str:
         f"- machine: {_machine_line(rec)}; torch {rec['machine']['torch']}, fairseq {rec['machine']['fairseq']}, "
         f"Python {rec['machine']['python']}, {rec['machine']['torch_threads']} torch thread(s)",
         f"- data: {rec['data']['dataset']} ({rec['data']['data_bin']}), prepared by the job",
-        f"- model: {rec['row']}, {c['EMBED_DIM']}-{c['FFN_DIM']}-{c['HEADS']}, {c['ENCODER_LAYERS']}+{c['DECODER_LAYERS']}"
-        f" layers, lr {c['LR']}, {c['MAX_TOKENS']} tokens per update; resolved configuration: "
-        "[config.resolved.json](config.resolved.json), command: [train_command.sh](train_command.sh)", "",
+        f"- model: {rec.get('row') or rec['experiment']}, {c['EMBED_DIM']}-{c['FFN_DIM']}-{c['HEADS']}, "
+        f"{c['ENCODER_LAYERS']}+{c['DECODER_LAYERS']} layers, lr {c['LR']}, {c['MAX_TOKENS']} tokens per update; "
+        "resolved configuration: [config.resolved.json](config.resolved.json), "
+        "command: [train_command.sh](train_command.sh)", "",
         "| step | time |", "|---|---|", *rows, f"| **total** | **{duration(t['total_s'])}** |", "",
         f"Result: **test BLEU {r['test_bleu']:.2f}** tokenized, **sacreBLEU {r['sacrebleu']:.2f}** "
         f"(`{r['sacrebleu_signature']}`) on {r['test_sentences']} test sentences, beam {r['beam']}, the average of the "
@@ -220,9 +221,10 @@ def readme_block(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     t, r = rec["times"], rec["results"]
     steps = ", ".join(f"{k[:-2]} {duration(v)}" for k, v in t.items() if k != "total_s" and v is not None)
     return " ".join(x for x in (
-        f"Measured by the job itself at commit {(rec['commit'] or '?')[:7]} ({rec['date'][:10]}) on {_machine_line(rec)}:"
-        f" **{duration(t['total_s'])}** in all ({steps}), test BLEU **{r['test_bleu']:.2f}** (sacreBLEU "
-        f"{r['sacrebleu']:.2f}) ([the run]({link})).", _install_line(rec), _suite_line(rec)) if x)
+        f"Measured by the job itself at commit {(rec['commit'] or '?')[:7]} ({rec['date'][:10]}) on "
+        f"{_machine_line(rec)}: **{duration(t['total_s'])}** in all ({steps}), "
+        f"test BLEU **{r['test_bleu']:.2f}** (sacreBLEU {r['sacrebleu']:.2f}) ([the run]({link})).",
+        _install_line(rec), _suite_line(rec)) if x)
 
 
 def timing(path, t0: float, fields) -> dict:

@@ -15,6 +15,7 @@ from harness import docs, main_job
 VALUES = {"MAX_EPOCH": "7", "MAX_UPDATE": "0", "DATASET": "multi30k.de-en", "ARCH": "transformer_tfixup",
           "EMBED_DIM": "128", "FFN_DIM": "256", "HEADS": "4", "ENCODER_LAYERS": "6", "DECODER_LAYERS": "6",
           "LR": "5e-4", "MAX_TOKENS": "4096", "LOWERCASE": "1"}
+SIGNATURE = "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0"
 
 
 def fake_run(tmp_path) -> pathlib.Path:
@@ -23,8 +24,8 @@ def fake_run(tmp_path) -> pathlib.Path:
     (run / "eval").mkdir(parents=True)
     (run / "config.resolved.json").write_text(json.dumps({"values": VALUES}))
     (run / "eval" / "results.json").write_text(json.dumps({
-        "experiment": "multi30k_de_en_cpu_tfixup", "row": "Multi30k De-En, T-Fixup", "config": VALUES, "num_updates": 868, "bleu_tok": 27.5,
-        "bleu_detok": 27.6, "sacrebleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "experiment": "multi30k_de_en_cpu_tfixup", "row": "Multi30k De-En, T-Fixup", "config": VALUES,
+        "num_updates": 868, "bleu_tok": 27.5, "bleu_detok": 27.6, "sacrebleu_signature": SIGNATURE,
         "averaging": {"chosen": {"k": 2}}, "sentences": 1000, "beam": 4, "lenpen": 0.3, "train_segments": 1,
         "train_wall_hours": 0.25}))
     (run / "summary.txt").write_text("Your model:\n")
@@ -42,7 +43,7 @@ def test_the_record_holds_each_steps_time_the_machine_and_the_results(tmp_path, 
     assert (t["install_s"], t["prepare_s"], t["train_s"]) == (30.0, 60.0, 910.0)
     assert t["total_s"] == round(t["install_s"] + t["prepare_s"] + t["train_s"] + t["evaluate_s"], 1)
     assert rec["results"] == {"test_bleu": 27.5, "sacrebleu": 27.6, "k": 2, "test_sentences": 1000, "beam": 4,
-                              "lenpen": 0.3, "sacrebleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0"}
+                              "lenpen": 0.3, "sacrebleu_signature": SIGNATURE}
     assert rec["machine"]["cores"] == os.cpu_count() and rec["machine"]["busy_cores_at_start"] == 0.4
     assert rec["machine"]["cpu"] and rec["machine"]["torch"]
     assert len(rec["commit"]) == 40 and rec["date"].startswith("2023-11-14")
@@ -85,7 +86,8 @@ def test_publish_replaces_the_folder_whole_and_readme_takes_its_numbers(tmp_path
     text = readme.read_text()
     total = main_job.duration(rec["times"]["total_s"])
     assert f"**{total}** in all" in text and "test BLEU **27.50** (sacreBLEU 27.60)" in text
-    assert re.search(r"first install .* took 20 min 5\d s .* test suite .* took 2 min 1\d s on \d+ cores \(passed\)", text)
+    assert re.search(r"first install .* took 20 min 5\d s .* test suite .* took 2 min 1\d s on \d+ cores \(passed\)",
+                     text)
     assert docs.stale(["README.md"], tmp_path) == []
 
 
