@@ -2,7 +2,8 @@
 
     python3 -m harness.cpu_load threads N [--chosen-by-user]
 
-prints the threads a training should take (N, or fewer when fewer cores are free now) and, on a second line,
+prints the threads a training should take (N, or fewer when fewer cores are free now) and the cores busy now
+(for the main job's record; none without /proc/stat) and, on a second line,
 what to tell the user when the machine is oversubscribed: scripts/lib.sh's set_threads counts the trainings already running, but other
 work takes cores too, and a training whose threads outnumber the free cores runs many times slower. The work is measured from /proc/stat over half a
 second: the cores' worth of CPU time spent neither idle nor waiting on I/O.
@@ -45,6 +46,17 @@ def threads(wanted: int, busy: float, cores: int, chosen_by_user: bool = False) 
                "(its ETA shows how much); stopping it keeps its checkpoint, and the same command resumes later")
 
 
+def busy_later(load: float, cores: int, threads: int) -> str:
+    """A line for a running training of THREADS threads when the machine's 1-minute load (its runnable threads,
+    this training's included) outnumbers its cores by more than half a core, else "": fewer threads would run it
+    faster, and the thread count is chosen when a training starts (harness/fairseq_log.py shows it once)."""
+    if threads <= 1 or load <= cores + 0.5:
+        return ""
+    return (f"the machine is oversubscribed now: load {load:.1f} on {cores} cores, and this training takes {threads} "
+            "threads, which slows it many-fold; stop it (Ctrl-C: its checkpoint is kept) and run the same command "
+            "again: it resumes with the threads free then")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m harness.cpu_load", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -59,7 +71,7 @@ def main(argv=None) -> int:
         print(a.wanted)
         return 0
     n, line = threads(a.wanted, busy, cores, a.chosen_by_user)
-    print(n)
+    print(n, f"{busy:.2f}")
     if line:
         print(line)
     return 0

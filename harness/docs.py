@@ -680,8 +680,15 @@ def _arm_label(arm: str) -> str:
 
 
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
+def block_main_job(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """The main job's time and results, from the record it wrote itself (results/main-job/record.json)."""
+    from harness import main_job
+
+    return main_job.readme_block(results, doc_dir)
+
+
 BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama,
-          "budgets": block_budgets}
+          "budgets": block_budgets, "main-job": block_main_job}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:

@@ -19,10 +19,13 @@ import contextlib
 import io
 import json
 import logging
+import os
 import re
 import signal
 import sys
 import warnings
+
+from harness import cpu_load
 
 FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq_cli's own
 LOGGERS = ("", "fairseq", "fairseq_cli", "fairseq_tfixup")
@@ -190,7 +193,8 @@ ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$",
 # is one line already: shown as written). The ETA is at the mean rate since this run's first progress
 # line (each line's "ups" is the rate of its interval alone, which other jobs on the machine swing
 # many-fold): to MAX_UPDATE, or else to the end of epoch MAX_EPOCH (a json line's "update" is epochs
-# done, e.g. 5.645, so the run's total is num_updates * MAX_EPOCH / update).
+# done, e.g. 5.645, so the run's total is num_updates * MAX_EPOCH / update). A line follows, once, when the
+# machine became oversubscribed after the training chose its threads (harness/cpu_load.py busy_later).
 
 _DROP = re.compile("|".join([
     r"\| \{.?_name.?: ", r"Please install tensorboardX",
@@ -231,7 +235,7 @@ class Screen:
         self.in_model = self.in_warning = False
         # the mean rate: updates and seconds summed over intervals (the first as long as the second)
         self.first_ups = self.prev = self.sum_n = self.sum_t = 0.0
-        self.seen = False
+        self.seen = self.said_busy = False
 
     def show(self, line: str):
         if _DROP.search(line):
@@ -295,6 +299,11 @@ class Screen:
                 shown += " | " + label.format(field(key))
         if total > 0 and rate > 0 and n < total:
             shown += f" | ETA {(total - n) / rate / 60:.0f} min"
+        if not self.said_busy and hasattr(os, "getloadavg"):  # other work started after this training: once
+            threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
+            note = cpu_load.busy_later(os.getloadavg()[0], os.cpu_count() or 1, threads)
+            self.said_busy = bool(note)
+            shown += f"\n{note}" if note else ""
         return shown
 
 

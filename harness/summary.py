@@ -1,7 +1,7 @@
 """The main job's closing summary (scripts/quickstart.sh): test BLEU, three example
 translations, the learning curve as a PNG, where the report is, and the model: its files, how to
 translate your own text (the command, with one example it translated), how to train it longer,
-and how to load it in Python. report.md gets the same model section.
+and how to load it in Python. report.md gets the same model section; RUN/summary.txt what was printed.
 
     python3 -m harness.summary --run RUN --png RUN/learning-curve.png --report RUN/report.md [-- QUICKSTART_ARGS]
 
@@ -14,9 +14,7 @@ scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
 import argparse
 import json
 import logging
-import os
 import pathlib
-import shlex
 import sys
 
 # where fairseq is imported, it logs "Please install tensorboardX" (optional, unused) and leaves the
@@ -24,8 +22,9 @@ import sys
 logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
 logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
-from harness import config, report, translate
+from harness import config, main_job, report, translate
 from harness.fairseq_log import parse_train_log
+from tfixup import atomic
 from tfixup.atomic import save_figure
 from harness.bench.quality import samples
 
@@ -64,16 +63,10 @@ def plot(curve: list, title: str, path: pathlib.Path) -> None:
 
 def continue_command(run: pathlib.Path, quickstart_args) -> str:
     """The main job's command again, training twice as long: it resumes from checkpoint_last.pt, then
-    evaluates and summarizes again. Keeps the overrides this job had in its environment (config keys,
-    and the variables quickstart.sh itself reads), which decide the data and the model."""
+    evaluates and summarizes again (the overrides this job had in its environment kept)."""
     values = config.read_record(run)["values"]
     key = "MAX_UPDATE" if values.get("MAX_UPDATE", "0") != "0" else "MAX_EPOCH"
-    env = {k: os.environ[k] for k in sorted(values) if k in os.environ and k not in ("MAX_UPDATE", "MAX_EPOCH")}
-    env.update({k: os.environ[k] for k in ("BPE_MERGES", "WORK_DIR", "TFIXUP_SHARED_DATA") if k in os.environ})
-    env[key] = str(2 * int(values[key]))
-    script = translate.shown_path(pathlib.Path(__file__).resolve().parents[1] / "scripts" / "quickstart.sh")
-    words = [f"{k}={shlex.quote(v)}" for k, v in env.items()] + ["bash", shlex.quote(script)]
-    return " ".join(words + [shlex.quote(a) for a in quickstart_args if a != "--dry-run"])
+    return main_job.job_command(run, quickstart_args, {key: str(2 * int(values[key]))})
 
 
 def model_lines(use: dict, train_longer: str) -> list:
@@ -104,40 +97,48 @@ def main(argv=None) -> int:
     p.add_argument("--report", required=True, help="the report scripts/report.sh wrote")
     args = p.parse_args(argv)
     run = pathlib.Path(args.run)
+    shown = []  # what is printed, also kept in RUN/summary.txt (results/main-job/ publishes it)
+
+    def say(text):
+        shown.append(text)
+        print(text)
+
     res = json.loads((run / "eval" / "results.json").read_text())
     cfg = res["config"]
     averaged = (res.get("averaging") or {}).get("chosen") or {}
-    print(f"\n{res['row']} ({res['experiment']}): {res['num_updates']} updates, "
+    say(f"\n{res['row']} ({res['experiment']}): {res['num_updates']} updates, "
           f"model: the average of the last K={averaged.get('k', '?')} checkpoint(s), K chosen on valid")
-    print(f"Test BLEU on {res['sentences']} sentences, beam {res['beam']}, lenpen {res['lenpen']}:")
-    print(f"  tokenized BLEU {res['bleu_tok']:.2f}  (Moses-tokenized{', lowercased' if cfg['LOWERCASE'] == '1' else ''}"
+    say(f"Test BLEU on {res['sentences']} sentences, beam {res['beam']}, lenpen {res['lenpen']}:")
+    say(f"  tokenized BLEU {res['bleu_tok']:.2f}  (Moses-tokenized{', lowercased' if cfg['LOWERCASE'] == '1' else ''}"
           f" text, as fairseq-generate scores it)")
-    print(f"  sacreBLEU      {res['bleu_detok']:.2f}  {res['sacrebleu_signature']}")
-    print("\nExample translations (first three test sentences, BPE removed):")
+    say(f"  sacreBLEU      {res['bleu_detok']:.2f}  {res['sacrebleu_signature']}")
+    say("\nExample translations (first three test sentences, BPE removed):")
     for s in samples(run / "eval" / "generate-test.txt", 3):
-        print(f"  [{s['id']}] source:     {s['source']}\n      reference:  {s['reference']}\n"
+        say(f"  [{s['id']}] source:     {s['source']}\n      reference:  {s['reference']}\n"
               f"      hypothesis: {s['hypothesis']}")
     curve = learning_curve(run / "train.log")
     if not curve:
         print(f"error: no JSON valid records in {run / 'train.log'} (train with --log-format json)", file=sys.stderr)
         return 1
     plot(curve, f"{res['row']}: valid set after each epoch", pathlib.Path(args.png))
-    print("\nLearning curve (valid set, after each epoch):")
+    say("\nLearning curve (valid set, after each epoch):")
     for epoch, updates, loss, bleu in curve:
-        print(f"  epoch {epoch:3d}  updates {updates:6d}  valid loss {loss:.3f}"
+        say(f"  epoch {epoch:3d}  updates {updates:6d}  valid loss {loss:.3f}"
               + ("" if bleu is None else f"  valid BLEU {bleu:.2f}"))
-    print(f"\nLearning curve (PNG): {args.png}\nReport: {args.report}\nAll results: {run / 'eval' / 'results.json'}")
+    say(f"\nLearning curve (PNG): {args.png}\nReport: {args.report}\nAll results: {run / 'eval' / 'results.json'}")
     train_longer = continue_command(run, quickstart_args)
     try:
         use = translate.usage(run, translate.Translator(run))
     except translate.TranslateError as e:  # e.g. a data-bin made before its preprocessing was recorded
-        print(f"\nYour model: {translate.shown_path(translate.final_model(run))}\n\n"
+        say(f"\nYour model: {translate.shown_path(translate.final_model(run))}\n\n"
               f"Train longer (resumes from checkpoint_last.pt, then evaluates again):\n  {train_longer}\n\n"
               f"Translate your own text: not with this data-bin: {e}")
+        atomic.write_text(run / "summary.txt", "\n".join(shown) + "\n")
         return 0
     report.add_model_section(pathlib.Path(args.report), use, train_longer)
     # last: the command a user copies next
-    print("\n".join(model_lines(use, train_longer)))
+    say("\n".join(model_lines(use, train_longer)))
+    atomic.write_text(run / "summary.txt", "\n".join(shown) + "\n")
     return 0
 
 

@@ -89,7 +89,7 @@ install_deps() {
   pip_logged "$TORCH_SPEC" cython numpy
   local pin; pin=$(mktemp); trap 'rm -f "$pin"' RETURN
   echo "$TORCH_SPEC" > "$pin"
-  log "building fairseq from source against $TORCH_SPEC (3-5 minutes on 2 cores)"
+  log "building fairseq from source against $TORCH_SPEC (the install's longest step: many minutes on a small machine)"
   # The torch pin must reach pip's *isolated build environment*, where fairseq's
   # build-system requirement "torch" is resolved. pip < 26.2 reads PIP_CONSTRAINT
   # there; pip >= 26.2 ignores it for builds and reads PIP_BUILD_CONSTRAINT
@@ -125,6 +125,9 @@ if [ "$HF_ONLY" = 1 ]; then
   exit 0
 fi
 
+# the first install (no VENV yet) times itself into VENV/install-time.json (README's install time: the main
+# job's record reads it, harness/main_job.py)
+T_START=$(date +%s.%N); first=0; [ -d "$VENV" ] || first=1
 marker=$VENV/.tfixup-deps-installed; fresh=1
 if [ -f "$marker" ] && [ "$marker" -nt "$TFIXUP_ROOT/setup.py" ]; then
   fresh=0
@@ -147,3 +150,4 @@ else
   python -c "import sys; from importlib.metadata import version as v
 print('fairseq', v('fairseq-fixed' if sys.version_info >= (3, 11) else 'fairseq'), 'torch', v('torch'))"
 fi
+[ "$first" = 0 ] || python -m harness.main_job timing "$VENV/install-time.json" "$T_START" what=scripts/install.sh

@@ -34,7 +34,9 @@ Without a GPU and without --cpu it stops at once.
   --dry-run          print every step's command (train.sh/evaluate.sh --dry-run), run nothing
   -- ARGS            passed to scripts/train.sh (e.g. --nproc 2)
 Writes under DIR: data-bin/, runs/EXPERIMENT/ (checkpoints, train.log, eval/results.json,
-eval/generate-test.txt), runs/EXPERIMENT/report.md and runs/EXPERIMENT/learning-curve.png.
+eval/generate-test.txt), runs/EXPERIMENT/report.md, learning-curve.png, summary.txt (what it printed at
+its end) and main-job.json: the job's record (commit, date, machine, each step's time, the results);
+python3 -m harness.main_job publish RUN puts it into results/main-job/.
 The summary ends with the model's files, the command that trains it longer, a Python snippet, and
 the command that translates your own text (scripts/translate.sh RUN_DIR). Torch's thread count:
 one per core shared with running trainings, not more than the cores free at the start (OMP_NUM_THREADS=N
@@ -50,7 +52,10 @@ USAGE
 }
 
 QUICKSTART_ARGS=("$@")  # for the summary's command that trains longer
+# a signal: the last line says what was kept and the command that resumes (KEPT, scripts/lib.sh); train.sh,
+# called here, says what it kept and leaves the command to this one (one "rerun" line, not two)
 KEPT="finished steps and saved checkpoints are kept; rerun the same command to resume: $(quote bash "$0" "$@")"
+export TFIXUP_RESUME_SAID_BY=quickstart.sh
 EXPERIMENT=""; WORK=${WORK_DIR:-}; CPU=0; ARCHIVE=""; TRAIN_LINES=0; VALID_LINES=0; TEST_LINES=0; NO_INSTALL=0; DRY_RUN=0
 TRAIN_ARGS=()
 read_options "experiment work archive train-lines valid-lines test-lines" "cpu no-install dry-run" TRAIN_ARGS -- "$@"
@@ -102,6 +107,8 @@ EVAL_CMD=(bash "$S/evaluate.sh" "${dev[@]}" "$EXPERIMENT" "$DATA" "$RUN")
 REPORT_CMD=(bash "$S/report.sh" --runs "$WORK/runs" --out "$RUN/report.md" "$EXPERIMENT")
 SUMMARY_CMD=(python3 -m harness.summary --run "$RUN" --png "$RUN/learning-curve.png" --report "$RUN/report.md"
              -- "${QUICKSTART_ARGS[@]}")
+# the job's record, RUN/main-job.json (with the step marks and the machine's load, added when run)
+RECORD_CMD=(python3 -m harness.main_job record "$RUN" --data "$DATA")
 
 if [ "$DRY_RUN" = 1 ]; then
   show() { printf '%q ' "$@" | sed 's/ $//'; echo; }
@@ -113,8 +120,12 @@ if [ "$DRY_RUN" = 1 ]; then
   show "${EVAL_CMD[@]}"
   show "${REPORT_CMD[@]}"
   show "${SUMMARY_CMD[@]}"
+  show "${RECORD_CMD[@]}" --marks START INSTALLED PREPARED TRAINED -- "${QUICKSTART_ARGS[@]}"
   exit 0
 fi
+# the job's record (harness/main_job.py): when it started and when each step ended
+now() { date +%s.%N; }
+T_START=$(now)
 # torch threads for training and evaluation: not more than the cores other trainings leave (set_threads),
 # then not more than the cores free now (other work takes cores too), with a line when the machine is busy
 USER_THREADS=${OMP_NUM_THREADS:-}
@@ -126,21 +137,26 @@ if [ "$NO_INSTALL" = 0 ]; then
   . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 fi
 use_venv
+T_INSTALLED=$(now)
 load=$(python3 -m harness.cpu_load threads "$OMP_NUM_THREADS" ${USER_THREADS:+--chosen-by-user})
-threads=${load%%$'\n'*}
-[ "$load" = "$threads" ] || log "${load#*$'\n'}"
+read -r threads busy <<< "${load%%$'\n'*}"
+[ "$load" = "${load%%$'\n'*}" ] || log "${load#*$'\n'}"
 if [ "$threads" != "$OMP_NUM_THREADS" ]; then
   log "torch threads: $threads per process (fewer cores are free now than set_threads counted)"
   export OMP_NUM_THREADS=$threads TFIXUP_THREADS=$threads
 fi
 log "2/6 prepare $DATASET -> $DATA"
 "${PREPARE_CMD[@]}"
+T_PREPARED=$(now)
 log "3/6 train $EXPERIMENT -> $RUN (rerun to resume)"
 # JSON log lines: the summary reads the learning curve from train.log
 "${TRAIN_CMD[@]}"
+T_TRAINED=$(now)
 log "4/6 evaluate"
 "${EVAL_CMD[@]}"
 log "5/6 report"
 "${REPORT_CMD[@]}"
 log "6/6 summary"
 "${SUMMARY_CMD[@]}"
+"${RECORD_CMD[@]}" --marks "$T_START" "$T_INSTALLED" "$T_PREPARED" "$T_TRAINED" --threads "$OMP_NUM_THREADS" \
+  ${busy:+--busy "$busy"} -- "${QUICKSTART_ARGS[@]}"

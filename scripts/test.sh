@@ -14,4 +14,10 @@ cd "$TFIXUP_ROOT"
 # workers' multi-threaded processes on a small machine oversubscribe its cores, where busy-waiting
 # threads run many times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-python -m pytest -q -n "${TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder tests "$@"
+# the whole suite (no arguments) times itself into work/test-suite.json: README's suite time, published with
+# the main job's record when measured at the same commit (harness/main_job.py)
+T_START=$(date +%s.%N); rc=0
+python -m pytest -q -n "${TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder tests "$@" || rc=$?
+[ $# -gt 0 ] || python -m harness.main_job timing work/test-suite.json "$T_START" what=scripts/test.sh \
+  passed="$([ "$rc" = 0 ] && echo true || echo false)" workers="${TEST_WORKERS:-auto}"
+exit "$rc"

@@ -215,7 +215,9 @@ run_training() {
   stopped() {  # EXIT_CODE
     trap '' TERM INT HUP
     python3 -m harness.run_ledger close "$OUT" interrupted
-    STEP=""; log "interrupted: $(python3 -m harness.run_ledger saved "$OUT"); rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
+    local rerun="; rerun the same command to resume: $(quote bash "$0" "${ARGS[@]}")"
+    [ -z "${TFIXUP_RESUME_SAID_BY:-}" ] || rerun=" ($TFIXUP_RESUME_SAID_BY says how to resume)"
+    STEP=""; log "interrupted: $(python3 -m harness.run_ledger saved "$OUT")$rerun"
     exit "$1"
   }
   trap 'stopped 143' TERM

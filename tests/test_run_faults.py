@@ -474,8 +474,9 @@ def wait_for(condition, timeout_s: float, step_s: float = 0.2) -> bool:
 def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_main_job, shared_data, tmp_path):
     """SIGTERM to quickstart.sh's PID left training running (only train.sh's own PID stopped it); Ctrl-C
     (SIGINT to the process group) took 10 s and ended in "lib.sh: line 92: ... Killed"; the run said
-    "interrupted: nothing published" with checkpoint_last.pt saved. Here: the script's whole process
-    group ends, the run is booked interrupted, and the last lines name what was kept and the command."""
+    "interrupted: nothing published" with checkpoint_last.pt saved; later train.sh and quickstart.sh each said
+    "rerun the same command", with different commands. Here: the script's whole process group ends, the run is
+    booked interrupted, and the last lines name what was kept and the one command that resumes."""
     from conftest import TINY_MAIN_ARGS, TINY_MAIN_ENV
 
     work, _, _ = cpu_main_job
@@ -502,9 +503,11 @@ def test_stopping_the_main_job_stops_training_and_says_what_was_kept(how, cpu_ma
     assert rc == {"TERM": 143, "Ctrl-C": 130}[how], stderr[-3000:]
     assert "Killed" not in stderr and "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     lines = stderr.strip().splitlines()
-    kept = re.search(rf"interrupted: kept {run_dir}/checkpoints/checkpoint_last.pt \(update (\d+)\); rerun the same "
-                     r"command to resume: bash \S+train.sh", stderr)
+    kept = re.search(rf"interrupted: kept {run_dir}/checkpoints/checkpoint_last.pt \(update (\d+)\) \(quickstart.sh "
+                     r"says how to resume\)", stderr)
     assert kept, stderr[-3000:]
+    # one command to resume, the one the user typed (train.sh's own was a second, different one)
+    assert stderr.count("rerun the same command") == 1, stderr[-3000:]
     assert lines[-1].endswith("interrupted: finished steps and saved checkpoints are kept; rerun the same command to "
                               f"resume: bash {SCRIPTS}/quickstart.sh --cpu --work {mine} {' '.join(TINY_MAIN_ARGS)}")
     assert (run_dir / "train_runs.tsv").read_text().splitlines()[-1].endswith("\tinterrupted")

@@ -87,3 +87,22 @@ def test_busy_cores_from_two_samples_of_proc_stat(monkeypatch):
     samples = iter([[100, 0, 50, 800, 50, 0, 0, 0], [160, 0, 90, 900, 50, 0, 0, 0]])  # 100 busy of 200 ticks
     monkeypatch.setattr(cpu_load, "_times", lambda stat: next(samples))
     assert cpu_load.busy_cores(interval=0, cores=4) == 2.0
+
+
+def test_a_training_says_once_when_the_machine_becomes_oversubscribed(monkeypatch):
+    """The main job took 2 threads on an idle 2-core machine; other jobs started and it fell to 0.02 updates/s
+    with nothing said (a rerun with 1 thread ran 5x faster). Its progress lines now say so, once."""
+    from harness import cpu_load, fairseq_log
+
+    assert cpu_load.busy_later(2.1, 2, 2) == ""  # this training alone
+    assert cpu_load.busy_later(6.0, 2, 1) == ""  # 1 thread: fewer would not help
+    assert cpu_load.busy_later(4.0, 2, 2).startswith("the machine is oversubscribed now: load 4.0 on 2 cores")
+    loads = iter([1.9, 4.5, 5.0])
+    monkeypatch.setattr(fairseq_log.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(fairseq_log.os, "cpu_count", lambda: 2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    screen = fairseq_log.Screen(max_update=100)
+    shown = [screen.show('2026-11-28 10:00:00 | INFO | train_inner | {"epoch": 1, "update": 0.1, "loss": "9", '
+                         f'"num_updates": "{n}", "ups": "1.0"}}') for n in (10, 20, 30)]
+    assert "\n" not in shown[0] and shown[1].count("\n") == 1 and "\n" not in shown[2]
+    assert shown[1].split("\n")[1].startswith("the machine is oversubscribed now: load 4.5")
