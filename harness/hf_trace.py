@@ -18,7 +18,7 @@ import pathlib
 import sys
 import time
 
-from harness.bench import common, hf
+from harness.bench import common, hf, hf_train
 
 # each family's default arms (the gated-MLP controls are Llama's)
 ARMS = {"llama": ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock"), "gpt2": ("tfixup", "stock_matched", "stock")}
@@ -38,7 +38,7 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
     attention branch's and the MLP branch's RMS at every block."""
     import torch
 
-    model, made = hf.make_model(spec, data)
+    model, made = hf_train.make_model(spec, data)
     blocks, attn, mlp = BLOCKS[spec["family"]]
     now = {}
 
@@ -52,7 +52,7 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
         block.register_forward_hook(hook("stream", i))
         getattr(block, attn).register_forward_hook(hook("attention", i))
         getattr(block, mlp).register_forward_hook(hook("mlp", i))
-    tr = hf.Trainer(model, spec, torch.device("cpu"))
+    tr = hf_train.Trainer(model, spec, torch.device("cpu"))
     steps, original = [], tr.step
 
     def step(loss_fn, batch):
@@ -68,7 +68,7 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
 
     tr.step = step
     # the loop validates only at its last update; one valid line keeps that pass (unused here) cheap
-    hf.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9, "valid_lines": 1}, data, tr)
+    hf_train.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9, "valid_lines": 1}, data, tr)
     return {"id": hf.run_id(spec), "arm": spec["arm"], "label": hf.ARMS[spec["arm"]].label, "status": tr.status,
             "updates": tr.updates, "norm_modules": made["norm_modules"], "steps": steps}
 
