@@ -4,8 +4,8 @@
     python -m harness.hf_trace --out results/hf
     python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam
 
-Each arm is the hf study's run (harness/bench/hf.py: the same model, initialisation, data, batches, optimizer
-and schedule), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
+Each arm is the hf study's run (its spec from harness/bench/hf.py; the model builder, data, batches, optimizer,
+schedule and loop of harness/bench/hf_train.py), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
 update's batch, the RMS of every block's output (the stream after block l) and of its attention's and its MLP's
 output (the two branches that block adds). Writes STEM.{json,md,png} under --out (default stem hf_trace), which
 is checked before anything trains; Ctrl-C stops it with nothing written.

@@ -1,8 +1,9 @@
-"""The HuggingFace study's runs (harness/bench/hf.py plans them): its data, exported once from the Multi30k
-data-bin (``export``, which needs fairseq) into token-id arrays read with numpy and torch alone; its models, built
-from transformers configs and changed as a run's arm says (an ``hf.Arm``); the plain PyTorch loop every family
-shares, which returns its curves (lists of (update, value)) and prints progress lines in fairseq's shape (the
-study's heartbeat reads the last); Marian's beam search and its scores; one run in its own process."""
+"""The HuggingFace study's runs (harness/bench/hf.py plans them): its arms, rows of one table (ARMS: what each
+does to the model and its training, its label and colour); its data, exported once from the Multi30k data-bin
+(``export``, which needs fairseq) into token-id arrays read with numpy and torch alone; its models, built from
+transformers configs and changed as a run's arm says; the plain PyTorch loop every family shares, which returns
+its curves (lists of (update, value)) and prints progress lines in fairseq's shape (the study's heartbeat reads
+the last); Marian's beam search and its scores; one run in its own process (``hf one``)."""
 
 import argparse
 import json
@@ -29,6 +30,9 @@ PREPARE = ("bash scripts/prepare-corpus.sh --src de --tgt en --train ../shared/d
            "--bpe-merges 8000 --out work/data-bin/multi30k.de-en")
 DECAY_PERIOD = 4000
 WEIGHT_DECAY = 1e-4
+
+
+# ---------------------------------------------------------------- the arms
 
 
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
