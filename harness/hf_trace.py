@@ -52,21 +52,21 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
         block.register_forward_hook(hook("stream", i))
         getattr(block, attn).register_forward_hook(hook("attention", i))
         getattr(block, mlp).register_forward_hook(hook("mlp", i))
-    tr = hf_train.Trainer(model, spec, torch.device("cpu"))
-    steps, original = [], tr.step
+    steps = []
 
-    def step(loss_fn, batch):
-        now.clear()
-        ok = original(loss_fn, batch)
-        bits = tr.train_curve[-1][1] if ok else None
-        steps.append({"update": len(steps) + 1, "bits": bits,
-                      **{k: [v[i] for i in sorted(v)] for k, v in now.items()}})
-        top, _ = largest(steps[-1].get("stream", []))
-        print(f"[hf-trace] {hf.run_id(spec)} update {len(steps)}: train bits {bits}, largest stream RMS "
-              f"{'not finite' if top is None else f'{top:.3g}'}", flush=True)
-        return ok
+    class Traced(hf_train.Trainer):  # the study's loop, each update's RMS kept
+        def step(self, loss_fn, batch):
+            now.clear()
+            ok = super().step(loss_fn, batch)
+            bits = self.train_curve[-1][1] if ok else None
+            steps.append({"update": len(steps) + 1, "bits": bits,
+                          **{k: [v[i] for i in sorted(v)] for k, v in now.items()}})
+            top, _ = largest(steps[-1].get("stream", []))
+            print(f"[hf-trace] {hf.run_id(spec)} update {len(steps)}: train bits {bits}, largest stream RMS "
+                  f"{'not finite' if top is None else f'{top:.3g}'}", flush=True)
+            return ok
 
-    tr.step = step
+    tr = Traced(model, spec, torch.device("cpu"))
     # the loop validates only at its last update; one valid line keeps that pass (unused here) cheap
     hf_train.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9, "valid_lines": 1}, data, tr)
     return {"id": hf.run_id(spec), "arm": spec["arm"], "label": hf.ARMS[spec["arm"]].label, "status": tr.status,
