@@ -4,8 +4,8 @@
     python -m harness.hf_trace --out results/hf
     python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam
 
-Each arm is the hf study's run (harness/bench/hf.py: the same model, initialisation, data, batches, optimizer
-and schedule), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
+Each arm is the hf study's run (its spec from harness/bench/hf.py; the model builder, data, batches, optimizer,
+schedule and loop of harness/bench/hf_train.py), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
 update's batch, the RMS of every block's output (the stream after block l) and of its attention's and its MLP's
 output (the two branches that block adds). Writes STEM.{json,md,png} under --out (default stem hf_trace), which
 is checked before anything trains; Ctrl-C stops it with nothing written.
@@ -18,7 +18,7 @@ import pathlib
 import sys
 import time
 
-from harness.bench import common, hf
+from harness.bench import common, hf, hf_train
 
 # each family's default arms (the gated-MLP controls are Llama's)
 ARMS = {"llama": ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock"), "gpt2": ("tfixup", "stock_matched", "stock")}
@@ -38,7 +38,7 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
     attention branch's and the MLP branch's RMS at every block."""
     import torch
 
-    model, made = hf.make_model(spec, data)
+    model, made = hf_train.make_model(spec, data)
     blocks, attn, mlp = BLOCKS[spec["family"]]
     now = {}
 
@@ -52,23 +52,23 @@ def trace(spec: dict, data: pathlib.Path) -> dict:
         block.register_forward_hook(hook("stream", i))
         getattr(block, attn).register_forward_hook(hook("attention", i))
         getattr(block, mlp).register_forward_hook(hook("mlp", i))
-    tr = hf.Trainer(model, spec, torch.device("cpu"))
-    steps, original = [], tr.step
+    steps = []
 
-    def step(loss_fn, batch):
-        now.clear()
-        ok = original(loss_fn, batch)
-        bits = tr.train_curve[-1][1] if ok else None
-        steps.append({"update": len(steps) + 1, "bits": bits,
-                      **{k: [v[i] for i in sorted(v)] for k, v in now.items()}})
-        top, _ = largest(steps[-1].get("stream", []))
-        print(f"[hf-trace] {hf.run_id(spec)} update {len(steps)}: train bits {bits}, largest stream RMS "
-              f"{'not finite' if top is None else f'{top:.3g}'}", flush=True)
-        return ok
+    class Traced(hf_train.Trainer):  # the study's loop, each update's RMS kept
+        def step(self, loss_fn, batch):
+            now.clear()
+            ok = super().step(loss_fn, batch)
+            bits = self.train_curve[-1][1] if ok else None
+            steps.append({"update": len(steps) + 1, "bits": bits,
+                          **{k: [v[i] for i in sorted(v)] for k, v in now.items()}})
+            top, _ = largest(steps[-1].get("stream", []))
+            print(f"[hf-trace] {hf.run_id(spec)} update {len(steps)}: train bits {bits}, largest stream RMS "
+                  f"{'not finite' if top is None else f'{top:.3g}'}", flush=True)
+            return ok
 
-    tr.step = step
+    tr = Traced(model, spec, torch.device("cpu"))
     # the loop validates only at its last update; one valid line keeps that pass (unused here) cheap
-    hf.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9, "valid_lines": 1}, data, tr)
+    hf_train.TRAIN[spec["family"]]({**spec, "valid_every": 10 ** 9, "valid_lines": 1}, data, tr)
     return {"id": hf.run_id(spec), "arm": spec["arm"], "label": hf.ARMS[spec["arm"]].label, "status": tr.status,
             "updates": tr.updates, "norm_modules": made["norm_modules"], "steps": steps}
 

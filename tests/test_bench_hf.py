@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from harness import docs  # noqa: E402
-from harness.bench import hf  # noqa: E402
+from harness.bench import hf, hf_train  # noqa: E402
 
 
 def _lines(shared, name: str, n: int) -> list:
@@ -52,10 +52,10 @@ def test_export_keeps_fairseqs_ids_and_text(exported):
     data, text = exported
     meta = json.loads((data / "meta.json").read_text())
     assert meta["sentences"] == {"train": 80, "valid": 20, "test": 6}
-    vocab = hf.read_vocab(data, "en")
-    sents = hf.read_split(data, "train", "en")
-    assert len(sents) == 80 and all(s[-1] == hf.EOS for s in sents)
-    assert hf.to_text(sents[0], vocab) == " ".join(text["train", "en"][0].split())
+    vocab = hf_train.read_vocab(data, "en")
+    sents = hf_train.read_split(data, "train", "en")
+    assert len(sents) == 80 and all(s[-1] == hf_train.EOS for s in sents)
+    assert hf_train.to_text(sents[0], vocab) == " ".join(text["train", "en"][0].split())
     assert vocab[:4] == ["<s>", "<pad>", "</s>", "<unk>"]
     assert not list(data.parent.glob("hf-data.tmp.*"))  # moved into place, nothing left half-written
 
@@ -130,7 +130,7 @@ def test_a_failing_run_leaves_its_error_not_a_record(exported, tmp_path):
     run = hf.runlib.Run("nope-run", {"family": "nope"}, [json.dumps(spec)], str(data))
     failed = tmp_path / "failed"
     failed.mkdir()
-    rec = hf.execute(run, tmp_path / "work", failed, "cpu", 1)  # in its own process, as the study runs it
+    rec = hf_train.execute(run, tmp_path / "work", failed, "cpu", 1)  # in its own process, as the study runs it
     assert rec["status"] == "error" and rec["returncode"] != 0
     assert "unknown model family 'nope'" in " ".join(rec["error_tail"])
     assert json.loads((failed / "nope-run.json").read_text())["status"] == "error"
@@ -140,16 +140,20 @@ def test_batches_are_fairseqs_and_schedules_the_projects(exported):
     """fairseq's batching (at most max_tokens = longest side x sentences, every sentence once) and the two
     curves of tfixup/schedules.py: matched = the no-warmup curve from update W on."""
     data, _ = exported
-    src, tgt = hf.read_split(data, "train", "de"), hf.read_split(data, "train", "en")
-    batches = hf.translation_batches(src, tgt, 200, 1, 1)
+    src, tgt = hf_train.read_split(data, "train", "de"), hf_train.read_split(data, "train", "en")
+    batches = hf_train.translation_batches(src, tgt, 200, 1, 1)
     assert sorted(i for b in batches for i in b) == list(range(80))
     assert all(max(max(len(src[i]), len(tgt[i])) for i in b) * len(b) <= 200 for b in batches)
-    tr = hf.Trainer.__new__(hf.Trainer)
-    tr.spec = {"arm": "stock_matched", "lr": 1e-3, "warmup": 100}
-    assert tr.lr_at(0) == pytest.approx(1e-7) and tr.lr_at(50) < tr.lr_at(100)
-    tr_t = hf.Trainer.__new__(hf.Trainer)
-    tr_t.spec = {"arm": "tfixup", "lr": 1e-3, "warmup": 100}
-    assert tr_t.lr_at(0) == 1e-3 and tr.lr_at(100) == tr_t.lr_at(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
+    spec = {"lr": 1e-3, "warmup": 100}
+
+    def matched(t):
+        return hf_train.lr_at(spec, hf.ARMS["stock_matched"].schedule, t)
+
+    def tfixup(t):
+        return hf_train.lr_at(spec, hf.ARMS["tfixup"].schedule, t)
+
+    assert matched(0) == pytest.approx(1e-7) and matched(50) < matched(100)
+    assert tfixup(0) == 1e-3 and matched(100) == tfixup(100) == pytest.approx(1e-3 * (4000 / 4100) ** 0.5)
 
 
 FIRST_35 = {  # the study's runs before the lr axis: their ids (and specs, tests/test_bench_plans.py) unchanged
@@ -227,7 +231,7 @@ def test_each_new_arm_builds_and_steps(exported, tmp_path):
     for rid in ("llama-L2-dyt-s1", "llama-L2-derf-s1", "llama-L2-giadam-s1", "llama-L2-tfixup_sigmoid-s1",
                 "llama-L2-tfixup_gatescale-s1", "llama-L2-tfixup_giadam-s1", "marian-L1-stock_fsinit-s1"):
         spec = specs[rid]
-        model, made = hf.make_model(spec, data)
+        model, made = hf_train.make_model(spec, data)
         if spec["arm"] in ("dyt", "derf"):
             assert made["pointwise_norms"] == made["norm_modules_stock"] == 5 and made["norm_modules"] == 0
             norm = model.model.layers[0].input_layernorm
@@ -242,27 +246,11 @@ def test_each_new_arm_builds_and_steps(exported, tmp_path):
             assert model.model.layers[0].mlp.tfixup_output_scale == 0.5  # 1/N, N = 2
         if spec["arm"] == "stock_fsinit":
             emb = model.model.encoder.embed_tokens.weight
-            assert made["fairseq_init_attentions"] == 3 and emb[hf.PAD].abs().sum() == 0
+            assert made["fairseq_init_attentions"] == 3 and emb[hf_train.PAD].abs().sum() == 0
             assert emb.std().item() == pytest.approx(16 ** -0.5, rel=0.1)
             assert model.model.encoder.layers[0].self_attn.out_proj.bias.abs().sum() == 0
         rec = hf.run_one(spec, data, "cpu", 1)
         assert rec["status"] == "ok" and rec["updates"] == (3 if spec["family"] == "marian" else 4), rid
-
-
-def test_gi_adam_starts_the_second_moment_at_the_first_gradient_squared():
-    """The first update of GI-Adam is lr * sqrt(1 - beta2) * sign(g) per weight (m = (1 - beta1) g, bias-corrected
-    to g; v = g^2, bias-corrected to g^2 / (1 - beta2)), not Adam's lr * sign(g)."""
-    import torch
-
-    w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))
-    opt = torch.optim.AdamW([w], lr=0.1, betas=(0.9, 0.98), eps=0.0, weight_decay=0.0)
-    (w * torch.tensor([0.5, -4.0, 1e-3])).sum().backward()
-    assert hf.gi_adam_init_(opt) == 1
-    opt.step()
-    step = torch.tensor([1.0, -2.0, 3.0]) - w.detach()
-    assert torch.allclose(step, 0.1 * 0.02 ** 0.5 * torch.tensor([1.0, -1.0, 1.0]), rtol=1e-5)
-    with pytest.raises(ValueError, match="before its first step"):
-        hf.gi_adam_init_(opt)
 
 
 def test_trace_records_each_blocks_stream_and_branches_per_update(exported, tmp_path):

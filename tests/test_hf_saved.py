@@ -28,7 +28,8 @@ AUTO = {"marian": "AutoModelForSeq2SeqLM", "bart": "AutoModelForSeq2SeqLM", "ber
         "llama": "AutoModelForCausalLM", "qwen2": "AutoModelForCausalLM", "mistral": "AutoModelForCausalLM"}
 CASES = [("marian", {}), ("bart", {}), ("bert", {}), ("roberta", {}), ("bert-base", {}), ("gpt2", {}),
          ("llama", {}), ("llama", {"keep_mlp_norm": True}), ("qwen2", {}), ("mistral", {}),
-         ("gpt2", {"input_scale": False}), ("llama", {"gated_mlp": "sigmoid"}), ("llama", {"gated_mlp": "scaled"})]
+         ("gpt2", {"input_scale": False}), ("llama", {"gated_mlp": "sigmoid"}), ("llama", {"gated_mlp": "scaled"}),
+         ("bert", {"keep_head_norm": True}), ("roberta", {"keep_head_norm": True})]
 
 
 def logits(model, ids):
@@ -65,7 +66,8 @@ def test_saved_folder_loads_back_the_same_model(family, options, tmp_path):
     multiplier = options.get("input_scale", True) and kind not in ("marian", "bart")  # those keep their own
     assert saved["tfixup"] == {"format": 1, "family": kind, "input_scale": multiplier,
                                "keep_mlp_norm": options.get("keep_mlp_norm", False),
-                               "gated_mlp": options.get("gated_mlp")}
+                               "gated_mlp": options.get("gated_mlp"),
+                               "keep_head_norm": options.get("keep_head_norm", False)}
 
     again = getattr(transformers, AUTO[family]).from_pretrained(tmp_path)
     assert type(again) is type(model) and type(again).__name__.startswith("TFixup")
@@ -153,6 +155,20 @@ def test_a_tampered_record_is_refused_in_one_line(record, words, tmp_path):
     with pytest.raises(ValueError, match="config.json's tfixup record") as err:
         transformers.AutoModelForCausalLM.from_pretrained(tmp_path)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_keep_head_norm_keeps_the_masked_lm_heads_norm_only():
+    """keep_head_norm: BERT keeps its masked-LM head's LayerNorm (the one norm outside the base model) and loses
+    the others; a model without that head, or outside BERT/RoBERTa, is refused in one line, as is such a record."""
+    model = build("bert")
+    apply_tfixup(model, keep_head_norm=True)
+    assert norm_modules(model) == ["cls.predictions.transform.LayerNorm"]
+    for family in ("bert-base", "gpt2"):
+        with pytest.raises(ValueError, match="keep_head_norm keeps the masked-LM head's LayerNorm"):
+            apply_tfixup(build(family), keep_head_norm=True)
+    with pytest.raises(ValueError, match="keep_head_norm is for bert, roberta, not gpt2"):
+        hf_auto.config_class("gpt2")(n_embd=64, n_layer=2, n_head=4, tfixup={"format": 1, "family": "gpt2",
+                                                                             "keep_head_norm": True})
 
 
 def test_keep_mlp_norm_in_a_record_outside_the_llama_family_is_refused():

@@ -32,6 +32,9 @@ before its gated MLP, and removes the others: the gated MLP is of degree 2 in it
 deep stack's stream can grow without bound in one forward pass once training has grown the weights
 (docs/derivation.md, section 7.6). Not T-Fixup's "no norm anywhere": an option where plain T-Fixup diverges.
 
+``keep_head_norm=True`` (BERT and RoBERTa only) keeps the masked-LM head's LayerNorm (the norm of a module
+outside the base model; the paper's model has no counterpart of that head) and removes the others: a control.
+
 ``gated_mlp`` (the Llama family only; default None, the gated MLP as built) changes the gated MLP so that the
 stack has no norm and a bound that training cannot undo (docs/derivation.md, section 7.7), the candidates the
 derivation supports:
@@ -112,12 +115,13 @@ def is_hf_model(model: nn.Module) -> bool:
 
 @torch.no_grad()
 def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool = False,
-                 gated_mlp: Optional[str] = None) -> Dict[str, float]:
+                 gated_mlp: Optional[str] = None, keep_head_norm: bool = False) -> Dict[str, float]:
     """T-Fixup on a HuggingFace model, in place; returns parameter name -> the scale it was multiplied by.
     Everything is checked before anything changes: a refused model is left as it was. ``input_scale``: give a
     family with no embedding multiplier fairseq's sqrt(d) (its token embedding's ``tfixup_input_scale``).
     ``keep_mlp_norm``: the Llama family keeps the RMSNorm before each gated MLP (see the module's text).
-    ``gated_mlp``: None, or one of GATED_MLP, the Llama family's norm-free gated MLP (see the module's text)."""
+    ``gated_mlp``: None, or one of GATED_MLP, the Llama family's norm-free gated MLP (see the module's text).
+    ``keep_head_norm``: BERT and RoBERTa keep their masked-LM head's LayerNorm (see the module's text)."""
     _refuse_recorded(model)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     name = type(model).__name__
@@ -138,6 +142,12 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
                              f"({', '.join(LLAMA_LIKE)}); {name} (model type {model_type!r}) has none: leave it out")
         kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
         plan.norms = [(parent, attr) for parent, attr in plan.norms if (id(parent), attr) not in kept]
+    if keep_head_norm:
+        head = _head_norms(model, plan.norms)
+        if model_type not in ENCODER_ONLY or not head:
+            raise ValueError(f"apply_tfixup: keep_head_norm keeps the masked-LM head's LayerNorm of "
+                             f"{', '.join(ENCODER_ONLY)}; {name} (model type {model_type!r}) has none: leave it out")
+        plan.norms = [n for n in plan.norms if n not in head]
     if gated_mlp is not None:
         check_gated_mlp(gated_mlp, model_type, name)
     if not plan.norms or getattr(model, "tfixup_applied", False):
@@ -157,7 +167,7 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
         gate_mlps_(model, gated_mlp)
     model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
     _record(model, input_scale=input_scale and bool(plan.inputs), keep_mlp_norm=keep_mlp_norm,
-            gated_mlp=gated_mlp)  # as done
+            gated_mlp=gated_mlp, keep_head_norm=keep_head_norm)  # as done
     return done
 
 
@@ -222,6 +232,12 @@ def _norms(model: nn.Module) -> List[Tuple[nn.Module, str]]:
                     isinstance(child, getattr(nn, "RMSNorm", ())):
                 out.append((parent, attr))
     return out
+
+
+def _head_norms(model: nn.Module, norms: List[Tuple[nn.Module, str]]) -> List[Tuple[nn.Module, str]]:
+    """Those of NORMS outside the base model: a head's (BERT's cls.predictions.transform.LayerNorm)."""
+    inside = {id(m) for m in model.base_model.modules()}
+    return [(parent, attr) for parent, attr in norms if id(parent) not in inside]
 
 
 def _linear(module: nn.Module, what: str) -> nn.Module:
@@ -350,7 +366,7 @@ FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {
 
 RECORD_FORMAT = 1
 # apply_tfixup's choices, recorded, with their defaults
-OPTIONS = {"input_scale": True, "keep_mlp_norm": False, "gated_mlp": None}
+OPTIONS = {"input_scale": True, "keep_mlp_norm": False, "gated_mlp": None, "keep_head_norm": False}
 
 
 def _draw(model: nn.Module, plan: Plan) -> Dict[str, float]:
@@ -433,6 +449,8 @@ def check_record(record, family: str) -> dict:
                          f"Llama family ({', '.join(LLAMA_LIKE)}) only")
     if options["keep_mlp_norm"] and family not in LLAMA_LIKE:
         raise ValueError(f"{where}: keep_mlp_norm is for the Llama family ({', '.join(LLAMA_LIKE)}), not {family}")
+    if options["keep_head_norm"] and family not in ENCODER_ONLY:
+        raise ValueError(f"{where}: keep_head_norm is for {', '.join(ENCODER_ONLY)}, not {family}")
     return options
 
 
@@ -444,6 +462,8 @@ def rebuild(model: nn.Module, options: dict) -> None:
     if options["keep_mlp_norm"]:
         kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
         norms = [(parent, attr) for parent, attr in norms if (id(parent), attr) not in kept]
+    if options["keep_head_norm"]:
+        norms = [n for n in norms if n not in _head_norms(model, norms)]
     for parent, attr in norms:
         setattr(parent, attr, nn.Identity())
     if options["input_scale"] and model.config.model_type.removeprefix("tfixup_") not in ENCODER_DECODER:

@@ -60,7 +60,8 @@ class Layer:
 def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
                  decoder_embeddings: Iterable[nn.Module] = (), layers: Optional[Sequence[Layer]] = None,
                  decoder_layers: Optional[Sequence[Layer]] = None, input_scale: bool = True,
-                 keep_mlp_norm: bool = False, gated_mlp: Optional[str] = None) -> Dict[str, float]:
+                 keep_mlp_norm: bool = False, gated_mlp: Optional[str] = None,
+                 keep_head_norm: bool = False) -> Dict[str, float]:
     """Apply T-Fixup to ``model`` in place; returns parameter name -> the scale it was multiplied by.
 
     ``embeddings``: the input token embeddings (``nn.Embedding``, or any module with a 2-D ``weight`` of
@@ -72,6 +73,7 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     (tfixup/hf.py); a model built here owns its forward, and multiplies by sqrt(d) itself as fairseq does.
     ``keep_mlp_norm`` (HuggingFace Llama-family models): keep the RMSNorm before each gated MLP (tfixup/hf.py).
     ``gated_mlp`` (HuggingFace Llama-family models): "sigmoid" or "scaled", a norm-free gated MLP (tfixup/hf.py).
+    ``keep_head_norm`` (HuggingFace BERT and RoBERTa): keep the masked-LM head's LayerNorm (tfixup/hf.py).
     """
     _refuse_wrapped_or_unallocated(model)
     embeddings, decoder_embeddings = list(embeddings), list(decoder_embeddings)
@@ -79,9 +81,12 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
         if embeddings or decoder_embeddings:
             raise ValueError(f"apply_tfixup: {type(model).__name__} is a HuggingFace model whose embeddings "
                              "apply_tfixup finds itself: call apply_tfixup(model) without embeddings=")
-        return hf.apply_tfixup(model, input_scale, keep_mlp_norm, gated_mlp)  # tfixup/hf.py: its families
+        return hf.apply_tfixup(model, input_scale, keep_mlp_norm, gated_mlp, keep_head_norm)  # tfixup/hf.py
     if keep_mlp_norm:
         raise ValueError(f"apply_tfixup: keep_mlp_norm is for HuggingFace Llama-family models; {type(model).__name__} "
+                         "is described by layers=: keep the norms you want by not replacing them")
+    if keep_head_norm:
+        raise ValueError(f"apply_tfixup: keep_head_norm is for HuggingFace BERT and RoBERTa; {type(model).__name__} "
                          "is described by layers=: keep the norms you want by not replacing them")
     if gated_mlp is not None:
         raise ValueError(f"apply_tfixup: gated_mlp is for HuggingFace Llama-family models; {type(model).__name__} "

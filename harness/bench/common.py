@@ -299,3 +299,24 @@ def run_env(threads) -> dict:
     return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
                 PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+def best(curve, higher: bool = False):
+    """(update, value) of the best finite value of CURVE ((update, value) pairs; the lowest, or the highest when
+    HIGHER), or (None, None)."""
+    import math
+
+    pts = [(u, v) for u, v in curve if v is not None and math.isfinite(v)]
+    if not pts:
+        return None, None
+    return (max if higher else min)(pts, key=lambda p: p[1])
+
+
+def reach(curve, target, higher: bool = False):
+    """The first update whose finite value is at or below TARGET (at or above when HIGHER), or None."""
+    import math
+
+    if target is None:
+        return None
+    return next((u for u, v in curve if v is not None and math.isfinite(v)
+                 and (v >= target if higher else v <= target)), None)

@@ -1,0 +1,180 @@
+"""The LLaMA question of the HuggingFace study (harness/bench/hf.py): on the 24-layer Llama, each method on an lr
+grid grown from the records (doubled or halved while its best lr is at an edge), a second seed at its best lr;
+its table (what a LLaMA user reads; README's generated block), verdict, report section and figure panels."""
+
+import statistics
+
+from harness.bench import common
+from harness.bench.hf_train import ARMS, BASELINE, DERF_ALPHA0, DERF_SHIFT0, DYT_ALPHA0, NORM_FREE
+
+
+def best_lr(by_lr: dict):
+    """The lr of the lowest best valid loss among the runs (records) that finished without diverging, or None."""
+    ok = {lr: common.best(r.get("valid_curve", []))[1] for lr, r in by_lr.items() if r and r.get("status") == "ok"}
+    ok = {lr: v for lr, v in ok.items() if v is not None}
+    return min(ok, key=ok.get) if ok else None
+
+
+def grid_of(g: dict, record_at) -> tuple:
+    """An arm's lr grid as the records make it (RECORD_AT(lr): the first seed's record there, or None): the starting
+    lrs, doubled while the best is the largest (up to max_lr), halved while it is the smallest or nothing trained
+    (down to min_lr). (grid, best lr, closed): closed once every run is in and the best is inside or at a bound."""
+    grid = sorted(g["lrs"])
+    while True:
+        got = {lr: record_at(lr) for lr in grid}
+        if not all(got.values()):
+            return grid, None, False
+        b = best_lr(got)
+        if (b is None or b == grid[0]) and grid[0] / 2 >= g["min_lr"] * (1 - 1e-9):
+            grid.insert(0, grid[0] / 2)
+        elif b is not None and b == grid[-1] and grid[-1] * 2 <= g["max_lr"] * (1 + 1e-9):
+            grid.append(grid[-1] * 2)
+        else:
+            return grid, b, True
+
+
+
+def llama_question(res: dict) -> dict:
+    """Llama's lr grid (config lm.lr_grid) as recorded: per method (arm), its grid (lr -> the first seed's row), its
+    best lr (the first seed's lowest best valid loss among runs that did not diverge), whether the grid is closed,
+    its rows at the best lr (every seed), and against the warmup baseline at ITS best lr (the same seed): the
+    updates to that baseline's best and their ratio to the baseline's own; norms left, warmup, extra parameters
+    (against the stock model). {} without a grid."""
+    g = res["config"]["lm"].get("lr_grid")
+    if not g:
+        return {}
+    rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
+    out, at_best = {}, {}
+    for arm in g["arms"]:
+        mine = [r for r in rows if r["arm"] == arm]
+        first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
+        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
+        if not closed:  # the best so far, said to be provisional ("grid open")
+            b = best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
+        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
+                    "grid": [{"lr": lr, **({k: first[lr][k] for k in ("id", "status", "best_ppl")} if lr in first
+                                           else {"id": None, "status": None, "best_ppl": None})} for lr in grid]}
+        at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
+    base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
+    for arm, m in out.items():
+        for r in at_best[arm]:
+            b_row = base.get(r["seed"])
+            b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
+            u = common.reach(res["records"][r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
+            r_out = {"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
+                     "updates": r["updates"],
+                     "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
+                     "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
+            m["seeds"].append(r_out)
+        stock, a, mine = next(iter(base.values()), None), ARMS[arm], at_best[arm]
+        m.update(norms="removed" if a.tfixup else a.norms, norm_modules=m["seeds"][0]["norm_modules"] if m["seeds"]
+                 else None, warmup=a.schedule == "matched", optimizer=a.optimizer, extra_parameters=mine[0]["parameters"] - stock["parameters"]
+                 if mine and stock and mine[0].get("parameters") is not None else None)
+    return out
+
+
+def llama_verdict(q: dict) -> str:
+    """One sentence from the records: the method of the lowest best valid perplexity at its best lr (mean over
+    its seeds there), and whether each norm-free candidate trained at its best lr."""
+    done = {a: m for a, m in q.items() if m.get("seeds") and m["closed"]}
+    if len(done) < len(q):
+        return (f"{len(done)} of {len(q)} methods have a closed lr grid so far; the verdict waits for the rest.")
+    ok = {a: statistics.mean(s["best_ppl"] for s in m["seeds"] if s["status"] == "ok")
+          for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
+    top = min(ok, key=ok.get)
+    free = [f"{q[a]['label']}: {'trains' if all(s['status'] == 'ok' for s in q[a]['seeds']) else 'diverges'} at its "
+            f"best lr ({q[a]['best_lr']:g})" if q[a]["best_lr"] else f"{q[a]['label']}: diverges at every lr of its grid"
+            for a in NORM_FREE if a in q]
+    n = len(q[top]["seeds"])
+    return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
+            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g})."
+            + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else ""))
+
+
+def llama_table(q: dict) -> list:
+    """Rows of the table a LLaMA user reads (llama_question's): method, best lr, best valid perplexity per seed,
+    updates to the warmup baseline's best (ratio), norms left, warmup, extra parameters."""
+    def seeds(m, key, fmt):
+        vals = [fmt(s) if s["status"] == "ok" and s.get(key) is not None else
+                ("diverged" if s["status"] == "nan" else "not reached" if s["status"] == "ok" else s["status"])
+                for s in m.get("seeds", [])]
+        return " / ".join(vals) or "-"
+
+    rows = []
+    for arm, m in q.items():
+        lr = "-" if m["best_lr"] is None else f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)")
+        norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
+                 "derf": "none (a Derf in each place)"}[m["norms"]]
+        if arm == "tfixup_mlpnorm":
+            norms = "the RMSNorm before each gated MLP"
+        if m.get("norm_modules") is not None:
+            norms += f": {m['norm_modules']}"
+        warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
+        rows.append([m["label"], lr, seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}"),
+                     seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
+                     norms, warm, m["extra_parameters"] if m["extra_parameters"] is not None else "-"])
+    return rows
+
+
+LLAMA_COLUMNS = ["method", "best lr", "best valid ppl (seed 1 / 2)", "updates to the warmup baseline's best (ratio)",
+                 "norms left", "warmup", "extra parameters"]
+
+
+def llama_report(res: dict) -> str:
+    q = res.get("llama_question") or {}
+    if not q:
+        return ""
+    g = res["config"]["lm"]["lr_grid"]
+    grid_lrs = sorted({c["lr"] for m in q.values() for c in m["grid"]})
+    text = (f"## The LLaMA question: each method at its own best lr, {g['depth']}-layer Llama\n\n"
+            f"Each method's lr grid starts at {', '.join(f'{x:g}' for x in g['lrs'])} and grows (doubled up to "
+            f"{g['max_lr']:g}, halved down to {g['min_lr']:g}) while its best lr, that of the lowest best valid loss "
+            f"of the first seed among runs that did not diverge, is at its edge; a second seed runs at the best lr. "
+            f"The warmup baseline is the stock model on the matched warmup at its own best lr. **DyT** / **Derf**: "
+            f"every RMSNorm replaced by gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta, a learned "
+            f"scalar on the token embedding's output from sqrt(d); DyT's alpha0 {DYT_ALPHA0['attention']:g} before "
+            f"attention, {DYT_ALPHA0['mlp']:g} before the MLP, {DYT_ALPHA0['final']:g} for the final one (the DyT "
+            f"LLaMA recipe's values at its narrowest width, 4096; this width is below its table), Derf's "
+            f"{DERF_ALPHA0:g} everywhere, s0 = {DERF_SHIFT0:g}; both on the stock recipe's matched warmup. **GI-Adam**: "
+            f"Adam's second moment starts at the first gradient squared (bias corrections kept), no warmup. The "
+            f"norm-free T-Fixup candidates (docs/derivation.md, section 7.7): `apply_tfixup(model, "
+            f"gated_mlp=\"sigmoid\")` (the gate bounded), `gated_mlp=\"scaled\"` (each gated MLP's output times "
+            f"1/N), and plain T-Fixup with GI-Adam.\n\n")
+    text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
+    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN):\n\n"
+    def cell(m, x):
+        c = next((c for c in m["grid"] if c["lr"] == x and c["status"]), None)
+        return "-" if c is None else "diverged" if c["status"] == "nan" else c["best_ppl"]
+
+    text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs],
+                            [[m["label"]] + [cell(m, x) for x in grid_lrs] for m in q.values()]) + "\n\n"
+    return text
+
+
+def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
+    """Two panels of the Llama lr grid: each method's valid perplexity at its best lr (every seed there), and the
+    first seed's best valid perplexity against lr (a cross: diverged)."""
+    depth = res["config"]["lm"]["lr_grid"]["depth"]
+    for arm, m in q.items():
+        for r in m["seeds"]:
+            rec = res["records"][r["id"]]
+            if rec.get("valid_curve"):
+                u, v = zip(*rec["valid_curve"])
+                curves.plot(u, [min(2 ** x, 1e5) for x in v], ls="-" if r["seed"] == 1 else ":", lw=1.3,
+                            label=f"{m['label']}, lr {m['best_lr']:g}" if r["seed"] == 1 else None, color=ARMS[arm].color)
+        pts = sorted((c["lr"], c["best_ppl"]) for c in m["grid"] if c["status"] == "ok" and c["best_ppl"])
+        if pts:
+            by_lr.plot(*zip(*pts), marker="o", lw=1.3, label=m["label"], color=ARMS[arm].color)
+        nan = [c["lr"] for c in m["grid"] if c["status"] == "nan"]
+        if nan:
+            top = max([p for _, p in pts], default=100)
+            by_lr.plot(nan, [top] * len(nan), ls="none", marker="x", ms=7, color=ARMS[arm].color)
+    curves.set_title(f"Llama, {depth} layers: each method at its best lr (dotted: seed 2)", fontsize=9)
+    by_lr.set_title(f"Llama, {depth} layers: best valid perplexity against lr (x: diverged)", fontsize=9)
+    for ax, x in ((curves, "updates"), (by_lr, "peak lr")):
+        ax.set_yscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel("valid perplexity")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    by_lr.set_xscale("log")
