@@ -44,15 +44,14 @@ is_layer_norm = applier.is_norm  # fairseq's LayerNorm() returns torch's, or ape
 
 
 def without_layer_norms(layer: nn.Module) -> nn.Module:
-    """Replace every LayerNorm child of a Transformer layer by an identity.
+    """Replace every LayerNorm child of a Transformer layer by an identity (``tfixup.applier``'s plan of norms).
 
     fairseq's layers call their norms unconditionally (post- or pre-norm), so an
     identity is the narrowest way to take them out; it has no parameters and
     leaves no trace in checkpoints.
     """
-    for name, child in list(layer.named_children()):
-        if is_layer_norm(child):
-            setattr(layer, name, nn.Identity())
+    applier.execute(layer, applier.Plan([], [(layer, name) for name, child in layer.named_children()
+                                             if is_layer_norm(child)]))
     return without_fused_encoder_path(layer)  # that path applies post-LN norms itself
 
 
