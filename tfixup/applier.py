@@ -135,8 +135,8 @@ def embedding(module: nn.Module, scale: float, why: str, redraw: bool = True) ->
 
 def fairseq_layout(stacks: Sequence[Tuple[nn.Module, str]], redraw: bool) -> List[Draw]:
     """The draws of fairseq's stacks, [(stack, role)] with role "encoder", "decoder" or "single"
-    (tfixup_init.stack_factors): each layer's ``self_attn`` and ``encoder_attn`` (``v_proj``, ``out_proj``),
-    ``fc1``, ``fc2``, then each stack's ``embed_tokens`` (a shared one takes the first stack's factor).
+    (tfixup_init.stack_factors): each layer's ``self_attn`` and a decoder's ``encoder_attn`` (``v_proj``,
+    ``out_proj``), ``fc1``, ``fc2``, then each stack's ``embed_tokens`` (a shared one takes the first's factor).
     fairseq draws ``out_proj`` Xavier and the embedding N(0, d^-1/2) already: ``redraw=False`` keeps both and
     only scales them; ``v_proj`` (gain 1/sqrt(2)) and ``fc1``/``fc2`` (torch's Linear) are drawn again.
     ``redraw=True`` draws all of them (HuggingFace's Marian and BART: their own init is N(0, 0.02))."""
@@ -144,7 +144,7 @@ def fairseq_layout(stacks: Sequence[Tuple[nn.Module, str]], redraw: bool) -> Lis
     for stack, role in stacks:
         scale = tfixup_init.stack_factors(role, len(stack.layers))[0]
         for layer in stack.layers:
-            for attention in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+            for attention in (layer.self_attn, layer.encoder_attn if role == "decoder" else None):
                 if attention is not None:
                     draws += [Draw(weight(attention.v_proj, "v_proj"), "xavier", scale, f"{role} v"),
                               Draw(weight(attention.out_proj, "out_proj"), "xavier" if redraw else "keep", scale,
