@@ -67,10 +67,11 @@ def xavier(weight: torch.Tensor, scale: float) -> float:
 
 
 def expected(family: str, name: str, n: int, n_dec: int) -> float:
-    """The scale tfixup_init's rules give parameter NAME (its fairseq counterpart for an encoder-decoder)."""
+    """The scale tfixup_init's rules give parameter NAME (the paper's, by stack, for an encoder-decoder)."""
     if family in ("marian", "bart"):
-        fairseq = name.replace("model.shared.", "encoder.embed_tokens.").replace("model.", "")
-        return tfixup_init.rule_for(fairseq, n, n_dec).scale
+        encoder = name.startswith(("model.encoder.", "model.shared."))  # a shared embedding: the encoder's
+        return tfixup_init.stack_factors("encoder" if encoder else "decoder", n if encoder else n_dec)[
+            1 if "embed_tokens" in name or "shared" in name else 0]
     return tfixup_init.single_stack_scale(n)
 
 

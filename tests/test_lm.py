@@ -1,5 +1,5 @@
 """transformer_lm_tfixup, T-Fixup's decoder-only language model, built through fairseq's own parser and
-language_modeling task on real English text: its rules (tfixup_init.lm_rule_for) against the formulas,
+language_modeling task on real English text: its plan (tfixup.applier) against the formulas,
 LayerNorm removal, the tied embedding scaled once, refusals, training with fairseq-train, and the LM study
 (harness/bench/lm.py): its arms from the method rows, its arithmetic and a --smoke run end to end."""
 
@@ -14,7 +14,8 @@ from conftest import USER_DIR, fairseq_command, shared_across_workers
 from model_checks import falling_losses
 from harness import fairseq_log
 from harness.bench import lm
-from tfixup import methods, tfixup_init
+from fairseq_tfixup.models.transformer_lm_tfixup import lm_plan
+from tfixup import applier, methods, tfixup_init
 
 TINY = ["--decoder-embed-dim", "64", "--decoder-input-dim", "64", "--decoder-output-dim", "64",
         "--decoder-ffn-embed-dim", "128", "--decoder-attention-heads", "4"]
@@ -54,18 +55,8 @@ def test_lm_rules_scale_what_the_derivation_names_by_one_factor():
     s = tfixup_init.single_stack_scale(n)
     assert s == pytest.approx((6 * n) ** -0.25)
     assert tfixup_init.single_stack_scale(16 * n) == pytest.approx(s / 2)  # N^-1/4
-    rule = tfixup_init.lm_rule_for
-    assert rule("decoder.embed_tokens.weight", n) == ("", s)
-    assert rule("decoder.layers.3.self_attn.v_proj.weight", n) == ("xavier", s)
-    assert rule("decoder.layers.3.self_attn.out_proj.weight", n) == ("", s)
-    assert rule("decoder.layers.0.fc1.weight", n) == rule("decoder.layers.4.fc2.weight", n) == ("xavier", s)
-    assert rule("decoder.layers.0.fc1.bias", n) == ("zeros", 1.0)
-    for kept in ("decoder.layers.3.self_attn.q_proj.weight", "decoder.layers.3.self_attn.v_proj.bias",
-                 "decoder.output_projection.weight", "decoder.embed_positions._float_tensor",
-                 "encoder.layers.0.fc1.weight", "decoder.layers.3.encoder_attn.v_proj.weight"):
-        assert rule(kept, n) == tfixup_init.KEEP, kept
     with pytest.raises(ValueError, match="at least one layer"):
-        rule("decoder.embed_tokens.weight", 0)
+        tfixup_init.single_stack_scale(0)
 
 
 # ---------------------------------------------------------------- the fairseq model
@@ -87,16 +78,24 @@ def test_every_weight_has_the_prescribed_init_and_no_layer_norm(layers, tied, lm
     ref = dict(stock.named_parameters())
     s = tfixup_init.single_stack_scale(layers)
     counts = {"redrawn": 0, "scaled": 0, "kept": 0}
+    plan = {name: (how, scale) for name, (how, scale, _) in applier.table(model, lm_plan(model)).items()}
+    assert plan["decoder.embed_tokens.weight"] == ("keep", s)  # fairseq's N(0, d^-1/2), scaled
+    assert plan["decoder.layers.0.self_attn.v_proj.weight"] == plan["decoder.layers.1.fc2.weight"] == ("xavier", s)
+    assert plan["decoder.layers.2.self_attn.out_proj.weight"] == ("keep", s)  # fairseq's Xavier, scaled
+    assert plan["decoder.layers.0.fc1.bias"] == ("zeros", 1.0)
+    for kept in ("decoder.layers.2.self_attn.q_proj.weight", "decoder.layers.2.self_attn.v_proj.bias",
+                 "decoder.output_projection.weight", "decoder.embed_positions._float_tensor"):
+        assert kept not in plan, kept
     for name, p in model.named_parameters():
-        rule = tfixup_init.lm_rule_for(name, layers)
-        if rule.redraw == "xavier":  # plain Xavier (gain 1), times the factor
+        how, scale = plan.get(name, ("keep", 1.0))
+        if how == "xavier":  # plain Xavier (gain 1), times the factor
             expected = s * tfixup_init.xavier_uniform_std(p.shape[1], p.shape[0])
             assert p.std().item() == pytest.approx(expected, rel=0.06), name
             assert p.abs().max().item() <= expected * math.sqrt(3) * 1.0001, name
             counts["redrawn"] += 1
-        elif rule.redraw == "zeros":
+        elif how == "zeros":
             assert torch.count_nonzero(p) == 0, name
-        elif rule.scale != 1.0:  # fairseq's own draw, times the factor, exactly
+        elif scale != 1.0:  # fairseq's own draw, times the factor, exactly
             torch.testing.assert_close(p, ref[name] * s, rtol=0, atol=1e-7, msg=name)
             counts["scaled"] += 1
         else:

@@ -8,8 +8,8 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
-from tfixup import tfixup_init
-from fairseq_tfixup.models.transformer_tfixup import is_layer_norm
+from tfixup import applier, tfixup_init
+from fairseq_tfixup.models.transformer_tfixup import is_layer_norm, tfixup_plan
 
 from conftest import build_model
 from model_checks import (
@@ -48,7 +48,46 @@ def paper_factor(name: str, n_enc: int, n_dec: int) -> float:
     return 1.0
 
 
-def _expected_std(name, p, rule, embed_dim):
+def plan_table(model):
+    """parameter name -> (how, factor) of T-Fixup's plan for a built fairseq model (what build_model executed)."""
+    return {name: (how, scale) for name, (how, scale, _) in applier.table(model, tfixup_plan(model)).items()}
+
+
+PAPER_TABLE = {  # 3 encoder and 7 decoder layers: name -> (how, factor), None: untouched
+    # encoder: self-attention v (redrawn plain Xavier = fairseq's gain 1/sqrt(2) times sqrt(2)) and out, MLP
+    "encoder.layers.0.self_attn.v_proj.weight": ("xavier", 0.67 * 3 ** -0.25),
+    "encoder.layers.2.self_attn.out_proj.weight": ("keep", 0.67 * 3 ** -0.25),
+    "encoder.layers.1.fc1.weight": ("xavier", 0.67 * 3 ** -0.25),
+    "encoder.layers.1.fc2.weight": ("xavier", 0.67 * 3 ** -0.25),
+    "encoder.embed_tokens.weight": ("keep", (9 * 3) ** -0.25),
+    # decoder: self and encoder attention, MLP, embedding, all (9 N_dec)^-1/4
+    "decoder.layers.6.self_attn.v_proj.weight": ("xavier", (9 * 7) ** -0.25),
+    "decoder.layers.0.encoder_attn.v_proj.weight": ("xavier", (9 * 7) ** -0.25),
+    "decoder.layers.0.encoder_attn.out_proj.weight": ("keep", (9 * 7) ** -0.25),
+    "decoder.layers.3.self_attn.out_proj.weight": ("keep", (9 * 7) ** -0.25),
+    "decoder.layers.3.fc2.weight": ("xavier", (9 * 7) ** -0.25),
+    "decoder.embed_tokens.weight": ("keep", (9 * 7) ** -0.25),
+    # fc biases: zero, like fairseq 0.9's Linear
+    "decoder.layers.3.fc1.bias": ("zeros", 1.0),
+    # untouched: q/k, attention biases, unshared output projection
+    "encoder.layers.0.self_attn.q_proj.weight": None,
+    "decoder.layers.0.encoder_attn.k_proj.weight": None,
+    "decoder.layers.0.self_attn.v_proj.bias": None,
+    "decoder.output_projection.weight": None,
+}
+
+
+def test_the_plan_names_each_weight_as_the_paper(dict_dir):
+    model, _, _ = build_model(dict_dir, "transformer_tfixup", "--encoder-layers", 3, "--decoder-layers", 7, *SMALL)
+    plan = plan_table(model)
+    for name, expected in PAPER_TABLE.items():
+        if expected is None:
+            assert name not in plan, name
+        else:
+            assert plan[name][0] == expected[0] and plan[name][1] == pytest.approx(expected[1]), name
+
+
+def _expected_std(name, p, embed_dim):
     """What §3.2 prescribes for this weight, before T-Fixup's factor."""
     if name.endswith("embed_tokens.weight"):
         return embed_dim ** -0.5  # N(0, d^-1/2)
@@ -72,23 +111,24 @@ def test_every_weight_has_the_prescribed_init(case, dict_dir, joined_dict_dir):
         assert tfixup.decoder.output_projection.weight is tfixup.decoder.embed_tokens.weight
 
     checked = {"redrawn": 0, "scaled": 0, "kept": 0}
+    plan = plan_table(tfixup)
     for name, p in tfixup.named_parameters():
-        rule = tfixup_init.rule_for(name, n_enc, n_dec)
+        how, scale = plan.get(name, ("keep", 1.0))
         factor = paper_factor(name, n_enc, n_dec)
-        assert rule.scale == pytest.approx(factor, rel=1e-12), name
+        assert scale == pytest.approx(factor, rel=1e-12), name
         ref = stock_params[name]
-        if rule.redraw == "xavier":
+        if how == "xavier":
             # drawn again, so compare distributions: std within 5% (thousands of entries; SE ~1%)
-            expected = factor * _expected_std(name, p, rule, 64)
+            expected = factor * _expected_std(name, p, 64)
             assert p.std().item() == pytest.approx(expected, rel=0.05), name
             assert p.abs().max().item() <= expected * math.sqrt(3) * 1.0001, name  # uniform support
             checked["redrawn"] += 1
-        elif rule.redraw == "zeros":
+        elif how == "zeros":
             assert torch.count_nonzero(p) == 0, name
         elif factor != 1.0:
             # same random draw as stock fairseq, times the factor, exactly
             torch.testing.assert_close(p, ref * factor, rtol=0, atol=1e-7, msg=name)
-            expected = factor * _expected_std(name, p, rule, 64)
+            expected = factor * _expected_std(name, p, 64)
             rows = p[1:] if "embed_tokens" in name else p  # padding row is zero
             assert rows.std().item() == pytest.approx(expected, rel=0.05), name
             checked["scaled"] += 1

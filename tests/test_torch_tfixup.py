@@ -24,12 +24,6 @@ def xavier(fan_in, fan_out, scale):
     return tfixup_init.xavier_uniform_std(fan_in, fan_out) * scale
 
 
-def fairseq_name(torch_name: str) -> str:
-    """The fairseq parameter that plays the same part as this nn.Transformer one."""
-    name = torch_name.replace("multihead_attn", "encoder_attn").replace("linear1", "fc1").replace("linear2", "fc2")
-    return name.replace("in_proj_weight[v]", "v_proj.weight")
-
-
 def no_layer_norm(model: nn.Module) -> bool:
     return not any(isinstance(m, nn.LayerNorm) for m in model.modules())
 
@@ -47,12 +41,11 @@ def test_transformer_gets_the_fairseq_models_rules_and_spreads():
     # every v/out/MLP weight of both stacks (2 attentions in a decoder layer), and nothing else
     assert len(layer_names) == 3 * 4 + 2 * 6
     for name in layer_names:
-        rule = tfixup_init.rule_for(fairseq_name(name), 3, 2)
-        assert rule.redraw == "xavier" or name.endswith("out_proj.weight"), name
-        assert done[name] == pytest.approx(rule.scale), name
+        scale = tfixup_init.encoder_scale(3) if name.startswith("encoder.") else tfixup_init.decoder_scale(2)
+        assert done[name] == pytest.approx(scale), name
         weight = params[name.replace("[v]", "")]
         weight = weight[2 * D:] if name.endswith("[v]") else weight
-        assert std_ratio(weight, xavier(weight.shape[1], weight.shape[0], rule.scale)) == pytest.approx(1, abs=0.08)
+        assert std_ratio(weight, xavier(weight.shape[1], weight.shape[0], scale)) == pytest.approx(1, abs=0.08)
     for stack in (model.encoder, model.decoder):
         for layer in stack.layers:
             assert not layer.linear1.bias.any() and not layer.linear2.bias.any()

@@ -2,8 +2,8 @@
 
 ``tfixup.torch_tfixup.apply_tfixup`` hands a ``transformers.PreTrainedModel`` here (this module never imports
 ``transformers``: it reads the model's ``config.model_type`` and its modules). Each supported family is
-described once, as the weights T-Fixup draws and the stacks they belong to; the constants are
-``tfixup.tfixup_init``'s (docs/derivation.md):
+described once, as a plan of the weights T-Fixup draws and the stacks they belong to (``tfixup.applier`` carries
+it out); the constants are ``tfixup.tfixup_init``'s (docs/derivation.md):
 
 * encoder-decoder, Post-LN (``marian``, ``bart``): the paper's constants, as the fairseq model
   ``transformer_tfixup`` applies them: encoder ``v_proj``/``out_proj``/``fc1``/``fc2`` x 0.67 N_enc^-1/4,
@@ -51,13 +51,13 @@ own model type (``tfixup_llama``, ...): ``save_pretrained`` and, after ``import 
 ``from_pretrained`` give the same model back (the end of this file, and tfixup/hf_auto.py).
 """
 
-import dataclasses
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from tfixup import tfixup_init
+from tfixup import applier, tfixup_init
+from tfixup.applier import Draw, Plan, weight
 
 ENCODER_DECODER = ("marian", "bart")
 ENCODER_ONLY = ("bert", "roberta")
@@ -75,26 +75,6 @@ FUSED_QKV = {
     "mpt": "its Wqkv fuses q, k and v with its own grouped layout",
     "phi3": "its qkv_proj fuses q, k and v with grouped KV heads",
 }
-
-
-@dataclasses.dataclass
-class Draw:
-    """One tensor T-Fixup draws again: ``how`` is "xavier" (Xavier-uniform, gain 1, of ``weight[index]`` as its
-    own matrix), "normal" (N(0, d^-1/2), ``padding_idx`` row zero) or "zeros"; then times ``scale``."""
-
-    weight: torch.Tensor
-    how: str
-    scale: float = 1.0
-    index: Optional[tuple] = None
-    label: str = ""  # suffix of the report name ("[v]": value columns of a fused qkv)
-    padding_idx: Optional[int] = None
-
-
-@dataclasses.dataclass
-class Plan:
-    norms: List[Tuple[nn.Module, str]]  # (parent, attribute): set to nn.Identity()
-    draws: List[Draw]
-    inputs: List[nn.Module] = dataclasses.field(default_factory=list)  # token embeddings to multiply by sqrt(d)
 
 
 class InputScale:
@@ -136,39 +116,44 @@ def apply_tfixup(model: nn.Module, input_scale: bool = True, keep_mlp_norm: bool
     except AttributeError as e:  # a class of this model type laid out otherwise (another transformers version?)
         raise ValueError(f"apply_tfixup: {name} (model type {model_type!r}) is not laid out as tfixup.hf reads it "
                          f"({e}); {_DESCRIBE}") from None
-    if keep_mlp_norm:
-        if model_type not in LLAMA_LIKE:
-            raise ValueError(f"apply_tfixup: keep_mlp_norm keeps the RMSNorm before the gated MLP of the Llama family "
-                             f"({', '.join(LLAMA_LIKE)}); {name} (model type {model_type!r}) has none: leave it out")
-        kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
-        plan.norms = [(parent, attr) for parent, attr in plan.norms if (id(parent), attr) not in kept]
-    if keep_head_norm:
-        head = _head_norms(model, plan.norms)
-        if model_type not in ENCODER_ONLY or not head:
-            raise ValueError(f"apply_tfixup: keep_head_norm keeps the masked-LM head's LayerNorm of "
-                             f"{', '.join(ENCODER_ONLY)}; {name} (model type {model_type!r}) has none: leave it out")
-        plan.norms = [n for n in plan.norms if n not in head]
+    if keep_mlp_norm and model_type not in LLAMA_LIKE:
+        raise ValueError(f"apply_tfixup: keep_mlp_norm keeps the RMSNorm before the gated MLP of the Llama family "
+                         f"({', '.join(LLAMA_LIKE)}); {name} (model type {model_type!r}) has none: leave it out")
+    if keep_head_norm and (model_type not in ENCODER_ONLY or not _head_norms(model, applier.norms(model))):
+        raise ValueError(f"apply_tfixup: keep_head_norm keeps the masked-LM head's LayerNorm of "
+                         f"{', '.join(ENCODER_ONLY)}; {name} (model type {model_type!r}) has none: leave it out")
     if gated_mlp is not None:
         check_gated_mlp(gated_mlp, model_type, name)
+    options = {"input_scale": input_scale and bool(plan.inputs), "keep_mlp_norm": keep_mlp_norm,
+               "gated_mlp": gated_mlp, "keep_head_norm": keep_head_norm}  # as done: what the record says
+    plan.norms = removed_norms(model, options)
     if not plan.norms or getattr(model, "tfixup_applied", False):
         raise ValueError(f"apply_tfixup: {name}: T-Fixup was applied to it already (no norm left that it removes, or "
                          f"tfixup_applied set; applying it twice would scale its weights twice); build the model again "
                          f"from its config")
-    for draw in plan.draws:  # shapes read before any change
-        if draw.how == "xavier" and _view(draw).dim() != 2:
-            raise ValueError(f"apply_tfixup: {name}: a {tuple(_view(draw).shape)} weight where a matrix was expected")
 
-    for parent, attr in plan.norms:
-        setattr(parent, attr, nn.Identity())
-    done = _draw(model, plan)
+    done = applier.execute(model, plan)  # its shapes checked before any change
     for embedding in plan.inputs if input_scale else ():
         _add_input_scale(embedding)
     if gated_mlp is not None:
         gate_mlps_(model, gated_mlp)
     model.tfixup_applied = True  # what the second call refuses (a kept norm would hide it)
-    _record(model, input_scale=input_scale and bool(plan.inputs), keep_mlp_norm=keep_mlp_norm,
-            gated_mlp=gated_mlp, keep_head_norm=keep_head_norm)  # as done
+    _record(model, **options)
     return done
+
+
+def removed_norms(model: nn.Module, options: dict) -> List[Tuple[nn.Module, str]]:
+    """The norms T-Fixup replaces by nn.Identity, as (parent, attribute): every LayerNorm / RMSNorm of the model
+    but those an option keeps (``keep_mlp_norm``: each Llama-family layer's ``post_attention_layernorm``;
+    ``keep_head_norm``: BERT's and RoBERTa's masked-LM head norm). The one
+    place: apply_tfixup and rebuild (a saved model loaded back) read it."""
+    kept = set()
+    if options.get("keep_mlp_norm"):
+        kept |= {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
+    norms = applier.norms(model)
+    if options.get("keep_head_norm"):
+        kept |= {(id(parent), attr) for parent, attr in _head_norms(model, norms)}
+    return [(parent, attr) for parent, attr in norms if (id(parent), attr) not in kept]
 
 
 def check_gated_mlp(option, model_type, name: str = "the model") -> None:
@@ -215,23 +200,7 @@ _DESCRIBE = ("replace its norms with nn.Identity() and describe its layers: appl
              "(tfixup.torch_tfixup.Layer; docs/beyond-fairseq.md)")
 
 
-def _view(draw: Draw) -> torch.Tensor:
-    return draw.weight if draw.index is None else draw.weight[draw.index]
-
-
 # ---------------------------------------------------------------- the families
-
-
-def _norms(model: nn.Module) -> List[Tuple[nn.Module, str]]:
-    """Every LayerNorm / RMSNorm module of the model, as (parent, attribute)."""
-    out = []
-    for parent in model.modules():
-        for attr, child in parent.named_children():
-            kind = type(child).__name__
-            if isinstance(child, nn.LayerNorm) or kind.endswith(("LayerNorm", "RMSNorm")) or \
-                    isinstance(child, getattr(nn, "RMSNorm", ())):
-                out.append((parent, attr))
-    return out
 
 
 def _head_norms(model: nn.Module, norms: List[Tuple[nn.Module, str]]) -> List[Tuple[nn.Module, str]]:
@@ -240,50 +209,15 @@ def _head_norms(model: nn.Module, norms: List[Tuple[nn.Module, str]]) -> List[Tu
     return [(parent, attr) for parent, attr in norms if id(parent) not in inside]
 
 
-def _linear(module: nn.Module, what: str) -> nn.Module:
-    weight = getattr(module, "weight", None)
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError(f"apply_tfixup: {what} is a {type(module).__name__} without a 2-D weight: not the layout "
-                         "of this model type")
-    return module
-
-
-def _token_embedding(embedding: nn.Module, scale: float) -> Draw:
-    _linear(embedding, "the token embedding")
-    return Draw(embedding.weight, "normal", scale, padding_idx=getattr(embedding, "padding_idx", None))
-
-
 def _encoder_decoder(model: nn.Module) -> Plan:
-    """Marian, BART: the paper's encoder-decoder constants, fairseq's ``transformer_tfixup`` weights."""
+    """Marian, BART: fairseq's layout and the paper's encoder-decoder constants; each weight drawn again."""
     base = model.base_model
     encoder, decoder = getattr(base, "encoder", None), getattr(base, "decoder", None)
     if encoder is None or decoder is None:
         raise ValueError(f"apply_tfixup: {type(model).__name__} is not an encoder-decoder (a decoder alone?): T-Fixup "
                          f"for {model.config.model_type} covers the whole encoder-decoder model; for one stack, "
                          + _DESCRIBE)
-    n_enc, n_dec = len(encoder.layers), len(decoder.layers)
-    draws = []
-    for role, stack, scale in (("encoder", encoder, tfixup_init.encoder_scale(n_enc)),
-                               ("decoder", decoder, tfixup_init.decoder_scale(n_dec))):
-        for layer in stack.layers:
-            attentions = [layer.self_attn] + ([layer.encoder_attn] if role == "decoder" else [])
-            for attention in attentions:
-                draws += [Draw(_linear(attention.v_proj, "v_proj").weight, "xavier", scale),
-                          Draw(_linear(attention.out_proj, "out_proj").weight, "xavier", scale)]
-            draws += _mlp(scale, [layer.fc1, layer.fc2])
-    # token embeddings after the blocks, encoder first: a shared matrix takes the encoder's factor
-    draws.append(_token_embedding(encoder.embed_tokens, tfixup_init.embedding_scale(n_enc)))
-    draws.append(_token_embedding(decoder.embed_tokens, tfixup_init.embedding_scale(n_dec)))
-    return Plan(_norms(model), draws)
-
-
-def _mlp(scale: float, linears: List[nn.Module]) -> List[Draw]:
-    draws = []
-    for linear in linears:
-        draws.append(Draw(_linear(linear, "an MLP matrix").weight, "xavier", scale))
-        if getattr(linear, "bias", None) is not None:
-            draws.append(Draw(linear.bias, "zeros"))
-    return draws
+    return Plan(applier.fairseq_layout([(encoder, "encoder"), (decoder, "decoder")], redraw=True))
 
 
 def _refuse_cross_attention(model: nn.Module, family: str) -> None:
@@ -301,11 +235,11 @@ def _bert(model: nn.Module) -> Plan:
     scale = tfixup_init.single_stack_scale(len(layers))
     draws = []
     for layer in layers:
-        draws += [Draw(_linear(layer.attention.self.value, "attention.self.value").weight, "xavier", scale),
-                  Draw(_linear(layer.attention.output.dense, "attention.output.dense").weight, "xavier", scale)]
-        draws += _mlp(scale, [layer.intermediate.dense, layer.output.dense])
-    draws.append(_token_embedding(base.embeddings.word_embeddings, scale))
-    return Plan(_norms(model), draws, inputs=[base.embeddings.word_embeddings])
+        draws += [Draw(weight(layer.attention.self.value, "attention.self.value"), "xavier", scale, "single v"),
+                  Draw(weight(layer.attention.output.dense, "attention.output.dense"), "xavier", scale, "single w")]
+        draws += applier.mlp([layer.intermediate.dense, layer.output.dense], scale, "single")
+    draws.append(applier.embedding(base.embeddings.word_embeddings, scale, "single"))
+    return Plan(draws, inputs=[base.embeddings.word_embeddings])
 
 
 def _gpt2(model: nn.Module) -> Plan:
@@ -323,11 +257,12 @@ def _gpt2(model: nn.Module) -> Plan:
         if tuple(c_attn.weight.shape) != (d, 3 * d):
             raise ValueError(f"apply_tfixup: h.{i}.attn.c_attn weight is {tuple(c_attn.weight.shape)}, not GPT-2's "
                              f"(d, 3d) = ({d}, {3 * d}): cannot find its value columns")
-        draws += [Draw(c_attn.weight, "xavier", scale, index=(slice(None), slice(2 * d, 3 * d)), label="[v]"),
-                  Draw(_linear(layer.attn.c_proj, "attn.c_proj").weight, "xavier", scale)]
-        draws += _mlp(scale, [layer.mlp.c_fc, layer.mlp.c_proj])
-    draws.append(_token_embedding(base.wte, scale))
-    return Plan(_norms(model), draws, inputs=[base.wte])
+        draws += [Draw(c_attn.weight, "xavier", scale, "single v", index=(slice(None), slice(2 * d, 3 * d)),
+                       label="[v]"),
+                  Draw(weight(layer.attn.c_proj, "attn.c_proj"), "xavier", scale, "single w")]
+        draws += applier.mlp([layer.mlp.c_fc, layer.mlp.c_proj], scale, "single")
+    draws.append(applier.embedding(base.wte, scale, "single"))
+    return Plan(draws, inputs=[base.wte])
 
 
 def _llama(model: nn.Module) -> Plan:
@@ -345,11 +280,11 @@ def _llama(model: nn.Module) -> Plan:
             raise ValueError(f"apply_tfixup: layers.{i}.mlp is a {type(mlp).__name__} without {', '.join(missing)} "
                              "(a mixture of experts?): T-Fixup reads a gated MLP of three matrices; "
                              + _DESCRIBE)
-        draws += [Draw(_linear(layer.self_attn.v_proj, "self_attn.v_proj").weight, "xavier", scale),
-                  Draw(_linear(layer.self_attn.o_proj, "self_attn.o_proj").weight, "xavier", scale)]
-        draws += _mlp(scale, [mlp.gate_proj, mlp.up_proj, mlp.down_proj])
-    draws.append(_token_embedding(base.embed_tokens, scale))
-    return Plan(_norms(model), draws, inputs=[base.embed_tokens])
+        draws += [Draw(weight(layer.self_attn.v_proj, "self_attn.v_proj"), "xavier", scale, "single v"),
+                  Draw(weight(layer.self_attn.o_proj, "self_attn.o_proj"), "xavier", scale, "single w")]
+        draws += applier.mlp([mlp.gate_proj, mlp.up_proj, mlp.down_proj], scale, "single")
+    draws.append(applier.embedding(base.embed_tokens, scale, "single"))
+    return Plan(draws, inputs=[base.embed_tokens])
 
 
 FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {
@@ -367,33 +302,6 @@ FAMILIES: Dict[str, Callable[[nn.Module], Plan]] = {
 RECORD_FORMAT = 1
 # apply_tfixup's choices, recorded, with their defaults
 OPTIONS = {"input_scale": True, "keep_mlp_norm": False, "gated_mlp": None, "keep_head_norm": False}
-
-
-def _draw(model: nn.Module, plan: Plan) -> Dict[str, float]:
-    """Each of PLAN's tensors drawn and scaled (a tied weight once); returns parameter name -> scale."""
-    names = {}
-    for pname, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), pname)  # a shared weight under its first name
-    done: Dict[str, float] = {}
-    seen = set()  # (tensor id, label): a tied weight is drawn and scaled once
-    for draw in plan.draws:
-        key = (id(draw.weight), draw.label)
-        if key in seen:
-            continue
-        seen.add(key)
-        view = _view(draw)
-        if draw.how == "xavier":
-            nn.init.xavier_uniform_(view)  # its bound is symmetric in the fans: a Conv1D's (in, out) weight alike
-        elif draw.how == "normal":
-            nn.init.normal_(view, mean=0.0, std=view.shape[1] ** -0.5)
-            if draw.padding_idx is not None:
-                view[draw.padding_idx].zero_()
-        else:
-            view.zero_()
-        if draw.how != "zeros":
-            view.mul_(draw.scale)
-            done[names[id(draw.weight)] + draw.label] = draw.scale
-    return done
 
 
 def _add_input_scale(embedding: nn.Module) -> None:
@@ -458,14 +366,7 @@ def rebuild(model: nn.Module, options: dict) -> None:
     """What apply_tfixup(model, **OPTIONS) changes in the model's layout, without drawing a weight: the same norms
     become nn.Identity, the same input multiplier is added. For a model built from a T-Fixup config, whose
     weights are then loaded (from_pretrained) or drawn (``redraw``)."""
-    norms = _norms(model)
-    if options["keep_mlp_norm"]:
-        kept = {(id(layer), "post_attention_layernorm") for layer in model.base_model.layers}
-        norms = [(parent, attr) for parent, attr in norms if (id(parent), attr) not in kept]
-    if options["keep_head_norm"]:
-        norms = [n for n in norms if n not in _head_norms(model, norms)]
-    for parent, attr in norms:
-        setattr(parent, attr, nn.Identity())
+    applier.execute(model, Plan([], removed_norms(model, options)))
     if options["input_scale"] and model.config.model_type.removeprefix("tfixup_") not in ENCODER_DECODER:
         _add_input_scale(model.get_input_embeddings())
     if options["gated_mlp"] is not None:
@@ -478,4 +379,4 @@ def redraw(model: nn.Module) -> Dict[str, float]:
     """T-Fixup's draws on a model ``rebuild`` laid out (a T-Fixup model built from its config, or materialised
     from the meta device and initialised): the weights apply_tfixup draws, drawn and scaled the same way."""
     family = model.config.model_type.removeprefix("tfixup_")
-    return _draw(model, FAMILIES[family](model))
+    return applier.execute(model, FAMILIES[family](model))

@@ -1,9 +1,8 @@
 """T-Fixup initialisation rules (Huang et al., ICML 2020, §3.2), as pure functions.
 
-This module knows nothing about torch: it maps a parameter name of a fairseq
-encoder-decoder Transformer and the two stack depths to what T-Fixup does to
-that parameter. ``models/transformer_tfixup.py`` applies the rules; the tests
-read them against the paper.
+This module knows nothing about torch: it gives the factor of each part of a stack of N layers.
+``tfixup/applier.py`` applies them (its adapters name each model's parts); the tests read them
+against the paper.
 
 The paper, §3.2, with N the number of layers of that stack:
 
@@ -18,7 +17,8 @@ The paper, §3.2, with N the number of layers of that stack:
 v is an attention's value projection (fairseq ``v_proj``), w its output
 projection (``out_proj``); the MLP weights are ``fc1`` and ``fc2``.
 
-What fairseq 0.12 gives us, and why some weights are drawn again:
+What fairseq 0.12 gives us, and why some weights are drawn again
+(``applier.fairseq_layout``):
 
 * ``fc1``/``fc2`` are plain ``nn.Linear`` (PyTorch's default, Kaiming-uniform
   with a=sqrt(5)), not Xavier as in the fairseq 0.9 the authors used; we
@@ -31,33 +31,15 @@ What fairseq 0.12 gives us, and why some weights are drawn again:
 * A shared embedding matrix is one parameter and is scaled once, with the
   encoder's factor (as the authors' code does with ``--share-all-embeddings``).
 
-``lm_rule_for`` is the same for a single stack (a decoder-only language model,
-fairseq's ``transformer_lm``, whose parameters are named ``decoder.*``): the
-same redraws, and one factor, ``single_stack_scale`` (docs/derivation.md), for
-the self-attention v/out, MLP weights and the token embedding; a tied
-input/output embedding is one parameter, scaled once.
+A single stack (a decoder-only language model, fairseq's ``transformer_lm``, or an
+encoder alone) takes one factor, ``single_stack_scale`` (docs/derivation.md), for its
+attention v/out, MLP weights and token embedding.
 """
 
 import math
-import re
-from typing import NamedTuple
+from typing import Tuple
 
 ENCODER_CONSTANT = 0.67
-
-_ATTENTION = re.compile(r"^(encoder|decoder)\.layers\.\d+\.(self_attn|encoder_attn)\.(v_proj|out_proj)\.weight$")
-_MLP = re.compile(r"^(encoder|decoder)\.layers\.\d+\.(fc1|fc2)\.weight$")
-_MLP_BIAS = re.compile(r"^(encoder|decoder)\.layers\.\d+\.(fc1|fc2)\.bias$")
-_EMBEDDING = re.compile(r"^(encoder|decoder)\.embed_tokens\.weight$")
-
-
-class Rule(NamedTuple):
-    """What T-Fixup does to one parameter: redraw it first, then multiply it."""
-
-    redraw: str  # "" (keep fairseq's init), "xavier" (Xavier-uniform, gain 1) or "zeros"
-    scale: float
-
-
-KEEP = Rule("", 1.0)
 
 
 def encoder_scale(num_layers: int) -> float:
@@ -86,59 +68,14 @@ def single_stack_scale(num_layers: int) -> float:
     return (6 * num_layers) ** -0.25
 
 
-def rule_for(name: str, encoder_layers: int, decoder_layers: int) -> Rule:
-    """The T-Fixup rule for parameter ``name`` of a model built by fairseq.
-
-    ``name`` is as ``model.named_parameters()`` yields it, e.g.
-    ``decoder.layers.3.encoder_attn.v_proj.weight``. Parameters that T-Fixup
-    does not mention (q/k projections, biases, positional and output
-    embeddings of an unshared output layer) keep fairseq's initialisation.
-    """
-    layers = {"encoder": encoder_layers, "decoder": decoder_layers}
-    stack_scale = {"encoder": encoder_scale, "decoder": decoder_scale}
-
-    m = _EMBEDDING.match(name)
-    if m:
-        return Rule("", embedding_scale(layers[m.group(1)]))
-    m = _ATTENTION.match(name)
-    if m:
-        stack, _, proj = m.groups()
-        return Rule("xavier" if proj == "v_proj" else "", stack_scale[stack](layers[stack]))
-    m = _MLP.match(name)
-    if m:
-        stack = m.group(1)
-        return Rule("xavier", stack_scale[stack](layers[stack]))
-    if _MLP_BIAS.match(name):
-        return Rule("zeros", 1.0)
-    return KEEP
-
-
-_LM_ATTENTION = re.compile(r"^decoder\.layers\.\d+\.self_attn\.(v_proj|out_proj)\.weight$")
-_LM_MLP = re.compile(r"^decoder\.layers\.\d+\.(fc1|fc2)\.weight$")
-_LM_MLP_BIAS = re.compile(r"^decoder\.layers\.\d+\.(fc1|fc2)\.bias$")
-_LM_EMBEDDING = "decoder.embed_tokens.weight"
-
-
-def lm_rule_for(name: str, num_layers: int) -> Rule:
-    """The T-Fixup rule for parameter ``name`` of a decoder-only language model of ``num_layers``
-    layers built by fairseq (``transformer_lm``: self-attention and MLP blocks, no encoder memory).
-
-    ``name`` is as ``model.named_parameters()`` yields it, e.g.
-    ``decoder.layers.3.self_attn.v_proj.weight`` or ``decoder.embed_tokens.weight``. The factor is
-    ``single_stack_scale(num_layers)`` everywhere; q/k projections, biases other than the MLP's,
-    positional embeddings and an untied output projection keep fairseq's initialisation.
-    """
-    scale = single_stack_scale(num_layers)
-    if name == _LM_EMBEDDING:
-        return Rule("", scale)
-    m = _LM_ATTENTION.match(name)
-    if m:
-        return Rule("xavier" if m.group(1) == "v_proj" else "", scale)
-    if _LM_MLP.match(name):
-        return Rule("xavier", scale)
-    if _LM_MLP_BIAS.match(name):
-        return Rule("zeros", 1.0)
-    return KEEP
+def stack_factors(role: str, num_layers: int) -> Tuple[float, float]:
+    """(blocks, token embedding) factors of a stack of ``num_layers`` by its role: "encoder" (0.67 N^-1/4,
+    (9N)^-1/4), "decoder" ((9N)^-1/4, (9N)^-1/4) or "single", a stack on its own ((6N)^-1/4 both)."""
+    if role == "encoder":
+        return encoder_scale(num_layers), embedding_scale(num_layers)
+    if role == "decoder":
+        return decoder_scale(num_layers), embedding_scale(num_layers)
+    return single_stack_scale(num_layers), single_stack_scale(num_layers)
 
 
 def xavier_uniform_std(fan_in: int, fan_out: int, gain: float = 1.0) -> float:

@@ -11,7 +11,8 @@ What it handles (a HuggingFace ``transformers`` model built from its config goes
 * a user's own residual stack, described by ``layers`` (one :class:`Layer` per layer: its attentions'
   value and output projections, its MLP's linear layers), and for an encoder-decoder ``decoder_layers``.
 
-What it does (docs/derivation.md derives the constants; they come from ``tfixup.tfixup_init``):
+What it does (docs/derivation.md derives the constants; they come from ``tfixup.tfixup_init``; the plan is
+carried out by ``tfixup.applier``, as the fairseq and HuggingFace models' are):
 
 * every LayerNorm of the torch layers and stacks becomes ``nn.Identity`` (a custom model must have none
   left: it is refused otherwise, naming the module);
@@ -29,15 +30,14 @@ It returns what it did: parameter name -> scale (fused value rows as ``...in_pro
 """
 
 import dataclasses
-import math
 from typing import Dict, Iterable, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
-from tfixup import hf, tfixup_init
+from tfixup import applier, hf, tfixup_init
+from tfixup.applier import Draw
 
-NORM_TYPES = tuple(t for t in (nn.LayerNorm, getattr(nn, "RMSNorm", None)) if t is not None)
 TORCH_STACKS = (nn.Transformer, nn.TransformerEncoder, nn.TransformerDecoder)
 
 Attention = Union[nn.MultiheadAttention, Sequence[nn.Linear]]
@@ -111,50 +111,42 @@ def apply_tfixup(model: nn.Module, *, embeddings: Iterable[nn.Module] = (),
     else:
         _refuse_norms(model)
         stacks = [("encoder", layers, embeddings), ("decoder", decoder_layers, decoder_embeddings)]
-    names = _names(model)
-    roles = [(role, "decoder_layers" if role == "decoder" and len(stacks) == 2 else "layers",
-              "decoder_embeddings" if role == "decoder" else "embeddings") for role, _, _ in stacks]
-    for (role, what, embeds), (_, stack_layers, stack_embeddings) in zip(roles, stacks):
+    stacks = [(role, "decoder_layers" if role == "decoder" and len(stacks) == 2 else "layers",
+               "decoder_embeddings" if role == "decoder" else "embeddings", stack_layers, stack_embeddings)
+              for role, stack_layers, stack_embeddings in stacks]  # with the arguments that name them
+    for role, what, embeds, stack_layers, stack_embeddings in stacks:
         _check_layers(stack_layers, what, max_attention=2 if role == "decoder" else 1)
         for i, embedding in enumerate(stack_embeddings):
             _embedding_weight(embedding, f"{embeds}[{i}]")
-    if isinstance(model, TORCH_STACKS):
-        for _, stack in _torch_modules(model):
-            _remove_norms(stack)
+    torch_stacks = [stack for _, stack in _torch_modules(model)] if isinstance(model, TORCH_STACKS) else []
+    norms = [(parent, attr) for stack in torch_stacks for parent, attr in _torch_norms(stack)]
+    done = applier.execute(model, applier.Plan(_draws(stacks), norms))
+    for stack in torch_stacks:
+        _without_fused_path(stack)
+    return done
 
-    done: Dict[str, float] = {}
-    seen = set()  # ids of tensors already drawn and scaled: a shared weight once
-    for (role, what, embeds), (_, stack_layers, stack_embeddings) in zip(roles, stacks):
-        n = len(stack_layers)
-        scale, embed_scale = {
-            "single": (tfixup_init.single_stack_scale(n), tfixup_init.single_stack_scale(n)),
-            "encoder": (tfixup_init.encoder_scale(n), tfixup_init.embedding_scale(n)),
-            "decoder": (tfixup_init.decoder_scale(n), tfixup_init.embedding_scale(n)),
-        }[role]
+
+def _draws(stacks):
+    """The plan's draws, stack by stack: each layer's value and output projections and MLP, then the stack's
+    embeddings; a tensor outside the model is named by its place in the arguments."""
+    draws = []
+    for role, what, embeds, stack_layers, stack_embeddings in stacks:
+        scale, embed_scale = tfixup_init.stack_factors(role, len(stack_layers))
         for i, layer in enumerate(stack_layers):
             for j, attention in enumerate(layer.attention):
                 for weight, rows, part in _value_and_output(attention, layer.qkv):
-                    if _first(weight, seen):
-                        _xavier_scaled(weight if rows is None else weight[rows], scale)
-                        label = names.get(id(weight), f"{what}[{i}].attention[{j}].{part}")
-                        done[label + ("" if rows is None else "[v]")] = scale
+                    draws.append(Draw(weight, "xavier", scale, f"{role} {part}", index=rows,
+                                      label="" if rows is None else "[v]", name=f"{what}[{i}].attention[{j}].{part}"))
             for k, linear in enumerate(layer.mlp):
-                if _first(linear.weight, seen):
-                    _xavier_scaled(linear.weight, scale)
-                    done[names.get(id(linear.weight), f"{what}[{i}].mlp[{k}].weight")] = scale
+                draws.append(Draw(linear.weight, "xavier", scale, f"{role} MLP", name=f"{what}[{i}].mlp[{k}].weight"))
                 if linear.bias is not None:
-                    nn.init.zeros_(linear.bias)
+                    draws.append(Draw(linear.bias, "zeros", 1.0, f"{role} MLP bias"))
         for i, embedding in enumerate(stack_embeddings):
-            weight = _embedding_weight(embedding, f"{embeds}[{i}]")
-            if _first(weight, seen):
-                nn.init.normal_(weight, mean=0.0, std=weight.shape[1] ** -0.5)
-                padding_idx = getattr(embedding, "padding_idx", None)
-                if padding_idx is not None:
-                    weight[padding_idx].zero_()
-                weight.mul_(embed_scale)
-                # a module outside MODEL (the usual nn.Transformer set-up): by the argument that passed it
-                done[names.get(id(weight), f"{embeds}[{i}].weight")] = embed_scale
-    return done
+            # a module outside MODEL (the usual nn.Transformer set-up): by the argument that passed it
+            draws.append(Draw(_embedding_weight(embedding, f"{embeds}[{i}]"), "normal", embed_scale,
+                              f"{role} token embedding", padding_idx=getattr(embedding, "padding_idx", None),
+                              name=f"{embeds}[{i}].weight"))
+    return draws
 
 
 def _refuse_wrapped_or_unallocated(model: nn.Module) -> None:
@@ -231,19 +223,20 @@ def _torch_stacks(model, embeddings, decoder_embeddings):
     return out
 
 
-def _remove_norms(stack: nn.Module) -> None:
+def _torch_norms(stack: nn.Module):
+    """(parent, attribute) of each LayerNorm of a torch stack: its layers' norm1..3 and its final norm."""
+    return [(layer, name) for layer in stack.layers for name in ("norm1", "norm2", "norm3") if hasattr(layer, name)] \
+        + ([(stack, "norm")] if stack.norm is not None else [])
+
+
+def _without_fused_path(stack: nn.Module) -> None:
     for layer in stack.layers:
-        for name in ("norm1", "norm2", "norm3"):
-            if hasattr(layer, name):
-                setattr(layer, name, nn.Identity())
         if hasattr(layer, "activation_relu_or_gelu"):
             # the encoder layer's fused inference kernel computes stock Post-LN (and reads norm1.eps): a
             # falsy flag is the first of its conditions this layer can fail, so it never takes it
             layer.activation_relu_or_gelu = 0
     if isinstance(stack, nn.TransformerEncoder):
         stack.use_nested_tensor = False  # the same fused kernel, entered from the stack
-    if stack.norm is not None:
-        stack.norm = nn.Identity()
 
 
 # ---------------------------------------------------------------- one attention, one tensor
@@ -290,13 +283,6 @@ def _value_and_output(attention, qkv: bool = False):
     return [(value.weight, None, "value.weight"), (out.weight, None, "output.weight")]
 
 
-def _xavier_scaled(weight: torch.Tensor, scale: float) -> None:
-    """Xavier-uniform with gain 1 for this (out, in) matrix, then times ``scale``."""
-    fan_out, fan_in = weight.shape
-    bound = math.sqrt(3.0) * tfixup_init.xavier_uniform_std(fan_in, fan_out)
-    weight.uniform_(-bound, bound).mul_(scale)
-
-
 def _embedding_weight(embedding, where: str) -> torch.Tensor:
     if isinstance(embedding, torch.Tensor):
         weight = embedding
@@ -330,13 +316,6 @@ def _check_dtype(weight: torch.Tensor, where: str) -> None:
                          "weights; give the module a float weight (e.g. module.float())")
 
 
-def _first(tensor: torch.Tensor, seen: set) -> bool:
-    if id(tensor) in seen:
-        return False
-    seen.add(id(tensor))
-    return True
-
-
 # ---------------------------------------------------------------- checks
 
 
@@ -368,13 +347,7 @@ def _check_layers(layers, what: str, max_attention: int) -> None:
 
 def _refuse_norms(model: nn.Module) -> None:
     for name, module in model.named_modules():
-        if isinstance(module, NORM_TYPES) or "LayerNorm" in type(module).__name__:
+        if applier.is_norm(module):
             raise ValueError(f"apply_tfixup: {name or 'the model'} is a {type(module).__name__}; T-Fixup trains "
                              "without LayerNorm: replace it with nn.Identity() first")
 
-
-def _names(model: nn.Module) -> Dict[int, str]:
-    names = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        names.setdefault(id(p), name)  # a shared weight under its first name
-    return names

@@ -1,5 +1,5 @@
 """``transformer_lm_tfixup``: fairseq's decoder-only language model without LayerNorm, initialised
-with T-Fixup's rules for a single stack (``tfixup.tfixup_init.lm_rule_for``, docs/derivation.md).
+with T-Fixup's rules for a single stack (``tfixup.applier``, docs/derivation.md).
 
 Everything but one hook is fairseq's own ``TransformerLanguageModel`` (task ``language_modeling``):
 ``build_model`` refuses flags that would bring a LayerNorm back or replace the plain token
@@ -26,8 +26,8 @@ from torch import nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
-from fairseq_tfixup.models.transformer_tfixup import apply_rules_, without_layer_norms
-from tfixup import errors, tfixup_init
+from fairseq_tfixup.models.transformer_tfixup import without_layer_norms
+from tfixup import applier, errors, tfixup_init
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +66,10 @@ def same_width_by_default(args) -> None:
             setattr(args, key, args.decoder_embed_dim)
 
 
-def apply_lm_tfixup_(model: nn.Module, num_layers: int) -> None:
-    """T-Fixup's single-stack rules (``tfixup_init.lm_rule_for``), applied once; a tied input/output
+def lm_plan(model: nn.Module) -> applier.Plan:
+    """T-Fixup's single-stack plan ((6N)^-1/4, ``tfixup.applier.fairseq_layout``); a tied input/output
     embedding is one parameter (``decoder.embed_tokens.weight``), scaled once."""
-    apply_rules_(model, lambda name: tfixup_init.lm_rule_for(name, num_layers))
+    return applier.Plan(applier.fairseq_layout([(model.decoder, "single")], redraw=False))
 
 
 @register_model(NAME, dataclass=TransformerLanguageModelConfig)
@@ -85,7 +85,7 @@ class TFixupTransformerLanguageModel(TransformerLanguageModel):
         for layer in model.decoder.layers:
             without_layer_norms(layer)
         n = int(args.decoder_layers)
-        apply_lm_tfixup_(model, n)
+        applier.execute(model, lm_plan(model))
         logger.info("T-Fixup LM: no LayerNorm; %d layers, scaled self-attention v/out, MLP weights and the "
                     "token embedding by (6N)^-1/4 = %.4f%s", n, tfixup_init.single_stack_scale(n),
                     " (input/output embedding tied: scaled once)" if model.decoder.share_input_output_embed

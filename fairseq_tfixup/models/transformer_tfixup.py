@@ -6,7 +6,7 @@ Everything but three narrow hooks is fairseq's own ``TransformerModel``:
   hook replaces each layer's LayerNorms by ``nn.Identity``;
 * ``build_model`` refuses flags that would bring a LayerNorm back, then
   applies the rules of ``tfixup.tfixup_init`` once, to the freshly
-  built weights. Loading a checkpoint builds first and then overwrites every
+  built weights (``tfixup.applier``). Loading a checkpoint builds first and then overwrites every
   parameter, so trained weights are never rescaled.
 
 Two options outside the paper (results/diagnostics/update_decomposition.md):
@@ -35,26 +35,23 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from tfixup import errors, tfixup_init
+from tfixup import applier, errors, tfixup_init
 
 logger = logging.getLogger(__name__)
 
 
-def is_layer_norm(module: nn.Module) -> bool:
-    # fairseq's LayerNorm() returns torch's, or apex's FusedLayerNorm on GPU
-    return isinstance(module, nn.LayerNorm) or "LayerNorm" in type(module).__name__
+is_layer_norm = applier.is_norm  # fairseq's LayerNorm() returns torch's, or apex's FusedLayerNorm on GPU
 
 
 def without_layer_norms(layer: nn.Module) -> nn.Module:
-    """Replace every LayerNorm child of a Transformer layer by an identity.
+    """Replace every LayerNorm child of a Transformer layer by an identity (``tfixup.applier``'s plan of norms).
 
     fairseq's layers call their norms unconditionally (post- or pre-norm), so an
     identity is the narrowest way to take them out; it has no parameters and
     leaves no trace in checkpoints.
     """
-    for name, child in list(layer.named_children()):
-        if is_layer_norm(child):
-            setattr(layer, name, nn.Identity())
+    applier.execute(layer, applier.Plan([], [(layer, name) for name, child in layer.named_children()
+                                             if is_layer_norm(child)]))
     return without_fused_encoder_path(layer)  # that path applies post-LN norms itself
 
 
@@ -122,26 +119,10 @@ def post_ln_config(args, model: str) -> TransformerConfig:
     return cfg
 
 
-def apply_tfixup_(model: nn.Module, encoder_layers: int, decoder_layers: int) -> None:
-    """T-Fixup's rules for an encoder-decoder (``tfixup_init.rule_for``), applied once."""
-    apply_rules_(model, lambda name: tfixup_init.rule_for(name, encoder_layers, decoder_layers))
-
-
-@torch.no_grad()
-def apply_rules_(model: nn.Module, rule_for) -> None:
-    """Redraw and scale the weights of a freshly built model, in place, as ``rule_for(name)`` says.
-
-    ``named_parameters`` yields a shared tensor once (under its first name), so
-    shared embeddings are scaled once.
-    """
-    for name, param in model.named_parameters():
-        rule = rule_for(name)
-        if rule.redraw == "xavier":
-            nn.init.xavier_uniform_(param)
-        elif rule.redraw == "zeros":
-            nn.init.zeros_(param)
-        if rule.scale != 1.0:
-            param.mul_(rule.scale)
+def tfixup_plan(model: nn.Module) -> applier.Plan:
+    """T-Fixup's plan for a fairseq encoder-decoder just built: the paper's factors by stack
+    (``tfixup.applier.fairseq_layout``: v_proj, fc1, fc2 drawn again, out_proj and embeddings scaled)."""
+    return applier.Plan(applier.fairseq_layout([(model.encoder, "encoder"), (model.decoder, "decoder")], redraw=False))
 
 
 _ATTENTION_BIAS = re.compile(r"(^|\.)(self_attn|encoder_attn)\.(q_proj|k_proj|v_proj)\.bias$")
@@ -207,7 +188,7 @@ class TFixupTransformerModel(CustomLayerStacks, TransformerModel):
         model = super().build_model(args, task)
         n_enc, n_dec = cfg.encoder.layers, cfg.decoder.layers
         if cls.apply_init:
-            apply_tfixup_(model, n_enc, n_dec)
+            applier.execute(model, tfixup_plan(model))
         if getattr(args, "tfixup_zero_attn_bias", False):
             zero_attention_biases_(model)
         if getattr(args, "tfixup_scale_positions", False):
