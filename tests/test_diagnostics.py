@@ -231,14 +231,15 @@ def test_cli_module_help_runs(capsys, monkeypatch):
 
 def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iwslt_bin, tmp_path):
     from fairseq_tfixup.diagnostics import update_size
+    from tfixup import update_size as us
 
     spec = models.ModelSpec(model="tfixup", dim=16, ffn_dim=32, heads=2, encoder_layers=2, decoder_layers=2)
     args, task, model, criterion = models.build(str(iwslt_bin), spec, seed=3)
     model.train()
     batches = data.fixed_batches(task, args, "valid", 8)
     before = [p.detach().clone() for p in model.parameters()]
-    small = update_size.one_step(model, criterion, batches, update_size.sgd(1e-5)) / 1e-5
-    half = update_size.one_step(model, criterion, batches, update_size.sgd(5e-6)) / 5e-6
+    small = update_size.one_step(model, criterion, batches, us.sgd(1e-5)) / 1e-5
+    half = update_size.one_step(model, criterion, batches, us.sgd(5e-6)) / 5e-6
     assert small > 0 and half == pytest.approx(small, rel=1e-2)  # ||df|| = Theta(eta): linear as eta -> 0
     for p, b in zip(model.parameters(), before):
         torch.testing.assert_close(p, b, rtol=0, atol=0)  # the probe leaves the model as it was
@@ -247,8 +248,8 @@ def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iw
     no_bias = update_size.one_step(model, criterion, batches, lambda ps: seen.extend(ps), biases=False)
     biases = {id(p) for n, p in model.named_parameters() if n.endswith(".bias")}
     assert no_bias == 0 and seen and not biases & {id(p) for p in seen}
-    assert update_size.loglog_slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
-    assert update_size.loglog_slope([1, 2, 4], [5.0, 5.0, 5.0]) == pytest.approx(0.0, abs=1e-12)
+    assert us.loglog_slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
+    assert us.loglog_slope([1, 2, 4], [5.0, 5.0, 5.0]) == pytest.approx(0.0, abs=1e-12)
 
     assert cli.main(["update-size", "--data", str(iwslt_bin), "--model", "tfixup,noln", "--depths", "1,2",
                      "--inits", "1", "--sentences", "4", *TINY, "--out", str(tmp_path)]) == 0
@@ -258,7 +259,8 @@ def test_update_size_is_first_order_in_eta_restores_the_model_and_fits_slopes(iw
 
 
 def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_variant(iwslt_bin, tmp_path):
-    from fairseq_tfixup.diagnostics import grad_norms, update_decomposition as ud, update_size
+    from fairseq_tfixup.diagnostics import update_decomposition as ud
+    from tfixup import update_size as us
 
     assert ud.group_of("decoder.layers.0.encoder_attn.v_proj.bias") == "v_bias"
     assert ud.group_of("encoder.layers.3.self_attn.k_proj.weight") == "qk_weight"
@@ -268,7 +270,8 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     args, task, model, criterion = models.build(str(iwslt_bin), spec, seed=3)
     model.double().train()
     batches = data.fixed_batches(task, args, "valid", 4)
-    grad_norms.mean_loss_gradient(model, criterion, batches)
+    loss, outputs = us.fairseq_adapter(criterion)
+    us.gradient(model, batches, loss)
     sel = ud.selections(model)
     groups = [g for g in sel if g not in ud.UNIONS]
     # every trainable parameter is in exactly one group; the unions are the weights, the biases and all
@@ -278,23 +281,20 @@ def test_update_decomposition_groups_sum_to_the_whole_step_and_records_each_vari
     # to 1%: fairseq computes the cross-attention softmax in float32 even in a float64 model, which leaves
     # about 0.5% of rounding in a change this small; a group stepped twice or left out would be off by far more
     eta = 1e-5
-    before = [x.clone() for x in update_size.logits(model, batches)]
+    before = us.outputs_now(model, batches, outputs)["logits"]
 
     def delta(params):
         saved = [p.detach().clone() for p in params]
         with torch.no_grad():
-            update_size.sgd(eta)(params)
-            d = [a - b for a, b in zip(update_size.logits(model, batches), before)]
+            us.sgd(eta)(params)
+            d = us.outputs_now(model, batches, outputs)["logits"] - before
             for p, s in zip(params, saved):
                 p.copy_(s)
         return d
 
     whole = delta(sel["all"])
-    parts = [delta(sel[g]) for g in groups]
-    summed = [sum(d[i] for d in parts) for i in range(len(whole))]
-    err = sum(float((s - w).pow(2).sum()) for w, s in zip(whole, summed)) ** 0.5
-    size = sum(float(w.pow(2).sum()) for w in whole) ** 0.5
-    assert size > 0 and err < 1e-2 * size
+    err = float((sum(delta(sel[g]) for g in groups) - whole).norm())
+    assert float(whole.norm()) > 0 and err < 1e-2 * float(whole.norm())
 
     common = ["--data", str(iwslt_bin), "--depths", "1,2", "--etas", "1e-4,1e-5", "--inits", "1", "--sentences", "4",
               *TINY, "--out", str(tmp_path)]

@@ -97,6 +97,9 @@ COVERED = {
     "tfixup-diagnose hessian --model postln,preln,tfixup --dim 64 --ffn-dim 128 --heads 2 --out diag": ("flags",),
     "tfixup-diagnose update-size --data data-bin/iwslt14.de-en --model tfixup,postln,preln,noln --dim 64 "
     "--ffn-dim 128 --heads 2 --depths 1,2,4 --out diag": ("flags",),
+    "tfixup-diagnose update-size --family torch --depths 1,2,4,8 --inits 1 --out diag": ("flags",),
+    "tfixup-diagnose update-size --family hf --families llama --methods tfixup,stock --depths 1,2,4 --out diag":
+        ("flags",),
     "tfixup-diagnose update-decomposition --data data-bin/iwslt14.de-en --model tfixup --dim 64 --ffn-dim 128 "
     "--heads 2 --depths 1,4,16 --variants as_built,zero_attn_bias_no_positions --out diag": ("flags",),
     "tfixup-diagnose fp16-headroom --data data-bin/iwslt14.de-en --model tfixup,postln,preln --dim 64 --ffn-dim 128 "
@@ -331,7 +334,7 @@ def _help(program: tuple) -> str:
     import importlib
     import io
 
-    module, args = (program[2], []) if program[0] == "python" else ("fairseq_tfixup.diagnostics.cli", [program[1]])
+    module, args = (program[2], []) if program[0] == "python" else ("fairseq_tfixup.diagnostics.cli", [*program[1:]])
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
         importlib.import_module(module).main([*args, "--help"])
@@ -364,8 +367,8 @@ def _program(argv):
         return tuple(argv[:2])
     if argv[:2] == ["python", "-m"]:
         return tuple(argv[:3])
-    if argv[0] == "tfixup-diagnose":
-        return tuple(argv[:2])
+    if argv[0] == "tfixup-diagnose":  # update-size --family torch|hf: a parser of its own
+        return tuple(argv[:4] if argv[2:3] == ["--family"] else argv[:2])
     raise AssertionError(f"no --help rule for {argv}")
 
 

@@ -5,10 +5,12 @@
     tfixup-diagnose grad-norms --data DATA_BIN --model postln,preln,tfixup --out DIR
     tfixup-diagnose hessian    [--data DATA_BIN] --model postln,preln,tfixup --out DIR
     tfixup-diagnose update-size --data DATA_BIN --model tfixup,postln,preln,noln --out DIR
+    tfixup-diagnose update-size --family torch|hf --out DIR   (plain-PyTorch stacks, HuggingFace models)
     tfixup-diagnose update-decomposition --data DATA_BIN --model tfixup --out DIR
     tfixup-diagnose fp16-headroom --data DATA_BIN --model tfixup,postln,preln --depths 6,24,100 --out DIR
 
-Each writes a PNG plus the raw arrays (.npz) and a .json summary to --out.
+Each writes a PNG plus the raw arrays (.npz) and a .json summary to --out (update-size --family torch|hf:
+a .json and a .md table; its flags: tfixup-diagnose update-size --family torch --help).
 """
 
 import argparse
@@ -26,6 +28,7 @@ from fairseq_tfixup.diagnostics.update_decomposition import VARIANTS
 from tfixup.methods import METHODS, SCHEDULES
 
 MODELS = list(METHODS)  # any method of the paper's tables, and the Fig. 3c ablations
+FAMILIES = ("fairseq", "torch", "hf")  # update-size's models: fairseq here, the others tfixup/update_size_stacks.py
 
 
 def comma_list(kind, choices=None):
@@ -119,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the Multi30k data-bin is built when --data is not given")
     p = sub.add_parser("update-size", parents=[common_parser("tfixup,postln,preln,noln", 0.0)],
                        help="T-Fixup §3.2's goal: the output change after one SGD / Adam step at init, vs depth")
+    p.add_argument("--family", choices=FAMILIES, default="fairseq",
+                   help="fairseq (default): a fairseq translation model, these flags; torch, hf: plain-PyTorch "
+                        "nn.Transformer* stacks or HuggingFace models, flags of their own "
+                        "(tfixup-diagnose update-size --family torch --help; tfixup/update_size_stacks.py)")
     p.add_argument("--depths", type=comma_list(int), default=[1, 2, 4, 8, 16, 32, 64, 128, 200],
                    help="comma list of layers per side (default 1,2,4,8,16,32,64,128,200)")
     p.add_argument("--eta", type=float, default=1e-4, help="SGD step size (default 1e-4: the first-order regime)")
@@ -243,9 +250,19 @@ def run(a) -> None:
                                  inits=a.inits, written_by=provenance(a.argv), **common)
 
 
+def family(argv) -> str:
+    """update-size's --family (fairseq unless given): torch and hf have a parser of their own."""
+    if argv[:1] != ["update-size"]:
+        return "fairseq"
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--family", default="fairseq")  # a wrong one: update-size's parser says so
+    return p.parse_known_args(argv[1:])[0].family
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    a = build_parser().parse_args(argv)
+    stacks = family(argv) in ("torch", "hf")
+    a = argparse.Namespace(command="update-size") if stacks else build_parser().parse_args(argv)
     a.argv = argv
     # hydra's and fairseq's deprecation notes would bury the progress lines; other warnings stay
     warnings.filterwarnings("ignore", category=UserWarning, module=r"(hydra|omegaconf|fairseq)(\.|$)")
@@ -253,7 +270,12 @@ def main(argv=None) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)
     previous = signal.signal(signal.SIGTERM, _interrupted)  # SIGTERM as Ctrl-C: one line, no traceback
     try:
-        run(a)
+        if stacks:
+            from tfixup.update_size_stacks import main as update_size_stacks
+
+            update_size_stacks(argv[1:], prog="tfixup-diagnose update-size")
+        else:
+            run(a)
     except (FileNotFoundError, ValueError, RuntimeError) as e:
         print(f"tfixup-diagnose: error: {e}", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 
 from tfixup import atomic
+from tfixup import update_size as us
 from fairseq_tfixup.diagnostics.models import ModelSpec, build
 
 # a parameter's group, by the first pattern its fairseq name matches (re.search)
@@ -39,7 +40,7 @@ GROUPS = (
 )
 # unions of groups, stepped together: every weight (all but the biases: update-size --no-bias-step), every
 # bias, every parameter
-UNIONS = ("weights", "biases", "all")
+UNIONS = us.UNIONS
 
 # the variants of T-Fixup measured by default: name -> fairseq flags
 VARIANTS = {
@@ -60,14 +61,7 @@ def group_of(name: str) -> str:
 
 def selections(model) -> Dict[str, list]:
     """Group or union name -> the trainable parameters it steps (groups with no parameter left out)."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    out: Dict[str, list] = {}
-    for n, p in named:
-        out.setdefault(group_of(n), []).append(p)
-    out["weights"] = [p for n, p in named if not n.endswith(".bias")]
-    out["biases"] = [p for n, p in named if n.endswith(".bias")]
-    out["all"] = [p for _, p in named]
-    return {k: v for k, v in out.items() if v}
+    return us.selections(model, group_of)
 
 
 def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dict[str, Sequence[str]] = None,
@@ -78,9 +72,7 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
     JSON record per variant, so variants can be measured by separate processes), then writes
     update_decomposition.{json,md,png} to ``out`` from every record of these settings: per variant, eta,
     group and depth, ||Delta f|| / eta (mean over inits) and its log-log slope against depth."""
-    from fairseq_tfixup.diagnostics import data, plots  # torch and matplotlib: only when measuring
-    from fairseq_tfixup.diagnostics.grad_norms import mean_loss_gradient
-    from fairseq_tfixup.diagnostics.update_size import logits, loglog_slope, sgd, step_change
+    from fairseq_tfixup.diagnostics import data, plots  # matplotlib: only when measuring
 
     variants = dict(variants or VARIANTS)
     spec = dataclasses.replace(spec or ModelSpec(), dropout=0.0, model=model)
@@ -92,22 +84,26 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
         if recorded(store / f"{vname}.json", settings, flags):
             log(f"[update-decomposition] {vname}: recorded in {store}")
             continue
-        sizes: Dict[str, np.ndarray] = {}  # selection -> [eta, depth, init]
-        for i, n in enumerate(depths):
-            for k in range(inits):
-                vspec = dataclasses.replace(spec, encoder_layers=n, decoder_layers=n, extra=[*spec.extra, *flags])
-                args, task, m, criterion = build(data_bin, vspec, seed=seed + k, device=device)
-                m.train()  # dropout is 0
-                batches = data.fixed_batches(task, args, split, n_sentences, device=device)
-                mean_loss_gradient(m, criterion, batches)
-                before = [x.clone() for x in logits(m, batches)]
-                for sel, params in selections(m).items():
-                    arr = sizes.setdefault(sel, np.full((len(etas), len(depths), inits), np.nan))
-                    for e, eta in enumerate(etas):
-                        if e == 0 or sel in UNIONS:  # the groups at the first eta; the unions at every eta
-                            arr[e, i, k] = step_change(m, batches, params, sgd(eta), before) / eta
+
+        def measure(n, s):
+            vspec = dataclasses.replace(spec, encoder_layers=n, decoder_layers=n, extra=[*spec.extra, *flags])
+            args, task, m, criterion = build(data_bin, vspec, seed=s, device=device)
+            m.train()  # dropout is 0
+            batches = data.fixed_batches(task, args, split, n_sentences, device=device)
+            loss, outputs = us.fairseq_adapter(criterion)
+            us.gradient(m, batches, loss)
+            before = us.outputs_now(m, batches, outputs)
+            return {(sel, e): us.step_change(m, batches, outputs, params, us.sgd(eta), before)["logits"] / eta
+                    for sel, params in selections(m).items() for e, eta in enumerate(etas)
+                    if e == 0 or sel in UNIONS}  # the groups at the first eta; the unions at every eta
+
+        def progress(n, at, vname=vname):
             log(f"[update-decomposition] {vname} N={n}: " + ", ".join(
-                f"{s} {np.nanmean(a[0, i]):.3g}" for s, a in sizes.items()))
+                f"{sel} {np.nanmean(a):.3g}" for (sel, e), a in at.items() if e == 0))
+
+        swept = us.sweep(depths, inits, seed, measure, progress)  # (selection, eta) -> [depth, init]
+        sizes = {sel: np.stack([swept.get((sel, e), np.full((len(depths), inits), np.nan)) for e in range(len(etas))])
+                 for sel, _ in swept}  # selection -> [eta, depth, init]
         rec = {"settings": settings, "flags": list(flags), "etas": {}}
         for e, eta in enumerate(etas):
             per = {}
@@ -116,7 +112,7 @@ def run_update_decomposition(data_bin, out, model: str = "tfixup", variants: Dic
                     continue
                 mean = np.nanmean(arr[e], axis=1)
                 per[sel] = {"df_over_eta": dict(zip(map(str, depths), mean.tolist())),
-                            "loglog_slope": loglog_slope(depths, mean), "per_init": arr[e].tolist()}
+                            "loglog_slope": us.loglog_slope(depths, mean), "per_init": arr[e].tolist()}
             rec["etas"][f"{eta:g}"] = per
         atomic.write_json(store / f"{vname}.json", rec)
         w = rec["etas"][f"{etas[0]:g}"]
