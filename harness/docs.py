@@ -387,29 +387,21 @@ def _key_matches(key: str, patterns: tuple) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(key, "*." + p) for p in patterns)
 
 
-_INDEX: dict = {}  # id(records) -> (records, {record: {key: its values}})
+_INDEX: dict = {}  # id(records) -> [records, {record: {key: its values}}, every value's Pool once asked for]
 
 
-def _index(records: Dict[str, List[Value]]) -> Dict[str, Dict[str, List[Value]]]:
-    held, index = _INDEX.get(id(records), (None, None))
-    if held is not records:
-        index = {}
+def _index(records: Dict[str, List[Value]], every: bool = False):
+    """{record: {key: its values}}; EVERY: a Pool of every value (for the message of a number its source lacks)."""
+    if _INDEX.get(id(records), [None])[0] is not records:
+        index: Dict[str, Dict[str, List[Value]]] = {}
         for f, vals in records.items():
-            by_key: Dict[str, List[Value]] = {}
             for v in vals:
-                by_key.setdefault(key_of(v), []).append(v)
-            index[f] = by_key
-        _INDEX[id(records)] = (records, index)
-    return index
-
-
-def _every(records: Dict[str, List[Value]]) -> Pool:
-    """Every value of the records, for the message of a number its source does not hold."""
-    held, pool = _INDEX.get("every", (None, None))
-    if held is not records:
-        pool = Pool.of([v for vals in records.values() for v in vals])
-        _INDEX["every"] = (records, pool)
-    return pool
+                index.setdefault(f, {}).setdefault(key_of(v), []).append(v)
+        _INDEX[id(records)] = [records, index, None]
+    held = _INDEX[id(records)]
+    if every and held[2] is None:
+        held[2] = Pool.of([v for vals in records.values() for v in vals])
+    return held[2] if every else held[1]
 
 
 def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
@@ -446,7 +438,7 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
             operands = [(m, found[id(m)]) for m in nums if m.para == n.para and found[id(m)]]
             if ("derived", ()) in n.source and derived(n, operands):
                 continue
-            elsewhere = matches(n, _every(records))
+            elsewhere = matches(n, _index(records, every=True))
             if not n.source:
                 why = "its block has no <!-- numbers: RECORD: KEY --> line"
             else:
@@ -539,7 +531,7 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         gap = qm["arms"][qm["better"]]["tfixup_gap"] if qm else None
         # its better schedule in the lr study too: the arm (with or without warmup) of the lower best valid loss
         ran = [a for a in (name, name + "_matched") if a in lrp.get("methods", {})]
-        arm = min(ran, key=lambda a: _or_inf(lrp["methods"][a].get("best_valid_mean")), default=None)
+        arm = min(ran, key=lambda a: lrp["methods"][a].get("best_valid_mean") or math.inf, default=None)
         lm_ = lrp.get("methods", {}).get(arm) if arm else None
         best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
         open_ = " (open)" if lm_ and not lm_.get("grid_closed") else ""
@@ -549,10 +541,6 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
                     + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
     return "\n".join(rows)
-
-
-def _or_inf(v) -> float:
-    return float("inf") if v is None else v
 
 
 def _partial(res: dict) -> str:

@@ -7,8 +7,8 @@ only after every check passed.
     python -m harness.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
                                       [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
                                       [--keep-log FILE] [--preprocess KEY=VALUE ...]
-    python -m harness.manifest check DIR                     -> exit 0 complete, 2 none (made before
-                                                                 manifests), 1 incomplete or changed (one line)
+    python -m harness.manifest check DIR                     -> exit 0 complete (or none: a warning line),
+                                                                 1 incomplete or changed (one line)
 """
 
 import argparse
