@@ -139,8 +139,8 @@ def train(a, precision: str) -> dict:
 
 
 def write_record(a, curves: dict, out: pathlib.Path) -> None:
-    """tfixup_lm_precision.json (settings and curves) and .png (the runs' curves overlaid)."""
-    import json
+    """tfixup_lm_precision.json (settings and curves) and .png (the runs' curves overlaid), each through the one
+    atomic writer (tfixup/atomic.py)."""
     import platform
     import sys
     import time
@@ -155,7 +155,7 @@ def write_record(a, curves: dict, out: pathlib.Path) -> None:
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                          f"{torch.get_num_threads()} threads", "settings": vars(a), "runs": curves}
-    atomic.write_text(out / "tfixup_lm_precision.json", json.dumps(record, indent=1))
+    atomic.write_json(out / "tfixup_lm_precision.json", record)
     fig, (ax_l, ax_p) = plt.subplots(1, 2, figsize=(9, 3.4))
     for prec, c in curves.items():
         ax_l.plot(*zip(*c["train_loss"]), lw=0.8, label=prec)
@@ -168,7 +168,7 @@ def write_record(a, curves: dict, out: pathlib.Path) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(f"T-Fixup LM (apply_tfixup), {a.layers} layers, d={a.dim}, lr {a.lr:g}, seed {a.seed}", fontsize=9)
     fig.tight_layout()
-    atomic.write_file(out / "tfixup_lm_precision.png", lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    atomic.save_figure(out / "tfixup_lm_precision.png", fig)
     print(f"wrote {out}/tfixup_lm_precision.{{json,png}}")
 
 

@@ -77,11 +77,9 @@ class DiskFull(RuntimeError):
     """A save that found the disk full, in one line naming the file, the space free and the fix."""
 
 
-def save_average(paths: Sequence[str], out: str, shown: str = None) -> None:
-    """The average of PATHS written to OUT through the one atomic writer (never a half-written file, no
-    temp file left: fairseq's own writer left OUT.tmp on a full disk); a full disk is ``DiskFull``, naming
-    SHOWN (default OUT): the checkpoint a candidate written to a temp file is for."""
-    state = average_checkpoints(paths)
+def save_state(state: Dict, out: str, shown: str = None) -> None:
+    """STATE written to OUT through the one atomic writer (fairseq's own writer left OUT.tmp on a full
+    disk); a full disk is ``DiskFull``, naming SHOWN (default OUT): the checkpoint a candidate is for."""
     try:
         atomic.write_file(out, lambda tmp: checkpoints.save(state, tmp))
     except OSError as e:
@@ -93,7 +91,6 @@ def save_average(paths: Sequence[str], out: str, shown: str = None) -> None:
         raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {shown or out}: {free / 2 ** 20:.0f} MiB free on "
                        f"the disk of {folder}, the model needs about {need / 2 ** 20:.0f} MiB; free some space, "
                        "then rerun the same command") from None
-
 
 
 @functools.lru_cache(maxsize=4)
@@ -137,22 +134,21 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
                        validate_args: Sequence[str]) -> Dict:
     """Average the last K checkpoints for each K in ``candidates`` and keep the
     one with the lowest VALID loss (the test set is never looked at)."""
-    tried = []
-    best = None
+    tried, best, kept = [], None, None
     # Listed once, newest first; each candidate K averages the first K (listing may load
     # checkpoint_last.pt to compare its update count).
     every = last_checkpoints(ckpt_dir, 10 ** 9)
-    updates = _updates(every[0])  # the newest's, in every average: the averaged model's count
-    with atomic.temp_file(out) as tmp:  # a failed candidate leaves nothing behind
+    with atomic.temp_file(out) as tmp:  # each candidate validated from here; a failure leaves nothing
         for k in sorted({min(int(c), len(every)) for c in candidates}):
-            paths = every[:k]
-            save_average(paths, tmp, shown=out)
+            state = average_checkpoints(every[:k])
+            save_state(state, tmp, shown=out)
             loss = valid_loss(tmp, data, validate_args)
-            tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in paths], "valid_loss": loss})
+            tried.append({"k": k, "checkpoints": [os.path.basename(p) for p in every[:k]], "valid_loss": loss})
             if best is None or loss < best["valid_loss"]:
-                best = tried[-1]
-                os.replace(tmp, out)
-    return {"chosen": best, "tried": tried, "num_updates": updates}
+                best, kept = tried[-1], state
+    save_state(kept, out)
+    # the newest's update count, in every average: the averaged model's
+    return {"chosen": best, "tried": tried, "num_updates": _updates(every[0])}
 
 
 num_updates = recover.num_updates

@@ -23,7 +23,6 @@ experiment up again.
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -419,28 +418,16 @@ def has_checkpoints(run_dir) -> bool:
 
 def data_identity(data) -> Dict:
     """The data-bin's path and its dictionaries' sha256: what a model trained on it can be evaluated on."""
+    from harness.manifest import sha256
+
     data = pathlib.Path(data)
-    dicts = {}
-    for path in sorted(data.glob("dict.*.txt")):
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        dicts[path.name] = h.hexdigest()
-    return {"path": str(data.resolve()), "dictionaries": dicts}
+    return {"path": str(data.resolve()), "dictionaries": {p.name: sha256(p) for p in sorted(data.glob("dict.*.txt"))}}
 
 
 def check_data(run_dir, data) -> str:
-    """The data-bin an evaluation of RUN_DIR uses must have the dictionaries it trained with (the
-    record's, or for a run recorded before data identities, its training command's data-bin).
+    """The data-bin an evaluation of RUN_DIR uses must have the dictionaries it trained with (its record's).
     Returns the line that says which data is used; ``ConfigError`` otherwise."""
-    rec = read_record(run_dir)
-    now = data_identity(data)
-    trained = rec.get("data")
-    if trained is None:  # recorded before data identities: the training command's first argument
-        words = shlex.split(rec["train_commands"][0]) if rec.get("train_commands") else []
-        if len(words) > 1 and pathlib.Path(words[1]).is_dir():
-            trained = data_identity(words[1])
+    now, trained = data_identity(data), read_record(run_dir).get("data")
     if trained is None:
         return f"evaluating on {now['path']} (the training data is unknown: its dictionaries are not compared)"
     ours, theirs = now["dictionaries"], trained["dictionaries"]

@@ -17,7 +17,8 @@ lines) that names where its numbers come from, in a line at its end::
 Entries are separated by ``;``: a record (a path under results/, globs allowed: ``bench/lm/runs/*.json``), then
 after ``: `` the keys of its values (comma-separated, list indices left out, globs allowed; ``best_ppl`` is any key
 ending in it; no keys: every value of the record). A number is *recorded* when one of those values, rounded to the
-precision the doc shows, is the number (``8.22`` for 8.2237; ``1.91 %`` for 0.0191; ``0.88M`` for 876,032;
+precision the doc shows, is the number (``8.22`` for 8.2237; ``1.91 %`` for 0.0191, or for 1.91 at a key naming a
+percent or in prose followed by ``%``; ``0.88M`` for 876,032;
 ``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time key: wall_s, ...; a perplexity also for 2 ** a loss in
 bits), or "X of Y runs": a study's runs recorded and planned. A block whose source line also says ``derived``
 may show the difference, ratio or mean of the values behind two recorded numbers of it, at the precision shown
@@ -85,14 +86,12 @@ def _walk(obj, path: str, out: list) -> None:
         elif " " in obj or re.fullmatch(r"\d+(?:\.\d+)?(?:/\d+)?", obj.strip()):
             # prose ("29000 lines ... 1.91% of valid tokens"), a count as text ("0/3"), a number as text;
             # not ids, hashes or paths
-            found = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:e[-+]?\d+)?", obj)
+            found = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)( ?%)?", obj)
         else:
             found = []
-        for num in found:
-            try:
-                out.append(Value(abs(float(num)), path))
-            except ValueError:
-                pass
+        for num in found:  # a number of prose followed by "%" is a percentage as it is shown (1.91% of tokens)
+            num, pct = num if isinstance(num, tuple) else (num, "")
+            out.append(Value(abs(float(num)), path + (" (percent)" if pct else "")))
     elif isinstance(obj, dict):
         for k, v in obj.items():
             _walk(v, f"{path}.{k}" if path else str(k), out)
@@ -167,6 +166,7 @@ class Number(NamedTuple):
     runs: tuple = ()  # "X of Y runs": (X, Y), a study's runs recorded and planned
     perplexity: bool = False  # a perplexity: also 2 ** a loss in bits
     time: bool = False  # a duration (s, min, h)
+    percent: bool = False  # a percentage: a fraction x 100, or a value as it is from a key naming a percent
 
 
 GENERATED = re.compile(r"<!-- generated: (.*?) -->\n.*?<!-- end generated -->", re.S)
@@ -291,7 +291,8 @@ def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> L
                 mantissa, exp = num.split("e")
                 error = 0.5 * 10 ** (int(exp) - _decimals(mantissa))
             out.append(Number(text=m.group().strip(), value=value, error=error, scale=_SCALES.get(unit, (1.0,)),
-                              perplexity=ppl, time=unit in ("s", "min", "h", "hour", "hours"), **keep))
+                              perplexity=ppl, time=unit in ("s", "min", "h", "hour", "hours"), percent=unit == "%",
+                              **keep))
     return out
 
 
@@ -311,6 +312,10 @@ def shown_as(v: float, n: Number) -> bool:
 
 # a record's key that holds a time: wall_s, train_wall_hours, s_per_update, QUICKSTART_WALL (not "admin")
 _TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_min|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
+
+
+# a record's key that holds a percentage as it is shown (unk_rate_percent); any other value reads as a fraction
+_PERCENT_KEY = re.compile(r"percent|pct", re.I)
 
 
 class Pool(NamedTuple):
@@ -341,7 +346,7 @@ def matches(n: Number, pool: Pool) -> List[Value]:
         lo, hi = (n.value - n.error * 1.01) / scale - 1e-12, (n.value + n.error * 1.01) / scale + 1e-12
         i = bisect.bisect_left(keys, lo)
         while i < len(keys) and keys[i] <= hi:
-            if shown_as(keys[i] * scale, n):
+            if shown_as(keys[i] * scale, n) and (scale != 1.0 or not n.percent or _PERCENT_KEY.search(values[i].source)):
                 out.append(values[i])
             i += 1
     if n.perplexity and n.value > n.error:  # perplexity = 2 ** (loss in bits), fairseq's definition
@@ -375,36 +380,28 @@ def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
 
 def key_of(v: Value) -> str:
     """A value's key in its record, list indices left out: rows[3].best_ppl -> rows.best_ppl."""
-    return re.sub(r"\[\d+\]", "", v.source.split(":", 1)[1]) if ":" in v.source else ""
+    return re.sub(r"\[\d+\]| \(percent\)$", "", v.source.split(":", 1)[1]) if ":" in v.source else ""
 
 
 def _key_matches(key: str, patterns: tuple) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(key, "*." + p) for p in patterns)
 
 
-_INDEX: dict = {}  # id(records) -> (records, {record: {key: its values}})
+_INDEX: dict = {}  # id(records) -> [records, {record: {key: its values}}, every value's Pool once asked for]
 
 
-def _index(records: Dict[str, List[Value]]) -> Dict[str, Dict[str, List[Value]]]:
-    held, index = _INDEX.get(id(records), (None, None))
-    if held is not records:
-        index = {}
+def _index(records: Dict[str, List[Value]], every: bool = False):
+    """{record: {key: its values}}; EVERY: a Pool of every value (for the message of a number its source lacks)."""
+    if _INDEX.get(id(records), [None])[0] is not records:
+        index: Dict[str, Dict[str, List[Value]]] = {}
         for f, vals in records.items():
-            by_key: Dict[str, List[Value]] = {}
             for v in vals:
-                by_key.setdefault(key_of(v), []).append(v)
-            index[f] = by_key
-        _INDEX[id(records)] = (records, index)
-    return index
-
-
-def _every(records: Dict[str, List[Value]]) -> Pool:
-    """Every value of the records, for the message of a number its source does not hold."""
-    held, pool = _INDEX.get("every", (None, None))
-    if held is not records:
-        pool = Pool.of([v for vals in records.values() for v in vals])
-        _INDEX["every"] = (records, pool)
-    return pool
+                index.setdefault(f, {}).setdefault(key_of(v), []).append(v)
+        _INDEX[id(records)] = [records, index, None]
+    held = _INDEX[id(records)]
+    if every and held[2] is None:
+        held[2] = Pool.of([v for vals in records.values() for v in vals])
+    return held[2] if every else held[1]
 
 
 def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
@@ -441,7 +438,7 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
             operands = [(m, found[id(m)]) for m in nums if m.para == n.para and found[id(m)]]
             if ("derived", ()) in n.source and derived(n, operands):
                 continue
-            elsewhere = matches(n, _every(records))
+            elsewhere = matches(n, _index(records, every=True))
             if not n.source:
                 why = "its block has no <!-- numbers: RECORD: KEY --> line"
             else:
@@ -534,7 +531,7 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         gap = qm["arms"][qm["better"]]["tfixup_gap"] if qm else None
         # its better schedule in the lr study too: the arm (with or without warmup) of the lower best valid loss
         ran = [a for a in (name, name + "_matched") if a in lrp.get("methods", {})]
-        arm = min(ran, key=lambda a: _or_inf(lrp["methods"][a].get("best_valid_mean")), default=None)
+        arm = min(ran, key=lambda a: lrp["methods"][a].get("best_valid_mean") or math.inf, default=None)
         lm_ = lrp.get("methods", {}).get(arm) if arm else None
         best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
         open_ = " (open)" if lm_ and not lm_.get("grid_closed") else ""
@@ -544,10 +541,6 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
                     + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
     return "\n".join(rows)
-
-
-def _or_inf(v) -> float:
-    return float("inf") if v is None else v
 
 
 def _partial(res: dict) -> str:

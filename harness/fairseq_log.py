@@ -131,17 +131,14 @@ def parse_train_log(text: str) -> dict:
 
 def last_value(text: str, key: str, kinds=KINDS) -> str:
     """The last logged value of ``key`` (unprefixed: ``loss`` also finds ``valid_loss``), or "?"."""
-    found = []
-    for kind in kinds:
-        for line_no, line in enumerate(text.splitlines()):
-            m = _LINE.search(line)
-            if m and (m.group(1) or m.group(2)) == kind:
-                rec = records(line, kind)
-                hits = [v for k, v in (rec[0].items() if rec else [])
-                        if k == key or (k.partition("_")[2] == key and k.partition("_")[0] in ("valid", "train"))]
-                if hits:
-                    found.append((line_no, hits[-1]))
-    return str(max(found)[1]) if found else "?"
+    for line in reversed(text.splitlines()):
+        kind, body = _kind_body(line)
+        rec = _stats(kind, body) if kind in kinds else None
+        hits = [v for k, v in (rec or {}).items()
+                if k == key or (k.partition("_")[2] == key and k.partition("_")[0] in ("valid", "train"))]
+        if hits:
+            return str(_number(hits[-1]))
+    return "?"
 
 
 def last_saved_update(text: str) -> str:
@@ -177,6 +174,9 @@ TOKENS = re.compile(r"sentence at index \d+ of size \d+ exceeds max_tokens limit
 # the shell could not start the command: too long an argument list (E2BIG), no such program
 NOT_RUN = re.compile(r"Argument list too long|fairseq-train: (?:command )?not found")
 ARGS = re.compile(r"^\S*(?:fairseq-train|train\.py|__main__\.py): error: (.*)$", re.M)
+# the plugin's one-line refusal of a setting or an input (tfixup/errors.py), and an exception's line
+REFUSED = re.compile(r"^error: (.*)$", re.M)
+EXCEPTION = re.compile(r"^[ \t]*\w*(?:Error|Exception)\b.*:.*$", re.M)
 
 
 # ---------------------------------------------------------------- what the scripts show of a training

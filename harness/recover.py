@@ -16,7 +16,6 @@
 """
 
 import glob
-import json
 import os
 import pickle
 import re
@@ -142,7 +141,6 @@ def foreign_model_advice(last: str, what: str) -> str:
 # ---------------------------------------------------------------- why fairseq-train failed
 
 
-
 def _mb(n: int) -> str:
     return f"{n / 2 ** 20:.0f} MB" if n >= 2 ** 20 else f"{n / 1024:.0f} KB"
 
@@ -161,24 +159,16 @@ def _retry(argv: Sequence[str], key: str, value: str, new_out: Optional[str] = N
     return shlex.join(words[:end] + ["--set", f"{key}={value}"] + words[end:])
 
 
-def _record_lr(run_dir: str) -> Optional[float]:
-    try:
-        with open(os.path.join(run_dir, "config.resolved.json"), encoding="utf-8") as f:
-            return float(json.load(f)["values"]["LR"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _config_value(run_dir: str, key: str) -> Optional[float]:
-    """KEY in the run's config file itself (no environment, no --set): where a run whose value was
-    overridden far off goes back to (half of LR=1e9 diverges as surely)."""
+def _config_value(run_dir: str, key: str, own: bool = True) -> Optional[float]:
+    """KEY as the run trained with it (OWN False: its record), or in the run's config file itself (no
+    environment, no --set): where a run whose value was overridden far off goes back to (half of LR=1e9
+    diverges as surely)."""
     from harness import config
 
     try:
-        with open(os.path.join(run_dir, "config.resolved.json"), encoding="utf-8") as f:
-            path = json.load(f)["config_file"]
-        return float(config.resolve(path, environ={}).values[key])
-    except (OSError, ValueError, KeyError, TypeError, config.ConfigError):
+        rec = config.read_record(run_dir)
+        return float((config.resolve(rec["config_file"], environ={}).values if own else rec["values"])[key])
+    except (OSError, ValueError, KeyError, TypeError):  # config.ConfigError is a ValueError
         return None
 
 
@@ -224,7 +214,7 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                 return corrupt_last_advice(last, e, command)
         m = re.search(r"gradients are Nan/Inf|Minimum loss scale reached", run)
         what = m.group(0) if m else "NaN/Inf"
-        lr = _record_lr(run_dir)
+        lr = _config_value(run_dir, "LR", own=False)
         if lr is None:
             lower = "lower LR (--set LR=...)"
         else:
@@ -275,11 +265,11 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                 + ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
                    if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")
                 + "; nothing was trained")
-    refused = [line[len("error: "):].strip() for line in run.splitlines() if line.startswith("error: ")]
+    refused = [line.strip() for line in fairseq_log.REFUSED.findall(run)]
     if refused:  # the plugin's one-line refusal of a setting or an input (tfixup/errors.py): no crash to resume from
         return (f"{refused[-1][:400]} (fairseq-train refused the run: rerunning the same command will fail the same "
                 "way until that is fixed)")
-    errors = [line.strip() for line in run.splitlines() if re.match(r"\s*\w*(Error|Exception)\b.*:", line)]
+    errors = [line.strip() for line in fairseq_log.EXCEPTION.findall(run)]
     if rc in (137, -9, 143, -15) or not errors:
         # killed (the OOM killer, a preemption) or ended without an error of its own: resuming is the fix
         cause = "killed (SIGKILL: out of memory?)" if rc in (137, -9) else f"exit {rc}"

@@ -50,9 +50,6 @@ def run_data(run) -> pathlib.Path:
     except config.ConfigError as e:
         raise TranslateError(str(e)) from None
     path = (rec.get("data") or {}).get("path")
-    if path is None and rec.get("train_commands"):  # recorded before data identities
-        words = shlex.split(rec["train_commands"][0])
-        path = words[1] if len(words) > 1 else None
     if not path or not pathlib.Path(path).is_dir():
         raise TranslateError(f"the data-bin {run} trained on ({path or 'not recorded'}) is not there: "
                              "its dictionaries and BPE codes are needed to translate")
@@ -261,45 +258,6 @@ def show(run) -> Dict:
             "bpe_codes": str(data / steps["bpe_codes"]) if steps["bpe_codes"] else None, "preprocess": steps}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="scripts/translate.sh", description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="a run of scripts/train.sh (its folder)")
-    p.add_argument("file", nargs="?", help="text to translate, one sentence per line (default: stdin)")
-    p.add_argument("--show", action="store_true", help="print the model, data-bin, dictionaries, BPE codes "
-                                                       "and preprocessing used (JSON), translate nothing")
-    p.add_argument("--verbose", action="store_true", help="also print, per line, the tokens the model read "
-                                                          "(S:) and wrote (T:) on stderr")
-    args = p.parse_args(argv)
-    try:
-        if args.show:
-            print(json.dumps(show(args.run), indent=1))
-            return 0
-        translator = Translator(args.run)
-        stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
-        with stream:
-            if stream.isatty():  # typed: each line as it comes
-                print(f"translating with {translator.model} ({translator.steps['src']} -> {translator.steps['tgt']}):"
-                      " type a sentence, Enter; Ctrl-D ends", file=sys.stderr)
-                chunks = ([line] for line in stream)
-            else:
-                chunks = iter([stream.readlines()])
-            for chunk in chunks:
-                for r in translator.translate(chunk):
-                    if args.verbose:
-                        print(f"S: {r['tokens_in']}\nT: {r['tokens_out']}", file=sys.stderr)
-                    print(r["translation"], flush=True)
-    except (TranslateError, config.ConfigError, OSError, UnicodeDecodeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C: stop, without a traceback (the lines so far are printed)
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # ---------------------------------------------------------------- telling a user how to use the model
 
 # a sentence to show the model on, by source language (else the first sentence of the test set)
@@ -359,3 +317,42 @@ def usage(run, translator: Optional["Translator"] = None) -> Dict:
             f"BPE ({steps['bpe_codes']})" if steps["bpe"] != "none" else ""])) or "none",
     )
     return info
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/translate.sh", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="a run of scripts/train.sh (its folder)")
+    p.add_argument("file", nargs="?", help="text to translate, one sentence per line (default: stdin)")
+    p.add_argument("--show", action="store_true", help="print the model, data-bin, dictionaries, BPE codes "
+                                                       "and preprocessing used (JSON), translate nothing")
+    p.add_argument("--verbose", action="store_true", help="also print, per line, the tokens the model read "
+                                                          "(S:) and wrote (T:) on stderr")
+    args = p.parse_args(argv)
+    try:
+        if args.show:
+            print(json.dumps(show(args.run), indent=1))
+            return 0
+        translator = Translator(args.run)
+        stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
+        with stream:
+            if stream.isatty():  # typed: each line as it comes
+                print(f"translating with {translator.model} ({translator.steps['src']} -> {translator.steps['tgt']}):"
+                      " type a sentence, Enter; Ctrl-D ends", file=sys.stderr)
+                chunks = ([line] for line in stream)
+            else:
+                chunks = iter([stream.readlines()])
+            for chunk in chunks:
+                for r in translator.translate(chunk):
+                    if args.verbose:
+                        print(f"S: {r['tokens_in']}\nT: {r['tokens_out']}", file=sys.stderr)
+                    print(r["translation"], flush=True)
+    except (TranslateError, config.ConfigError, OSError, UnicodeDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: stop, without a traceback (the lines so far are printed)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,10 +18,13 @@ quote() { printf '%q ' "$@" | sed 's/ $//'; }  # a command line as one shell-quo
 # A script's options: --NAME VALUE, for each NAME in VALUES, sets the variable NAME in upper case with
 # _ for - (--train-lines N sets TRAIN_LINES; an array gets VALUE appended: a repeatable option);
 # --NAME, for each NAME in SWITCHES, sets it to 1; -h/--help prints usage; after "--" the rest goes
-# to the array REST_ARRAY (where the script takes one). Anything else: usage and one line naming it.
-read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY] -- ARGS...
-  local values=" $1 " switches=" $2 " rest="" name; shift 2
+# to the array REST_ARRAY (where the script takes one); a word not starting with "-" is appended to
+# the array POS_ARRAY (where the script takes one; REST_ARRAY "" for none). Anything else: usage and
+# one line naming it.
+read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY [POS_ARRAY]] -- ARGS...
+  local values=" $1 " switches=" $2 " rest="" pos="" name; shift 2
   [ "$1" = -- ] || { rest=$1; shift; }
+  [ "$1" = -- ] || { pos=$1; shift; }
   shift
   while [ $# -gt 0 ]; do
     name=${1#--}; name=${name^^}; name=${name//-/_}
@@ -39,6 +42,8 @@ read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY] -- ARGS...
       shift 2
     elif [[ $1 == --?* && $switches == *" ${1#--} "* ]]; then
       printf -v "$name" 1; shift
+    elif [ -n "$pos" ] && [[ $1 != -* ]]; then
+      local -n _pos=$pos; _pos+=("$1"); unset -n _pos; shift
     else
       usage >&2; die "unknown option: $1"
     fi

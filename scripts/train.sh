@@ -41,30 +41,15 @@ USAGE
 }
 
 CPU=0; NPROC=""; NNODES=1; NODE_RANK=${NODE_RANK:-0}; MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
-MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; PER_PROCESS_BATCH=0; DRY_RUN=0
-POS=(); EXTRA=(); SETS=()
+MASTER_PORT=${MASTER_PORT:-29500}; SLURM=0; BF16=0; PER_PROCESS_BATCH=0; DRY_RUN=0
+POS=(); EXTRA=(); SET=(); SETS=()
 
 parse_options() {
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --cpu) CPU=1; shift;;
-      --nproc) NPROC=$2; shift 2;;
-      --nnodes) NNODES=$2; shift 2;;
-      --node-rank) NODE_RANK=$2; shift 2;;
-      --master-addr) MASTER_ADDR=$2; shift 2;;
-      --master-port) MASTER_PORT=$2; shift 2;;
-      --slurm) SLURM=1; shift;;
-      # fairseq 0.12 (options.py) turns --bf16 into --tpu: it cannot train in bf16 on a GPU
-      --bf16) die "--bf16: fairseq 0.12 trains bf16 only on TPUs (its --bf16 sets --tpu); on a GPU use fp16 (--set FP16=1) or fp32 (--set FP16=0)";;
-      --per-process-batch) PER_PROCESS_BATCH=1; shift;;
-      --set) SETS+=(--set "$2"); shift 2;;
-      --dry-run) DRY_RUN=1; shift;;
-      -h|--help) usage; exit 0;;
-      --) shift; EXTRA=("$@"); break;;
-      -*) usage >&2; die "unknown option: $1";;
-      *) POS+=("$1"); shift;;
-    esac
-  done
+  read_options "nproc nnodes node-rank master-addr master-port set" "cpu slurm bf16 per-process-batch dry-run" \
+    EXTRA POS -- "$@"
+  # fairseq 0.12 (options.py) turns --bf16 into --tpu: it cannot train in bf16 on a GPU
+  [ "$BF16" = 0 ] || die "--bf16: fairseq 0.12 trains bf16 only on TPUs (its --bf16 sets --tpu); on a GPU use fp16 (--set FP16=1) or fp32 (--set FP16=0)"
+  local s; for s in "${SET[@]}"; do SETS+=(--set "$s"); done
   [ ${#POS[@]} -eq 3 ] || { usage >&2; die "expected EXPERIMENT DATA_DIR OUT_DIR, got ${#POS[@]} arguments"; }
   local v flag
   for v in NPROC NNODES NODE_RANK MASTER_PORT; do
@@ -270,14 +255,7 @@ main() {
     local name=${values[0]} src=${values[1]} prepare=${values[2]}; MAX_UPDATE=${values[3]} MAX_EPOCH=${values[4]}
     [ -d "$DATA" ] || die "data dir not found: $DATA (make it with scripts/$prepare)"
     [ -f "$DATA/dict.$src.txt" ] || die "not a fairseq data-bin for $name (no dict.$src.txt): $DATA"
-    # the data-bin's manifest (scripts/prepare-*.sh): refuse incomplete data; one made
-    # before manifests is used, with a warning
-    local rc=0; python3 -m harness.manifest check "$DATA" || rc=$?
-    case $rc in
-      0) ;;
-      2) log "warning: $DATA has no manifest.json (made before manifests): its completeness is not checked";;
-      *) exit 1;;
-    esac
+    python3 -m harness.manifest check "$DATA" || exit 1  # incomplete data refused (one line)
     use_venv
   fi
   choose_devices

@@ -1,4 +1,4 @@
-"""harness/device_bundle.py: the bundle a GPU machine without fairseq or a package index runs the studies from.
+"""tools/device_bundle.py: the bundle a GPU machine without fairseq or a package index runs the studies from.
 The downloads are stood in for (no network in tests): a source release holding the two Cython files, a wheel."""
 
 import io
@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-from harness import device_bundle  # noqa: E402
+from tools import device_bundle  # noqa: E402
 
 
 def fake_download(args, dest):
@@ -43,5 +43,5 @@ def test_make_bundles_fairseq_source_without_compiled_parts(tmp_path, monkeypatc
 
 
 def test_setup_without_a_bundle_is_one_line_naming_make(tmp_path):
-    with pytest.raises(SystemExit, match="python -m harness.device_bundle make"):
+    with pytest.raises(SystemExit, match="python -m tools.device_bundle make"):
         device_bundle.setup(tmp_path)

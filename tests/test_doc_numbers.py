@@ -145,6 +145,24 @@ def test_invented_numbers_fail_though_some_record_holds_a_value_like_them(repo):
     assert check(repo, text, "<!-- numbers: bench/toy.json: ratio, ppl_loss; bench/toy/runs/*.json: wall_s -->") == []
 
 
+def test_invented_numbers_fail_under_a_broad_key_pattern(repo):
+    """A source may name keys by pattern (``methods.*.lr_range``): a made-up ratio, perplexity, time and percentage
+    still fail, though other keys of the same methods hold values like them (0.4375, 2 ** 5.266, 602 s, 12.03);
+    a value as it is reads as a percentage only from a key or prose that says percent (a loss of 12.03 is no 12 %)."""
+    toy = repo / "results" / "bench" / "toy.json"
+    res = json.loads(toy.read_text())
+    res["methods"] = {m: {"lr_range": [0.0001, lo], "ratio": 0.4375, "loss": 5.266, "wall_s": 602.0,
+                          "first_loss": 12.03, "unk_percent": 3.2, "note": "4.8% of tokens"}
+                      for m, lo in (("a", 0.002), ("b", 0.004))}
+    toy.write_text(json.dumps(res))
+    text = "lrs 1e-4 to 2e-3 and 4e-3: T-Fixup 0.44x, perplexity 38.5, 10.0 min, 12 % stuck.\n"
+    assert check(repo, text, "<!-- numbers: bench/toy.json: methods.*.lr_range -->") == [
+        "0.44x", "38.5", "10.0 min", "12 %"]
+    # the whole of each method named: the ratio, perplexity and time are its values; 12 % is still no percentage
+    assert check(repo, text + "\n3.2 % and 4.8 % unknown.\n", "<!-- numbers: bench/toy.json: methods.* -->") == [
+        "12 %"]
+
+
 def test_a_record_changed_under_an_unchanged_text_fails(repo):
     text = "T-Fixup needs 0.44x the updates, ends at perplexity 38.5, each run 10.0 min.\n"
     source = "<!-- numbers: bench/toy.json: ratio, ppl_loss; bench/toy/runs/*.json: wall_s -->"

@@ -205,7 +205,7 @@ COVERED = {
     "python examples/hf_trainer.py --model marian --out work/hf-trainer-marian": ("example",),
     "python -m harness.bench.hf export --out work/hf-data": ("flags",),
     # docs/measurements.md: the lr study's fairseq bundle for a GPU machine without a package index
-    "python -m harness.device_bundle make": ("flags",),
+    "python -m tools.device_bundle make": ("flags",),
     "python -m harness.bench.hf --estimate --data work/hf-data": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --device cuda --jobs 8": ("flags",),
     "python -m harness.bench.hf --out results/bench --data work/hf-data --report-only": ("flags",),

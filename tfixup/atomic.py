@@ -28,7 +28,7 @@ def write_file(path, write) -> pathlib.Path:
 def temp_file(path):
     """A temp file beside PATH, named as write_file names its own (so that a writer killed outright leaves
     it to the next write into that folder), removed on leaving unless renamed away: for a caller that
-    writes candidates and moves the best one into place (harness/average.py)."""
+    writes candidates to read back (harness/average.py)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale(path.parent)

@@ -1,41 +1,31 @@
 """Mixed precision and speed on a GPU, in one resumable command: what the CPU cannot measure.
 
-Four parts, each a list of runs with a record each (OUT/gpu/runs/RUN.json; a recorded run is skipped, so the
-study runs in parts: ``--stop-after`` starts no run past that many seconds, and the same command again runs the
-rest):
+Four parts, each a list of runs with a record each (OUT/gpu/runs/RUN.json; a recorded run is skipped, so the study
+runs in parts: ``--stop-after`` starts no run past that many seconds, and the same command again runs the rest):
 
   fp16   the paper's IWSLT small model (512-1024-4, 6+6 layers, 4096 tokens per update) in fairseq's ``--fp16``
-         (FP16Optimizer: fp16 weights and activations, fp32 master copy, dynamic loss scale), on the IWSLT'14
-         sample, lr 5e-4 and 1e-3: T-Fixup without warmup against Post-LN and Pre-LN on fairseq's warmup
-         (inverse_sqrt over W updates), the same updates. Per run: the steps fairseq skipped on a gradient
-         overflow and the loss-scale drops, the valid loss curve (final and best), and the largest |value| per
-         layer of the residual stream (each layer's output and every LayerNorm's input: for Post-LN the sum
-         before it is normalised) and of the FFN's hidden units, against fp16's 65504; beside the CPU
-         analysis's prediction (results/diagnostics/fp16_headroom.json, fp32).
-  deep   T-Fixup at 50 and 100 layers per side (Fig. 4b's regime), the depth study's runs (64-128-2, lr 5e-4,
-         no warmup) in fp16: beside their fp32 records (results/bench/depth/runs/tfixup-N.json).
-  bf16   the HuggingFace study's GPT-2 and Llama runs at 6 layers (harness/bench/hf.py's specs, its loop)
-         under ``torch.autocast(dtype=torch.bfloat16)``: fairseq 0.12's ``--bf16`` means TPU, so bf16 goes
-         through the HuggingFace path; beside their fp32 records (results/bench/hf/runs/).
-  speed  harness/bench/speed.py's measurement (fairseq's Trainer.train_step, T-Fixup and the stock transformer
-         of the same shape timed in alternating blocks on the same batches, peak memory in a fresh process,
-         FLOPs counted by torch's flop counter, MFU = achieved FLOP/s / the device's peak) at 512-1024-4 and
-         1024-4096-16, fp32 and fp16; run alone, after the training runs (which share the GPU, ``--jobs``).
+         (fp16 weights and activations, fp32 master copy, dynamic loss scale), lr 5e-4 and 1e-3: T-Fixup without
+         warmup against Post-LN and Pre-LN on fairseq's inverse_sqrt warmup. Per run: the steps skipped on a
+         gradient overflow, the loss-scale drops, the valid curve, and the largest |value| per layer of the
+         residual stream (each layer's output and every LayerNorm's input) and of the FFN's hidden units, against
+         fp16's 65504; beside the CPU analysis's prediction (results/diagnostics/fp16_headroom.json, fp32).
+  deep   T-Fixup at 50 and 100 layers per side, the depth study's runs in fp16, beside their fp32 records.
+  bf16   the HuggingFace study's GPT-2 and Llama runs at 6 layers (harness/bench/hf.py's specs and loop) under
+         ``torch.autocast(dtype=torch.bfloat16)`` (fairseq 0.12's ``--bf16`` means TPU), beside their fp32 records.
+  speed  harness/bench/speed.py's measurement (A/B blocks of Trainer.train_step, fresh-process peak memory, MFU)
+         at 512-1024-4 and 1024-4096-16, fp32 and fp16; alone, after the training runs (which share the GPU).
 
-Every record carries the device, its driver, the torch/CUDA/cuDNN versions, the command and the date.
-
-CPU mode (``--device cpu --smoke``, what the tests run): the same code at a tiny size. fairseq's ``--fp16``
-needs CUDA, so on CPU the fp16 and deep parts train in fp32 (said in one line) and speed times fp32 only; bf16
-autocast runs on CPU too.
+Every record carries the device, its driver, the torch/CUDA/cuDNN versions, the command and the date. CPU mode
+(``--device cpu --smoke``, what the tests run): the same code at a tiny size, fp32 where fp16 needs CUDA.
 
     python -m harness.bench.gpu prepare        # here, once: work/data-bin/iwslt14-v1000, work/hf-data, work/device
     python -m harness.bench.gpu --device cpu --smoke --out /tmp/gpu --data DATA --hf-data HF_DATA   # the CPU mode
-    python3 -m harness.device_bundle setup; PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH \\
+    python3 -m tools.device_bundle setup; PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH \\
         python3 -m harness.bench.gpu --device cuda --out results/bench --stop-after 360              # on the GPU
 """
 
 import argparse
-import datetime
+import contextlib
 import json
 import math
 import os
@@ -47,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 from harness.bench import common, convergence, depth, hf, runs as runlib, speed
 from tfixup import atomic
@@ -55,16 +46,13 @@ STEM = "gpu"
 PARTS = ("fp16", "deep", "bf16", "speed")
 CARRY_LIMIT_MIB = 64  # what a device call carries at most (the working tree with its carried paths)
 FP16_MAX = 65504.0
-# the fp16 part's arms: T-Fixup without warmup, Post-LN and Pre-LN on fairseq's inverse_sqrt warmup
 FP16_ARMS = common.arm_table([common.arm("tfixup", "nowarmup"), common.arm("postln", "warmup"),
                              common.arm("preln", "warmup")])
 CPU_PREDICTION = common.REPO / "results" / "diagnostics" / "fp16_headroom.json"
 FP32_RECORDS = {"deep": common.REPO / "results" / "bench" / "depth" / "runs",
                 "bf16": common.REPO / "results" / "bench" / "hf" / "runs"}
-
 MODES = {
-    # the CPU mode: every part at a tiny size, a few updates (seconds)
-    "smoke": dict(
+    "smoke": dict(  # the CPU mode: every part at a tiny size, a few updates (seconds)
         fp16=dict(embed=32, ffn=64, heads=2, layers=1, updates=4, valid_every=2, warmup=2, max_tokens=512,
                   dropout=0.1, decay_period=4000, lrs=[1e-3], arms=["preln_warmup"]),
         deep=dict(depths=[3], updates=3, valid_every=3),
@@ -86,119 +74,86 @@ def fairseq_dtype(device: str) -> str:
     return "fp16" if device == "cuda" else "fp32"
 
 
-def speed_dtypes(device: str) -> list:
-    return ["fp32", "fp16"] if device == "cuda" else ["fp32"]
-
-
 # ---------------------------------------------------------------- the runs
+
+
+def _fairseq_run(rid: str, meta: dict, args: list, data, dtype: str) -> runlib.Run:
+    return runlib.Run(rid, dict(meta, dtype=dtype), ["fairseq", *args, *speed.PRECISION[dtype]], str(data))
 
 
 def fp16_runs(cfg: dict, data: pathlib.Path, device: str) -> list:
     """The paper's small model on each arm at each lr, through the convergence study's run builder."""
     c, dtype = cfg["fp16"], fairseq_dtype(device)
-    out = []
-    for lr in c["lrs"]:
-        for name in c["arms"]:
-            r = convergence.make_run(c, data, name, lr, 1, c["updates"], "fp16", FP16_ARMS, device)
-            out.append(runlib.Run(f"fp16-{name}-lr{lr:g}-{dtype}",
-                                  dict(part="fp16", method=name, lr=lr, layers=c["layers"], dtype=dtype,
-                                       updates=c["updates"]),
-                                  ["fairseq", *r.args, *speed.PRECISION[dtype]], str(data)))
-    return out
+    return [_fairseq_run(f"fp16-{name}-lr{lr:g}-{dtype}", dict(part="fp16", method=name, lr=lr, layers=c["layers"],
+                                                               updates=c["updates"]),
+                         convergence.make_run(c, data, name, lr, 1, c["updates"], "fp16", FP16_ARMS, device).args,
+                         data, dtype) for lr in c["lrs"] for name in c["arms"]]
 
 
 def depth_config(cfg: dict, data: pathlib.Path, device: str) -> dict:
     """The depth study's settings (its command line's defaults) with this study's updates and validation."""
     args = depth.parser().parse_args(["--data", str(data), "--out", "-", "--device", device])
-    return dict(depth.make_config(args), updates=cfg["deep"]["updates"], deep_updates=cfg["deep"]["updates"],
-                valid_every=cfg["deep"]["valid_every"])
+    d = cfg["deep"]
+    return dict(depth.make_config(args), updates=d["updates"], deep_updates=d["updates"], valid_every=d["valid_every"])
 
 
 def deep_runs(cfg: dict, data: pathlib.Path, device: str) -> list:
     """T-Fixup at each depth: the depth study's run (depth.run_of), at fairseq_dtype's precision."""
-    dcfg, dtype = depth_config(cfg, data, device), fairseq_dtype(device)
-    out = []
+    dcfg, dtype, out = depth_config(cfg, data, device), fairseq_dtype(device), []
     for n in cfg["deep"]["depths"]:
         r = depth.run_of(dcfg, data, "tfixup", n)
-        out.append(runlib.Run(f"deep-tfixup-{n}-{dtype}", dict(part="deep", method="tfixup", depth=n, dtype=dtype,
-                                                               updates=r.meta["updates"], fp32_id=r.id),
-                              ["fairseq", *r.args, *speed.PRECISION[dtype]], str(data)))
+        out.append(_fairseq_run(f"deep-tfixup-{n}-{dtype}", dict(part="deep", method="tfixup", depth=n,
+                                                                 updates=r.meta["updates"], fp32_id=r.id),
+                                r.args, data, dtype))
     return out
 
 
-def bf16_specs(cfg: dict) -> list:
+def bf16_runs(cfg: dict, hf_data: pathlib.Path) -> list:
     """The HuggingFace study's specs (hf.make_specs) of the chosen families, arms and depth, first seed."""
     c = cfg["bf16"]
-    return [s for s in hf.make_specs(hf.make_config(c["mode"])) if s["family"] in c["families"]
-            and s.get("layers") == c["layers"] and s["seed"] == 1 and s["arm"] in c["arms"]]
-
-
-def bf16_runs(cfg: dict, hf_data: pathlib.Path) -> list:
+    specs = [s for s in hf.make_specs(hf.make_config(c["mode"])) if s["family"] in c["families"]
+             and s.get("layers") == c["layers"] and s["seed"] == 1 and s["arm"] in c["arms"]]
     return [runlib.Run(f"bf16-{hf.run_id(s)}", dict(part="bf16", family=s["family"], arm=s["arm"],
                                                      layers=s["layers"], dtype="bf16", fp32_id=hf.run_id(s)),
-                       ["hf", json.dumps(s, sort_keys=True)], str(hf_data)) for s in bf16_specs(cfg)]
+                       ["hf", json.dumps(s, sort_keys=True)], str(hf_data)) for s in specs]
 
 
 def speed_runs(cfg: dict, data: pathlib.Path, device: str, peak_tflops: float = None) -> list:
     c = cfg["speed"]
-    out = []
-    for size in c["sizes"]:
-        for dtype in speed_dtypes(device):
-            spec = dict({k: v for k, v in c.items() if k != "sizes"}, size=size, dtype=dtype, device=device,
-                        peak_tflops=peak_tflops)
-            out.append(runlib.Run(f"speed-{size}-{dtype}-{device}", dict(part="speed", size=size, dtype=dtype),
-                                  ["speed", json.dumps(spec, sort_keys=True)], str(data)))
-    return out
+    return [runlib.Run(f"speed-{size}-{dtype}-{device}", dict(part="speed", size=size, dtype=dtype),
+                       ["speed", json.dumps(dict({k: v for k, v in c.items() if k != "sizes"}, size=size, dtype=dtype,
+                                                 device=device, peak_tflops=peak_tflops), sort_keys=True)], str(data))
+            for size in c["sizes"] for dtype in (["fp32", "fp16"] if device == "cuda" else ["fp32"])]
 
 
 def make_runs(cfg: dict, data: pathlib.Path, hf_data: pathlib.Path, device: str, parts=PARTS,
               peak_tflops: float = None) -> list:
     """Every run of the chosen parts, the longest first (the deep ones), speed last."""
-    out = []
-    if "deep" in parts:
-        out += deep_runs(cfg, data, device)
-    if "fp16" in parts:
-        out += fp16_runs(cfg, data, device)
-    if "bf16" in parts:
-        out += bf16_runs(cfg, hf_data)
-    if "speed" in parts:
-        out += speed_runs(cfg, data, device, peak_tflops)
-    return out
-
-
-# ---------------------------------------------------------------- where the runs ran
-
-
-def nvidia_driver():
-    """The NVIDIA driver's version (nvidia-smi, else /proc/driver/nvidia/version), or None."""
-    if shutil.which("nvidia-smi"):
-        proc = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True)
-        if proc.returncode == 0 and proc.stdout.strip():
-            return proc.stdout.strip().splitlines()[0]
-    try:
-        text = pathlib.Path("/proc/driver/nvidia/version").read_text()
-    except OSError:
-        return None
-    words = text.split()
-    return next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), None)
-
-
-def accelerator(device: str) -> dict:
-    """Where a run trained: the device, its driver, torch/CUDA/cuDNN versions, the date."""
-    import torch
-
-    out = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda,
-           "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        out.update(device=torch.cuda.get_device_name(0), capability=f"{p.major}.{p.minor}",
-                   memory_gib=round(p.total_memory / 2**30, 1), driver=nvidia_driver(),
-                   cudnn=torch.backends.cudnn.version())
-    return out
+    made = {"deep": lambda: deep_runs(cfg, data, device), "fp16": lambda: fp16_runs(cfg, data, device),
+            "bf16": lambda: bf16_runs(cfg, hf_data), "speed": lambda: speed_runs(cfg, data, device, peak_tflops)}
+    return [r for part in ("deep", "fp16", "bf16", "speed") if part in parts for r in made[part]()]
 
 
 # ---------------------------------------------------------------- one run (in its own process)
+
+
+def accelerator(device: str) -> dict:
+    """Where a run trained, beside common.machine(): the device, and on CUDA its driver, capability, memory, cuDNN."""
+    import torch
+
+    if device != "cuda":
+        return {"device": "cpu", "cuda": torch.version.cuda}
+    p = torch.cuda.get_device_properties(0)
+    smi = shutil.which("nvidia-smi") and subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True)
+    if smi and smi.returncode == 0 and smi.stdout.strip():
+        driver = smi.stdout.split()[0]
+    else:  # no nvidia-smi: the kernel module's version line
+        proc = pathlib.Path("/proc/driver/nvidia/version")
+        words = proc.read_text().split() if proc.is_file() else []
+        driver = next((w for w in words if w[:1].isdigit() and "." in w), None)
+    return {"device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+            "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1), "driver": driver}
 
 
 class ActivationMax:
@@ -210,34 +165,31 @@ class ActivationMax:
         self.maxima, self.handles, self.active = {}, [], True
         for side in ("encoder", "decoder"):
             for i, layer in enumerate(getattr(model, side).layers):
-                self.handles.append(layer.register_forward_hook(self._hook((side, "stream", i), output=True)))
+                self.handles.append(layer.register_forward_hook(self._keep((side, "stream", i), True)))
                 for name, m in layer.named_modules():
                     if name.endswith("layer_norm"):
-                        self.handles.append(m.register_forward_pre_hook(self._hook((side, "stream", i))))
+                        self.handles.append(m.register_forward_pre_hook(self._keep((side, "stream", i), False)))
                     elif name == "fc1":
-                        self.handles.append(m.register_forward_hook(self._hook((side, "ffn", i), output=True)))
+                        self.handles.append(m.register_forward_hook(self._keep((side, "ffn", i), True)))
 
-    def _hook(self, key, output: bool = False):
+    def _keep(self, key, output: bool):
         import torch
 
-        def keep(module, inputs, out=None):
+        def hook(module, inputs, out=None):
             x = out if output else (inputs[0] if inputs else None)
             x = x[0] if isinstance(x, tuple) else x
-            if not self.active or not torch.is_tensor(x) or not x.numel():
-                return
-            v = x.detach().abs().amax().float()
-            self.maxima[key] = v if key not in self.maxima else torch.maximum(self.maxima[key], v)
+            if self.active and torch.is_tensor(x) and x.numel():
+                v = x.detach().abs().amax().float()
+                self.maxima[key] = torch.maximum(self.maxima[key], v) if key in self.maxima else v
 
-        if output:
-            return lambda module, inputs, out: keep(module, inputs, out)
-        return lambda module, inputs: keep(module, inputs)
+        return hook
 
     def result(self) -> dict:
         """{"encoder": {"stream": [per layer], "ffn": [...]}, "decoder": {...}} (inf or nan: left fp16's range)."""
         out = {}
         for (side, q, i), v in sorted(self.maxima.items()):
-            out.setdefault(side, {}).setdefault(q, {})[i] = float(v)
-        return {side: {q: [v[i] for i in sorted(v)] for q, v in qs.items()} for side, qs in out.items()}
+            out.setdefault(side, {}).setdefault(q, []).append(float(v))
+        return out
 
     def detach(self):
         for h in self.handles:
@@ -260,9 +212,8 @@ def valid_loss(trainer) -> float:
     """fairseq-train's validation: the valid set's loss (bits per token) as fairseq_cli/train.py's validate sums it."""
     from fairseq.logging import metrics
 
-    itr = trainer.get_valid_iterator("valid").next_epoch_itr(shuffle=False, set_dataset_epoch=False)
     with metrics.aggregate(new_root=True) as agg:
-        for sample in itr:
+        for sample in trainer.get_valid_iterator("valid").next_epoch_itr(shuffle=False, set_dataset_epoch=False):
             trainer.valid_step(sample)
     return float(agg.get_smoothed_values()["loss"])
 
@@ -278,19 +229,18 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="gpu-run-") as save_dir:  # fairseq writes crash.pt there on a failure
         cfg, task, trainer = build_trainer(data, [*args, "--save-dir", save_dir])
-        cuda, peak_gb = not cfg.common.cpu, 0.0
+        cuda, fp16, peak_gb = not cfg.common.cpu, cfg.common.fp16, 0.0
         task.load_dataset("valid", combine=False, epoch=1)
         max_update, every = cfg.optimization.max_update, cfg.dataset.validate_interval_updates
         watch = ActivationMax(trainer.model)
 
         def scale():
-            return float(trainer.optimizer.scaler.loss_scale) if cfg.common.fp16 else None
+            return float(trainer.optimizer.scaler.loss_scale) if fp16 else None
 
         rec = {"status": "ok", "steps": 0, "overflow_steps": 0, "valid_curve": [], "train_curve": [],
                "loss_scale_curve": [], "params": sum(p.numel() for p in trainer.model.parameters())}
         first_scale, drops, lowest, losses, times = scale(), 0, scale(), [], []
-        epoch_itr = trainer.get_train_iterator(epoch=1)
-        t_start = time.time()
+        epoch_itr, t_start = trainer.get_train_iterator(epoch=1), time.time()
         try:
             while trainer.get_num_updates() < max_update and rec["status"] == "ok":
                 if epoch_itr.next_epoch_idx > 1:
@@ -309,9 +259,8 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                             peak_gb = max(peak_gb, trainer.cuda_env.total_memory_in_GB - agg["gb_free"].val)
                     times.append(time.perf_counter() - t0)
                     rec["steps"] += 1
-                    if cfg.common.fp16:
-                        drops += scale() < s0
-                        lowest = min(lowest, scale())
+                    if fp16:
+                        drops, lowest = drops + (scale() < s0), min(lowest, scale())
                     n = trainer.get_num_updates()
                     if n == before:  # fairseq skipped the update: gradient overflow, the loss scale halved
                         rec["overflow_steps"] += 1
@@ -327,12 +276,10 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                         window = losses[-every:]
                         rec["train_curve"].append((n, round(sum(window) / len(window), 4)))
                         rec["valid_curve"].append((n, round(v, 4)))
-                        if cfg.common.fp16:
+                        if fp16:
                             rec["loss_scale_curve"].append((n, scale()))
-                        common.log(f"  update {n}/{max_update}: train {rec['train_curve'][-1][1]:.3f} "
-                                   f"valid {v:.3f} bits"
-                                   + (f", loss scale {scale():g}" if cfg.common.fp16 else "")
-                                   + f" ({time.time() - t_start:.0f} s)")
+                        common.log(f"  update {n}/{max_update}: train {rec['train_curve'][-1][1]:.3f} valid {v:.3f} "
+                                   f"bits{f', loss scale {scale():g}' if fp16 else ''} ({time.time() - t_start:.0f} s)")
                         if not math.isfinite(v):
                             rec.update(status="nan", error=f"valid loss {v} at update {n}")
                     if n >= max_update or rec["status"] != "ok":
@@ -345,9 +292,8 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                    final_valid=rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
                    best_valid=min(finite) if finite else None, activation_max=maxima, activation_peak=peak_of(maxima),
                    s_per_step=round(statistics.median(times), 4) if times else None,
-                   loss_scale=({"first": first_scale, "final": scale(), "lowest": lowest, "drops": drops}
-                               if cfg.common.fp16 else None),
-                   precision="fp16 (fairseq --fp16: FP16Optimizer, dynamic loss scale)" if cfg.common.fp16 else "fp32",
+                   loss_scale={"first": first_scale, "final": scale(), "lowest": lowest, "drops": drops} if fp16 else None,
+                   precision="fp16 (fairseq --fp16: FP16Optimizer, dynamic loss scale)" if fp16 else "fp32",
                    peak_memory_mib=round(peak_gb * 1024, 1) if cuda else None)
     return rec
 
@@ -356,14 +302,13 @@ def train_bf16(spec: dict, data: pathlib.Path, device: str, threads: int) -> dic
     """One run of the HuggingFace study (hf.run_one: its model, loop and evaluation) under bf16 autocast."""
     import torch
 
-    dev = torch.device(device)
-    if dev.type == "cuda":
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
         torch.cuda.reset_peak_memory_stats()
-    with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+    with torch.autocast(device_type=torch.device(device).type, dtype=torch.bfloat16):
         out = hf.run_one(spec, hf.check_data(data), device, threads)
-    out.update(precision="bf16 (torch.autocast(dtype=torch.bfloat16) over the loop; fp32 weights, AdamW in fp32)",
-               peak_memory_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1) if dev.type == "cuda" else None)
-    return out
+    return dict(out, precision="bf16 (torch.autocast(dtype=torch.bfloat16) over the loop; fp32 weights, AdamW in fp32)",
+                peak_memory_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None)
 
 
 def speed_cell(spec: dict, data: pathlib.Path, threads: int) -> dict:
@@ -375,8 +320,7 @@ def speed_cell(spec: dict, data: pathlib.Path, threads: int) -> dict:
     peak = speed.peak_for(device, dtype, spec.get("peak_tflops"))
     rec = speed.ab_speed(size, dtype, data, spec, device, peak)
     rec[f"{device}_memory"] = speed.memory(size, dtype, data, spec, device, threads)
-    rec.update(peak_tflops=peak, status="ok")
-    return rec
+    return dict(rec, peak_tflops=peak, status="ok")
 
 
 def one_main(argv) -> int:
@@ -390,21 +334,14 @@ def one_main(argv) -> int:
         out = train_fairseq(data, spec["args"], threads)
     elif kind == "hf":
         out = train_bf16(spec["spec"], data, device, threads)
-    elif kind == "speed":
-        out = speed_cell(spec["spec"], data, threads)
     else:
-        raise ValueError(f"unknown run kind {kind!r}: fairseq, hf or speed")
+        out = speed_cell(spec["spec"], data, threads)
     out["env"] = {**common.machine(), **accelerator(device)}
     atomic.write_json(pathlib.Path(a.result), out)
     return 0
 
 
 # ---------------------------------------------------------------- the study's side of a run
-
-
-def fairseq_command(run: runlib.Run) -> str:
-    """The fairseq-train command line that trains RUN as it is trained here (plus --save-dir)."""
-    return " ".join(shlex.quote(str(a)) for a in ["fairseq-train", run.data, *run.args[1:]])
 
 
 def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, deadline: float = None,
@@ -417,37 +354,27 @@ def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, dead
     rundir = work / run.id
     shutil.rmtree(rundir, ignore_errors=True)
     rundir.mkdir(parents=True)
-    kind = run.args[0]
+    kind, data = run.args[0], pathlib.Path(run.data)
     spec = {"kind": kind, "data": run.data, "device": device, "threads": threads,
             **({"args": run.args[1:]} if kind == "fairseq" else {"spec": json.loads(run.args[1])})}
     atomic.write_json(rundir / "spec.json", spec)
     cmd = [sys.executable, "-m", "harness.bench.gpu", "one", "--spec", rundir / "spec.json",
            "--result", rundir / "result.json"]
-    env = common.run_env(threads)
     t0 = time.time()
-    rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", env)
+    rc = (_in_process if in_process else runlib.run_logged)(cmd, rundir / "train.log", common.run_env(threads))
     record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
-              "run_command": " ".join(shlex.quote(str(c)) for c in cmd), "returncode": rc,
-              "process_wall_s": round(time.time() - t0, 1)}
-    if kind == "fairseq":
-        record.update(fairseq_train=fairseq_command(run), data=common.data_description(pathlib.Path(run.data)))
-    elif kind == "hf":
-        record.update(config=spec["spec"], data=hf.data_description(pathlib.Path(run.data)))
-    else:
-        record.update(config=spec["spec"], data=common.data_description(pathlib.Path(run.data)))
+              "run_command": shlex.join(map(str, cmd)), "returncode": rc, "process_wall_s": round(time.time() - t0, 1),
+              **({"fairseq_train": shlex.join(["fairseq-train", run.data, *map(str, run.args[1:])])}
+                 if kind == "fairseq" else {"config": spec["spec"]}),
+              "data": (hf if kind == "hf" else common).data_description(data)}
     if rc == 0 and (rundir / "result.json").is_file():
-        record.update(json.loads((rundir / "result.json").read_text()))
-        return record
+        return {**record, **json.loads((rundir / "result.json").read_text())}
     tail = (rundir / "train.log").read_text(errors="replace").strip().splitlines()[-8:]
-    record.update(status="error", error_tail=tail)
-    return record
+    return {**record, "status": "error", "error_tail": tail}
 
 
 def _in_process(cmd: list, log: pathlib.Path, env: dict) -> int:
     """``one``'s command run in this process, its output in LOG; its exit code (1 on an exception)."""
-    import contextlib
-    import traceback
-
     with open(log, "w") as f, contextlib.redirect_stdout(f), contextlib.redirect_stderr(f):
         try:
             return one_main([str(c) for c in cmd[cmd.index("one") + 1:]])
@@ -459,30 +386,16 @@ def _in_process(cmd: list, log: pathlib.Path, env: dict) -> int:
 # ---------------------------------------------------------------- summary, report, figure
 
 
-def _read(path: pathlib.Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def cpu_prediction(method: str, layers: int):
-    """The CPU analysis's (fp32) largest residual-stream and FFN-hidden values for METHOD at LAYERS per side, or
-    None."""
-    pred = _read(CPU_PREDICTION)
+    """The CPU analysis's (fp32) largest residual-stream and FFN-hidden values for METHOD at LAYERS per side."""
+    pred = runlib.read_record(CPU_PREDICTION)
     run = (pred or {}).get("runs", {}).get(f"{method}/{layers}")
-    if not run:
-        return None
-    return {"residual": run["residual"]["max"], "ffn_hidden": run["ffn_hidden"]["max"],
-            "setting": f"{pred['spec']['dim']}-{pred['spec']['ffn_dim']}-{pred['spec']['heads']}, "
-                       f"{run['updates']} updates, lr {pred['lr']:g}, fp32 on CPU"}
+    return run and {"residual": run["residual"]["max"], "ffn_hidden": run["ffn_hidden"]["max"]}
 
 
 def fp32_twin(part: str, rec: dict):
     """The fp32 record of the same run (the depth or HuggingFace study's), where one is committed."""
-    if part not in FP32_RECORDS or not rec.get("fp32_id"):
-        return None
-    twin = _read(FP32_RECORDS[part] / f"{rec['fp32_id']}.json")
+    twin = part in FP32_RECORDS and rec.get("fp32_id") and runlib.read_record(FP32_RECORDS[part] / f"{rec['fp32_id']}.json")
     if not twin:
         return None
     curve = [v for _, v in twin.get("valid_curve", []) if v is not None and math.isfinite(v)]
@@ -496,68 +409,61 @@ def held(pred, peak: dict) -> str:
     """Whether the CPU analysis's prediction (inside fp16's range or not) held for a run's activation maxima."""
     if not pred or peak.get("over_fp16") is None:
         return "-"
-    predicted_over = max(pred["residual"], pred["ffn_hidden"]) > FP16_MAX
-    return "yes" if predicted_over == peak["over_fp16"] else "no"
+    return "yes" if (max(pred["residual"], pred["ffn_hidden"]) > FP16_MAX) == peak["over_fp16"] else "no"
 
 
 def summarise(cfg: dict, records: dict, planned: int, device: str) -> dict:
-    parts = {p: [] for p in PARTS}
-    for rid, rec in records.items():
-        parts[rec["part"]].append(rid)
-    envs = sorted({(r.get("env") or {}).get("device", "?") for r in records.values()})
-    twins = {rid: fp32_twin(rec["part"], rec) for rid, rec in records.items()}
+    parts = {p: [rid for rid, rec in records.items() if rec["part"] == p] for p in PARTS}
     return {"benchmark": STEM, "mode": cfg["mode"], "device": device, "command": common.command_line(),
             "machine": common.machine(), "data": cfg["data"], "config": {k: cfg[k] for k in PARTS},
             "runs_recorded": len(records), "runs_planned": planned, "complete": len(records) >= planned > 0,
-            "devices": envs, "parts": parts, "fp32_twins": twins, "records": records}
+            "devices": sorted({(r.get("env") or {}).get("device", "?") for r in records.values()}), "parts": parts,
+            "fp32_twins": {rid: fp32_twin(rec["part"], rec) for rid, rec in records.items()}, "records": records}
 
 
 def _g(x, fmt="{:.3f}"):
     return "-" if x is None else fmt.format(x)
 
 
-def _env_line(rec: dict) -> str:
-    e = rec.get("env") or {}
+def _env_line(e: dict) -> str:
     if e.get("device", "cpu") == "cpu":
         return f"CPU ({e.get('cpu', '?')}), torch {e.get('torch')}"
     return (f"{e['device']} (driver {e.get('driver')}, compute capability {e.get('capability')}, "
             f"{e.get('memory_gib')} GiB), torch {e.get('torch')}, CUDA {e.get('cuda')}, cuDNN {e.get('cudnn')}")
 
 
+def _twin(twin) -> str:
+    return f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-"
+
+
 def report(res: dict) -> str:
-    recs, cfg = res["records"], res["config"]
+    recs, cfg, parts = res["records"], res["config"], res["parts"]
     text = runlib.report_head("Mixed precision and speed on a GPU", res, res["runs_planned"], (
         f"Study device: {res['device']}; runs made on: {', '.join(res['devices']) or 'none yet'} (each record names "
         f"its device, driver, torch/CUDA versions and date). fairseq's `--fp16` needs CUDA: where a fairseq part ran "
         f"on CPU its runs are fp32 (their ids end in -fp32), which tests the code, not fp16.\n\n"))
-    envs = sorted({_env_line(r) for r in recs.values()})
-    if envs:
-        text += "Environments: " + "; ".join(envs) + ".\n\n"
+    envs = sorted({_env_line(r.get("env") or {}) for r in recs.values()})
+    text += "Environments: " + "; ".join(envs) + ".\n\n" if envs else ""
 
-    def train_rows(ids, twin_label):
+    def train_rows(ids, with_twin):
         rows = []
         for rid in ids:
             r = recs[rid]
-            pk = r.get("activation_peak") or {}
-            ls = r.get("loss_scale") or {}
-            twin = res["fp32_twins"].get(rid)
+            pk, ls = r.get("activation_peak") or {}, r.get("loss_scale") or {}
             pred = cpu_prediction(FP16_ARMS[r["method"]].method if r["method"] in FP16_ARMS else r["method"],
                                   r.get("layers") or r.get("depth"))
+            scales = " → ".join(_g(ls.get(k), "{:g}") for k in ("first", "lowest", "final")) if ls else "-"
             rows.append([rid, r["status"], f"{r.get('updates')} / {r.get('steps')}", r.get("overflow_steps"),
-                         ls.get("drops", "-"), f"{_g(ls.get('first'), '{:g}')} → {_g(ls.get('lowest'), '{:g}')} → "
-                         f"{_g(ls.get('final'), '{:g}')}" if ls else "-",
-                         _g(r.get("final_valid")), _g(r.get("best_valid")),
+                         ls.get("drops", "-"), scales, _g(r.get("final_valid")), _g(r.get("best_valid")),
                          f"{_g(pk.get('value'), '{:.3g}')} ({pk.get('where')})", _g(pk.get("fp16_headroom"), "{:.3g}"),
-                         f"{pred['residual']:.3g} / {pred['ffn_hidden']:.3g}" if pred else "-",
-                         held(pred, pk),
-                         (f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-")
-                         if twin_label else None])
+                         f"{pred['residual']:.3g} / {pred['ffn_hidden']:.3g}" if pred else "-", held(pred, pk)]
+                        + ([_twin(res["fp32_twins"].get(rid))] if with_twin else []))
         return rows
 
     headers = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops",
                "loss scale first → lowest → final", "final valid", "best valid", "max abs activation (where)",
                "fp16 headroom", "CPU analysis: residual / FFN max", "its prediction held"]
-    if res["parts"]["fp16"]:
+    if parts["fp16"]:
         c = cfg["fp16"]
         text += (f"## fp16: {c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers"
                  + (" (the paper's IWSLT model)" if res["mode"] == "default" else "")
@@ -570,36 +476,31 @@ def report(res: dict) -> str:
                  f"(results/diagnostics/fp16_headroom.md) measured the same quantities in fp32 at its own, smaller "
                  f"setting and depths (its column: the same method at the same depth, where it has one); its "
                  f"prediction held where both stay inside fp16's range, or both leave it.\n\n")
-        text += common.md_table(headers, [row[:-1] for row in train_rows(res["parts"]["fp16"], False)]) + "\n\n"
-    if res["parts"]["deep"]:
+        text += common.md_table(headers, train_rows(parts["fp16"], False)) + "\n\n"
+    if parts["deep"]:
         text += ("## deep: T-Fixup at depth, the depth study's runs in fairseq's --fp16 on CUDA (fp32 on CPU)\n\nThe "
                  "fp32 column is the depth study's record of the same run (results/bench/depth/runs/), best valid "
                  "loss.\n\n")
-        text += common.md_table(headers + ["fp32 record: best valid"], train_rows(res["parts"]["deep"], True)) + "\n\n"
-    if res["parts"]["bf16"]:
+        text += common.md_table(headers + ["fp32 record: best valid"], train_rows(parts["deep"], True)) + "\n\n"
+    if parts["bf16"]:
         text += ("## bf16: the HuggingFace study's causal LMs under torch.autocast(bfloat16)\n\nThe hf study's specs "
                  "and loop (harness/bench/hf.py); the fp32 column is its record of the same spec "
                  "(results/bench/hf/runs/).\n\n")
-        rows = []
-        for rid in res["parts"]["bf16"]:
-            r, twin = recs[rid], res["fp32_twins"].get(rid)
-            best = min((v for _, v in r.get("valid_curve", []) if math.isfinite(v)), default=None)
-            final = r["valid_curve"][-1][1] if r.get("valid_curve") else None
-            rows.append([rid, r["status"], r.get("updates"), _g(final),
-                         _g(best), f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-",
-                         _g(r.get("s_per_update"), "{:.4f}"), _g(r.get("peak_memory_mib"), "{:.0f}")])
+        rows = [[rid, r["status"], r.get("updates"), _g(r["valid_curve"][-1][1] if r.get("valid_curve") else None),
+                 _g(min((v for _, v in r.get("valid_curve", []) if math.isfinite(v)), default=None)),
+                 _twin(res["fp32_twins"].get(rid)), _g(r.get("s_per_update"), "{:.4f}"),
+                 _g(r.get("peak_memory_mib"), "{:.0f}")] for rid, r in ((i, recs[i]) for i in parts["bf16"])]
         text += common.md_table(["run", "status", "updates", "final valid", "best valid", "fp32 record: best valid",
                                  "s/update", "peak MiB"], rows) + "\n\n"
-    if res["parts"]["speed"]:
+    if parts["speed"]:
         text += ("## speed: T-Fixup / stock transformer of the same shape (harness/bench/speed.py's measurement)\n\n"
                  "fairseq's Trainer.train_step (forward, backward, gradient norm, Adam, the method's schedule), "
                  "alternating blocks on the same real batches; tokens = target tokens; peak memory per model in a "
                  "fresh process; MFU = counted matmul FLOP/s / the device's peak for the precision.\n\n")
         rows = []
-        for rid in res["parts"]["speed"]:
+        for rid in parts["speed"]:
             r = recs[rid]
-            t, s = r["tfixup"], r["stock"]
-            mem = r[f"{r['device']}_memory"]
+            t, s, mem = r["tfixup"], r["stock"], r[f"{r['device']}_memory"]
             rows.append([rid, r["dims"], r["dtype"], _g(t["tokens_per_s"], "{:.0f}"), _g(s["tokens_per_s"], "{:.0f}"),
                          f"{r['ratio_tokens_per_s']:.3f} ({r['ratio_per_round']['median']:.3f})",
                          f"{mem['tfixup']['train_peak_mib']:.0f} / {mem['stock']['train_peak_mib']:.0f}",
@@ -619,17 +520,15 @@ def plot(res: dict, path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recs = res["records"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for k, rid in enumerate(res["parts"]["fp16"] + res["parts"]["deep"]):
-        r, color = recs[rid], f"C{k % 10}"
+        r, color = res["records"][rid], f"C{k % 10}"
         if r.get("valid_curve"):
             axes[0].plot(*zip(*r["valid_curve"]), color=color, lw=1.2, label=rid)
         for side, ls in (("encoder", "-"), ("decoder", ":")):
-            stream = (r.get("activation_max") or {}).get(side, {}).get("stream")
-            if stream:
-                axes[1].plot(range(1, len(stream) + 1), [math.log10(v) if 0 < v < math.inf else math.nan
-                                                         for v in stream], color=color, ls=ls, lw=1)
+            stream = (r.get("activation_max") or {}).get(side, {}).get("stream") or []
+            axes[1].plot(range(1, len(stream) + 1), [math.log10(v) if 0 < v < math.inf else math.nan for v in stream],
+                         color=color, ls=ls, lw=1)
     axes[1].axhline(math.log10(FP16_MAX), color="gray", ls="--", lw=1)
     axes[0].set(xlabel="update", ylabel="valid loss (bits)")
     axes[1].set(xlabel="layer (solid: encoder, dotted: decoder)",
@@ -643,21 +542,18 @@ def plot(res: dict, path: pathlib.Path) -> None:
 # ---------------------------------------------------------------- prepare (here, on the CPU)
 
 # what a device call carries: the studies' IWSLT'14 data-bin and the HuggingFace study's exported Multi30k, made
-# here as the measurements' docs make them, and fairseq's bundle (harness/device_bundle.py)
+# here as the measurements' docs make them, and fairseq's bundle (tools/device_bundle.py)
 IWSLT_BIN = pathlib.Path("work/data-bin/iwslt14-v1000")
 PREPARE_IWSLT = f"bash scripts/prepare-iwslt14.sh --out {IWSLT_BIN} --valid-lines 1000"
 HF_DATA = pathlib.Path("work/hf-data")
-
-
-def size_mib(path: pathlib.Path) -> float:
-    return sum(f.stat().st_size for f in pathlib.Path(path).rglob("*") if f.is_file()) / 2**20
+BUNDLE = pathlib.Path("work/device")  # tools/device_bundle.py's BUNDLE
 
 
 def gpu_command(stop_after: int = 360) -> str:
     """The command a device call runs from the repository root, IWSLT_BIN, HF_DATA and work/device carried: the
     bundle's setup, the study (no run starts after STOP_AFTER seconds), then everything it wrote, its records and
     each run's log, packed into $OUT/gpu.tgz (what comes back), whatever the study's exit."""
-    return ("python3 -m harness.device_bundle setup && PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH "
+    return ("python3 -m tools.device_bundle setup && PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH "
             f"python3 -m harness.bench.gpu --device cuda --out results/bench --data {IWSLT_BIN} --hf-data {HF_DATA} "
             f"--stop-after {stop_after}; rc=$?; tar czf $OUT/gpu.tgz results/bench/gpu results/bench/gpu.json "
             "results/bench/gpu.md results/bench/gpu.png work/bench/gpu; exit $rc")
@@ -674,29 +570,28 @@ def _shell(command: str, what: str) -> None:
 def prepare(iwslt: pathlib.Path = IWSLT_BIN, hf_data: pathlib.Path = HF_DATA, bundle: bool = True,
             python: str = "3.12") -> dict:
     """Here, on the CPU, each made once: the IWSLT'14 data-bin (PREPARE_IWSLT), the HuggingFace study's exported
-    Multi30k (hf.PREPARE, then hf.export) and fairseq's bundle (harness.device_bundle make). Checks that what a
-    device call carries fits in CARRY_LIMIT_MIB and prints the command it runs."""
-    from harness import device_bundle
-
-    iwslt, hf_data = common.REPO / iwslt, common.REPO / hf_data  # relative: to the repository root
+    Multi30k (hf.PREPARE, then hf.export) and fairseq's bundle (python -m tools.device_bundle make). Checks that
+    what a device call carries fits in CARRY_LIMIT_MIB and prints the command it runs."""
+    iwslt, hf_data, shared = common.REPO / iwslt, common.REPO / hf_data, common.shared_data_dir()
     if not (iwslt / "dict.de.txt").is_file() or not (hf_data / "meta.json").is_file():
-        if not (common.shared_data_dir() / "iwslt14-de-en").is_dir():
-            common.die(f"shared data not found at {common.shared_data_dir()} (set TFIXUP_SHARED_DATA)")
+        if not (shared / "iwslt14-de-en").is_dir():
+            common.die(f"shared data not found at {shared} (set TFIXUP_SHARED_DATA)")
     if not (iwslt / "dict.de.txt").is_file():
         _shell(PREPARE_IWSLT.replace(str(IWSLT_BIN), shlex.quote(str(iwslt))) + " --shared "
-               + shlex.quote(str(common.shared_data_dir())), str(iwslt))
+               + shlex.quote(str(shared)), str(iwslt))
     if not (hf_data / "meta.json").is_file():
         data_bin = common.REPO / hf.DATA_BIN
         if not (data_bin / "dict.en.txt").is_file():
-            _shell(hf.PREPARE.replace("../shared/data", shlex.quote(str(common.shared_data_dir()))), str(data_bin))
+            _shell(hf.PREPARE.replace("../shared/data", shlex.quote(str(shared))), str(data_bin))
         common.log(f"exporting {data_bin} to {hf_data}")
         hf.export(data_bin, hf_data)
     hf.check_data(hf_data)
-    if bundle and not (device_bundle.BUNDLE / "pylib" / "fairseq").is_dir():
-        device_bundle.make(python)
-    carry = [iwslt, hf_data] + ([device_bundle.BUNDLE] if bundle else [])  # the paths a device call's carry names
-    sizes = {str(p.relative_to(common.REPO)) if p.is_relative_to(common.REPO) else str(p): round(size_mib(p), 1)
-             for p in carry}
+    if bundle and not (common.REPO / BUNDLE / "pylib" / "fairseq").is_dir():
+        _shell(f"python3 -m tools.device_bundle make --python {shlex.quote(python)}", str(BUNDLE))
+    sizes = {}
+    for p in [iwslt, hf_data] + ([common.REPO / BUNDLE] if bundle else []):  # the paths a device call's carry names
+        name = str(p.relative_to(common.REPO)) if p.is_relative_to(common.REPO) else str(p)
+        sizes[name] = round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
     total = sum(sizes.values())
     if total > CARRY_LIMIT_MIB:
         common.die(f"the carried paths are {total:.0f} MiB ({', '.join(f'{k} {v}' for k, v in sizes.items())}), over "
@@ -713,7 +608,7 @@ def prepare_main(argv) -> int:
     p.add_argument("--iwslt", default=str(IWSLT_BIN), help=f"the IWSLT'14 data-bin to make (default {IWSLT_BIN})")
     p.add_argument("--hf-data", default=str(HF_DATA), help=f"the exported Multi30k to make (default {HF_DATA})")
     p.add_argument("--no-bundle", dest="bundle", action="store_false",
-                   help="skip fairseq's bundle (python -m harness.device_bundle make; pip downloads its sources)")
+                   help="skip fairseq's bundle (python -m tools.device_bundle make; pip downloads its sources)")
     p.add_argument("--python", default="3.12", help="the GPU machine's Python (for the bundle's bitarray wheel)")
     a = p.parse_args(argv)
     prepare(pathlib.Path(a.iwslt), pathlib.Path(a.hf_data), a.bundle, a.python)
@@ -742,8 +637,7 @@ def parser():
                 "carries). 'python -m harness.bench.gpu one' runs a single run (the study starts these).")
     for action in p._actions:
         if action.dest == "data":
-            action.default = str(IWSLT_BIN)
-            action.help = f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
+            action.default, action.help = str(IWSLT_BIN), f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
         if action.dest == "data_root":
             action.help = argparse.SUPPRESS
     return p
@@ -751,10 +645,8 @@ def parser():
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["one"]:
-        return one_main(argv[1:])
-    if argv[:1] == ["prepare"]:
-        return prepare_main(argv[1:])
+    if argv[:1] in (["one"], ["prepare"]):
+        return (one_main if argv[0] == "one" else prepare_main)(argv[1:])
     args = parser().parse_args(argv)
     t0 = time.time()
     if args.device == "cuda":
@@ -762,39 +654,30 @@ def main(argv=None) -> int:
 
         if not torch.cuda.is_available():
             common.die("--device cuda: no CUDA device visible to torch; the CPU mode is --device cpu --smoke")
-    else:
-        if {"fp16", "deep"} & set(args.parts):
-            common.log("fp16 skipped on CPU: fairseq's --fp16 needs CUDA; the fp16 and deep parts train in fp32 here")
-        if "speed" in args.parts:
-            common.log("speed on CPU: fp32 only (fp16 needs CUDA)")
+    elif {"fp16", "deep"} & set(args.parts):
+        common.log("fp16 skipped on CPU: fairseq's --fp16 needs CUDA; the fp16 and deep parts train in fp32 here")
+    if args.device == "cpu" and "speed" in args.parts:
+        common.log("speed on CPU: fp32 only (fp16 needs CUDA)")
     data, hf_data = pathlib.Path(args.data), pathlib.Path(args.hf_data)
-    if not (data / "dict.de.txt").is_file():
-        common.die(f"--data {data}: not a fairseq data-bin of IWSLT'14 de-en (no dict.de.txt); make it here with: "
-                   f"python -m harness.bench.gpu prepare")
-    if "bf16" in args.parts and not (hf_data / "meta.json").is_file():
-        common.die(f"--hf-data {hf_data}: not an exported folder (no meta.json); make it here with: "
-                   f"python -m harness.bench.gpu prepare")
+    for path, need, what in ((data, "dict.de.txt", "--data {}: not a fairseq data-bin of IWSLT'14 de-en"),
+                             (hf_data, "meta.json", "--hf-data {}: not an exported folder")):
+        if (path == data or "bf16" in args.parts) and not (path / need).is_file():
+            common.die(f"{what.format(path)} (no {need}); make it here with: python -m harness.bench.gpu prepare")
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
            + ("; bf16: " + hf.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
-    # the report covers every part; --parts chooses what runs now
-    all_runs = make_runs(cfg, data, hf_data, args.device, PARTS, args.peak_tflops)
+    all_runs = make_runs(cfg, data, hf_data, args.device, PARTS, args.peak_tflops)  # the report covers every part
     chosen = [r for r in all_runs if r.meta["part"] in args.parts]
     deadline = t0 + args.stop_after if args.stop_after is not None else None
     jobs = 1 if args.in_process else (args.jobs or (4 if args.device == "cuda" else 1))
 
-    def one(r, work):
-        return execute(r, work, args.device, args.threads, deadline, args.in_process)
-
-    def summary(records):
-        return summarise(cfg, records, len(all_runs), args.device)
-
-    training = [r for r in chosen if r.meta["part"] != "speed"]
-    timing = [r for r in chosen if r.meta["part"] == "speed"]
+    summary = lambda records: summarise(cfg, records, len(all_runs), args.device)  # noqa: E731
     # the training runs share the device (``jobs`` at a time); the speed runs go alone, after them
-    for todo, n in ((training, jobs), (timing, 1)):
+    for speed_part, n in ((False, jobs), (True, 1)):
+        todo = [r for r in chosen if (r.meta["part"] == "speed") == speed_part]
         if todo or args.report_only:
             runlib.run_study(STEM + args.tag, args.out, all_runs, summary, plot, report,
-                             "valid loss and activation maxima", n, args.threads, execute=one, todo=todo,
+                             "valid loss and activation maxima", n, args.threads, todo=todo,
+                             execute=lambda r, w: execute(r, w, args.device, args.threads, deadline, args.in_process),
                              report_only=args.report_only, only=args.only, quiet=True)
         if args.report_only:
             break

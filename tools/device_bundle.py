@@ -10,8 +10,8 @@ packages it imports (hydra, omegaconf, antlr4), plus a bitarray wheel for the GP
 ``fairseq-train`` launcher into work/device/bin; then, with ``PYTHONPATH=work/device/pylib:.`` and
 ``PATH=work/device/bin:$PATH``, a study's ``--device cuda`` runs as here:
 
-    python -m harness.device_bundle make                 # here
-    python3 -m harness.device_bundle setup               # there, then:
+    python -m tools.device_bundle make                 # here
+    python3 -m tools.device_bundle setup               # there, then:
     PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH \\
         python3 -m harness.bench.lr --out results/bench --data work/data-bin/iwslt14-v1000 --device cuda --jobs 12
 """
@@ -96,7 +96,7 @@ def setup(out: pathlib.Path = BUNDLE) -> None:
     pylib = out / "pylib"
     if not (pylib / "fairseq").is_dir():
         sys.exit(f"device_bundle: no bundle at {pylib}; make it where fairseq is installed: "
-                 f"python -m harness.device_bundle make")
+                 f"python -m tools.device_bundle make")
     import numpy
     from Cython.Build import cythonize
     from setuptools import Extension, setup as build
