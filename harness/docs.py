@@ -518,28 +518,51 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     gaps = {}
     for g in plat.get("gaps", []):
         gaps.setdefault(g["baseline"].split("-")[1], []).append(g["gap"])
-    rows = [f"| baseline (its better schedule) | convergence, lr 5e-4: T-Fixup's updates to its best{_partial(conv)} | "
+    rows = [f"| baseline (its better schedule; Post-LN and Pre-LN: the better of two inits) | convergence, lr 5e-4: T-Fixup's updates to its best{_partial(conv)} | "
             f"quality, Multi30k, 10 epochs: T-Fixup's BLEU gain{_partial(qual)} | each at its best lr: T-Fixup's "
             f"updates{_partial(lr)} | lrs it trains at (T-Fixup: " + _range(lrp.get("methods", {}).get("tfixup")) + ") | "
             f"plateau: T-Fixup's sacreBLEU gain{_partial(plat)} |", "|---|---|---|---|---|---|"]
-    for name, m in methods.METHODS.items():
-        if methods.is_tfixup(name) or name in methods.ABLATIONS:  # its variants are in README's own paragraph
-            continue
-        cm = c5.get(name)
-        conv_ratio = cm["arms"][cm["better"]]["ratio_mean"] if cm else None
-        qm = q.get(name)
-        gap = qm["arms"][qm["better"]]["tfixup_gap"] if qm else None
+    def cells(name):
+        """Its cells (conv ratio, BLEU gain, best-lr ratio + open, lr range, plateau gains) and, per column, how
+        strong the baseline was there (lower = stronger: best valid loss, minus its BLEU, gain over T-Fixup)."""
+        cm, qm = c5.get(name), q.get(name)
+        ca = cm["arms"][cm["better"]] if cm else {}
+        qa = qm["arms"][qm["better"]] if qm else {}
         # its better schedule in the lr study too: the arm (with or without warmup) of the lower best valid loss
         ran = [a for a in (name, name + "_matched") if a in lrp.get("methods", {})]
         arm = min(ran, key=lambda a: lrp["methods"][a].get("best_valid_mean") or math.inf, default=None)
         lm_ = lrp.get("methods", {}).get(arm) if arm else None
         best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
-        open_ = " (open)" if lm_ and not lm_.get("grid_closed") else ""
         pg = gaps.get(name + "_matched") or gaps.get(name)
-        if not any(v is not None for v in (conv_ratio, gap, best, pg)):
-            continue
-        rows.append(f"| {m.label} | {_x(conv_ratio)} | {_gap(gap)} | {_x(best)}{open_} | {_range(lm_)} | "
-                    + (" / ".join(_gap(v) for v in pg) if pg else "-") + " |")
+        out = [(_x(ca.get("ratio_mean")), ca.get("baseline_best_valid_mean")),
+               (_gap(qa.get("tfixup_gap")), qa.get("tfixup_gap")),
+               (_x(best) + (" (open)" if lm_ and not lm_.get("grid_closed") else ""),
+                lm_.get("best_valid_mean") if best is not None else None),
+               (_range(lm_), lm_.get("best_valid_mean") if lm_ else None),
+               (" / ".join(_gap(v) for v in pg) if pg else "-", sum(pg) / len(pg) if pg else None)]
+        return out, any(v is not None for v in (ca.get("ratio_mean"), qa.get("tfixup_gap"), best, pg))
+
+    def better_of(own, small):
+        """Each column against the stronger of the two initialisations, the other's figure beside it."""
+        out = []
+        for (c0, k0), (c1, k1) in zip(own, small):
+            if k1 is None or (k0 is not None and k0 <= k1):
+                out.append(c0 + (f" (small init: {c1})" if k1 is not None else ""))
+            else:
+                out.append(c1 + " (small init" + (f"; fairseq's init: {c0})" if k0 is not None else ")"))
+        return out
+
+    for name, m in methods.METHODS.items():
+        if methods.is_tfixup(name) or name in methods.ABLATIONS or name.endswith("_si"):
+            continue  # T-Fixup's variants are in README's own paragraph; a small-init row is in its base's row
+        own, ran = cells(name)
+        if name + "_si" in methods.METHODS:  # Post-LN, Pre-LN: fairseq's init or transformers' N(0, 0.02)
+            small, ran_si = cells(name + "_si")
+            own, ran = (better_of(own, small) if ran_si else [c for c, _ in own]), ran or ran_si
+        else:
+            own = [c for c, _ in own]
+        if ran:
+            rows.append(f"| {m.label} | " + " | ".join(own) + " |")
     return "\n".join(rows)
 
 
