@@ -58,12 +58,11 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
     target = None
     if base and base["valid_curve"] and base["status"] == "ok":
         half = cfg["updates"] // 2
-        target = min(l for u, l in base["valid_curve"] if u <= half)
+        target = common.best([p for p in base["valid_curve"] if p[0] <= half])[1]
     rows = []
     for rec in sorted(records.values(), key=lambda r: r["multiplier"]):
-        reached = next((u for u, l in rec["valid_curve"] if target is not None and l <= target), None)
         rows.append({"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
-                     "diverged": rec["status"] == "nan", "updates_to_target": reached,
+                     "diverged": rec["status"] == "nan", "updates_to_target": common.reach(rec["valid_curve"], target),
                      "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
                      "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]})
     factors = []
@@ -98,11 +97,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for rec in sorted(res["records"].values(), key=lambda r: r["multiplier"]):
         if rec["valid_curve"]:

@@ -150,21 +150,11 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     return out
 
 
-def updates_to_reach(curve: list, target: float):
-    """First update whose valid loss is <= target (None if never)."""
-    return next((u for u, l in curve if l <= target), None)
-
-
-def best(curve: list):
-    """(update, loss) of the lowest valid loss."""
-    return min(curve, key=lambda ul: ul[1]) if curve else (None, None)
-
-
 def still_improving(rec: dict) -> bool:
     """The run's best valid loss is its last validation: it was still improving when its budget ended, so a
     ratio against its best holds for this budget only."""
     curve = rec["valid_curve"]
-    return rec["status"] == "ok" and bool(curve) and best(curve)[0] == curve[-1][0]
+    return rec["status"] == "ok" and bool(curve) and common.best(curve)[0] == curve[-1][0]
 
 
 def truncated(records: dict, budget: int) -> dict:
@@ -182,7 +172,7 @@ def budgets(cfg: dict, group: str) -> list:
 def curve_row(rec: dict, keys, threshold: float) -> dict:
     """A run's row: KEYS of its record, its best valid loss and where, its final one, and whether it is
     stuck (failed, or its best not below THRESHOLD)."""
-    b_upd, b_loss = best(rec["valid_curve"])
+    b_upd, b_loss = common.best(rec["valid_curve"])
     return {**{k: rec[k] for k in keys}, "best_valid": b_loss, "best_at": b_upd,
             "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
             "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold}
@@ -195,11 +185,9 @@ def reach(records: dict, row: dict, arm: str) -> tuple:
     """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
     the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
     base = records.get(row["id"].replace(f"-{row['method']}-", f"-{arm}-"))
-    if not (base and base["valid_curve"] and row["status"] == "ok"):
+    if not (base and row["status"] == "ok"):
         return None, None
-    b_upd, b_loss = best(base["valid_curve"])
-    u = updates_to_reach(records[row["id"]]["valid_curve"], b_loss)
-    return u, (round(u / b_upd, 3) if u is not None and b_upd else None)
+    return common.to_best(records[row["id"]]["valid_curve"], base["valid_curve"])
 
 
 def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
@@ -425,11 +413,7 @@ def panels(res: dict) -> list:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     shown = panels(res) or [("no runs yet", [])]
     ncols = min(3, len(shown))
     nrows = -(-len(shown) // ncols)

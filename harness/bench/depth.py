@@ -111,7 +111,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         final = curve[-1][1] if curve and rec["status"] == "ok" else None
         rows.append({"method": rec["method"], "depth": rec["depth"], "updates": rec["updates"],
                      "status": rec["status"], "final_valid": final,
-                     "best_valid": min((l for _, l in curve), default=None),
+                     "best_valid": common.best(curve)[1],
                      "trained": final is not None and final <= threshold,
                      "s_per_update": rec.get("s_per_update")})
     rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
@@ -159,11 +159,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     arms = [a for a in ARMS.values() if any(r["method"] == a.name for r in res["records"].values())]
     ncols = min(4, len(arms) + 1)  # a grid: one row of 11 panels was too wide to read
     nrows = -(-(len(arms) + 1) // ncols)

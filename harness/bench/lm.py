@@ -41,7 +41,7 @@ import sys
 from harness import manifest
 from tfixup import atomic, methods
 from harness.bench import common, runs as runlib
-from harness.bench.convergence import best, curve_row, updates_to_reach
+from harness.bench.convergence import curve_row
 from harness.bench.unigram import lm_unigram_level
 
 BASELINE = "postln_matched"
@@ -154,15 +154,6 @@ def _build(out, params, inputs, train_lines, valid_lines) -> None:
     atomic.write_json(out / manifest.NAME, m)
 
 
-def data_description(path: pathlib.Path) -> str:
-    m = manifest.read(str(path)) or {}
-    counts = m.get("sentences", {})
-    unk = next((v for k, v in m.get("unk_rate_percent", {}).items() if k.startswith("valid.")), None)
-    return (f"Multi30k English side, {CORPUS}/{SPLITS['train']} ({counts.get('train')} lines) to train, "
-            f"{CORPUS}/{SPLITS['valid']} ({counts.get('valid')} lines) to validate; Moses-tokenized, lowercased, "
-            f"words seen >= 2 times in train ({unk}% of valid tokens <unk>)")
-
-
 # ---------------------------------------------------------------- runs
 
 
@@ -205,22 +196,16 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         here = {r["method"]: r for r in rows if r["depth"] == depth}
         base = records.get(f"L{depth}-{BASELINE}-lr{cfg['lr']:g}-s{cfg['seed']}")
         for r in here.values():
-            r["updates_to_baseline_best"] = r["ratio_to_baseline"] = None
-            if base and base["valid_curve"] and r["status"] == "ok":
-                b_upd, b_loss = best(base["valid_curve"])
-                u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
-                r["updates_to_baseline_best"] = u
-                r["ratio_to_baseline"] = round(u / b_upd, 3) if u is not None and b_upd else None
+            r["updates_to_baseline_best"], r["ratio_to_baseline"] = common.to_best(
+                records[r["id"]]["valid_curve"], base["valid_curve"]) if base and r["status"] == "ok" else (None, None)
         # the better warmup arm (the lowest best valid loss of the arms on the matched warmup): the reference
         # where Post-LN's own warmup run does not train
         warm = [r for r in here.values() if r["schedule"] == "matched" and r["best_valid"] is not None]
         better = min(warm, key=lambda r: r["best_valid"]) if warm else None
         for r in here.values():
-            r["updates_to_better_warmup_best"] = r["ratio_to_better_warmup"] = None
-            if better and r["status"] == "ok":
-                u = updates_to_reach(records[r["id"]]["valid_curve"], better["best_valid"])
-                r["updates_to_better_warmup_best"] = u
-                r["ratio_to_better_warmup"] = round(u / better["best_at"], 3) if u is not None else None
+            r["updates_to_better_warmup_best"], r["ratio_to_better_warmup"] = common.to_best(
+                records[r["id"]]["valid_curve"], records[better["id"]]["valid_curve"]) \
+                if better and r["status"] == "ok" else (None, None)
         if here:
             b = here.get(BASELINE)
             headline[f"{depth} layers"] = {
@@ -233,7 +218,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                          for m in ARMS if m in here}}
     return {
         "benchmark": "lm", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-        "threads": 1, "data": data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
+        "threads": 1, "data": common.data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
         "config": cfg, "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
         "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
@@ -297,11 +282,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     depths = res["config"]["depths"]
     fig, axes = plt.subplots(1, len(depths), figsize=(5.6 * len(depths), 4.3), squeeze=False)
     ppl = 2 ** res["unigram_level"]["train_fit"]

@@ -40,7 +40,8 @@ import statistics
 import sys
 
 from harness.bench import common, convergence, lm, runs as runlib
-from harness.bench.convergence import best, curve_row, still_improving, truncated, updates_to_reach
+from harness.bench.common import best
+from harness.bench.convergence import curve_row, still_improving, truncated
 from harness.bench.unigram import lm_unigram_level, unigram_level
 from tfixup import methods
 
@@ -168,9 +169,8 @@ def pair_ratio(t: dict, o: dict, every: int) -> dict:
     """T-Fixup's run T against a method's run O: the updates T needs to reach O's best valid loss / O's updates
     to it, and the ratio's step (EVERY / O's updates)."""
     o_upd, o_loss = best(o["valid_curve"])
-    u = updates_to_reach(t["valid_curve"], o_loss)
-    return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u,
-            "ratio": round(u / o_upd, 3) if u is not None and o_upd else None,
+    u, ratio = common.to_best(t["valid_curve"], o["valid_curve"])
+    return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u, "ratio": ratio,
             "step": round(every / o_upd, 4) if o_upd else None}
 
 
@@ -233,7 +233,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
                        "unigram_level": levels[part],
                        "stuck_threshold": round(threshold, 4), "methods": per_arm,
-                       "tfixup_arm": ref, "versus": versus, "data": data_text(part, data[part]),
+                       "tfixup_arm": ref, "versus": versus, "data": common.data_description(data[part]),
                        "config": cfg[part]}
     return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
             "threads": 1, "device": cfg["device"], "data": "; ".join(p["data"] for p in parts.values()),
@@ -245,10 +245,6 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
 def _device(rec: dict) -> str:
     """Where a run trained: its record's device (older records: from its command)."""
     return rec.get("device") or ("cpu" if " --cpu" in rec["command"] else "cuda")
-
-
-def data_text(part: str, path) -> str:
-    return common.data_description(path) if part == "translation" else lm.data_description(path)
 
 
 def _lr(x) -> str:
@@ -328,11 +324,7 @@ def _halves(v):
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     parts = res["parts"] or {"none": None}
     fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.4), squeeze=False)
     for ax, (part, p) in zip(axes[0], parts.items()):

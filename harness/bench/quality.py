@@ -253,22 +253,10 @@ def test_hypotheses(generate_txt: pathlib.Path, lang: str) -> list:
     return score.detokenize(hyps, lang)
 
 
-def first_reaching(curve: list, target: float):
-    return next((u for u, v in curve if v is not None and v >= target), None)
-
-
-def best_bleu(rec: dict):
-    """(updates, valid BLEU) of a run's best valid BLEU, or (None, None)."""
-    pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-    return max(pts, key=lambda p: p[1]) if pts else (None, None)
-
-
 def reach_bleu(rec: dict, base) -> tuple:
-    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best, and that / the
-    updates BASE took to it; (None, None) without BASE or that update."""
-    b_upd, b_best = best_bleu(base) if base else (None, None)
-    upd = first_reaching(rec.get("bleu_curve", []), b_best) if b_best is not None else None
-    return upd, (round(upd / b_upd, 2) if upd is not None and b_upd else None)
+    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best (common.to_best), and
+    that / the updates BASE took to it; (None, None) without BASE or that update."""
+    return common.to_best(rec.get("bleu_curve", []), (base or {}).get("bleu_curve", []), higher=True, digits=2)
 
 
 def versus_methods(records: dict) -> dict:
@@ -299,7 +287,7 @@ def versus_methods(records: dict) -> dict:
 def versus(tfixup, base):
     """T-Fixup's run against a baseline's: the baseline's best valid BLEU and test BLEU, T-Fixup's updates to
     that best valid BLEU / the baseline's, the test BLEU gap (tokenized); None without both runs' valid BLEU."""
-    b_best = best_bleu(base)[1] if base else None
+    b_best = common.best(base.get("bleu_curve", []), higher=True)[1] if base else None
     if tfixup is None or b_best is None:
         return None
     t_test, b_test = ((r.get("test") or {}).get("bleu_tok") for r in (tfixup, base))
@@ -322,8 +310,8 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
             "schedule": schedule(ARMS[rec["method"]]), "status": rec["status"],
             "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
             "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
-            "best_valid_bleu": best_bleu(rec)[1],
-            "best_valid_loss": min((l for _, l in rec.get("valid_curve", [])), default=None),
+            "best_valid_bleu": common.best(rec.get("bleu_curve", []), higher=True)[1],
+            "best_valid_loss": common.best(rec.get("valid_curve", []))[1],
             "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
             "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
             "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1), "train_segments": rec.get("train_segments", 1),
@@ -341,7 +329,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     return {
         "benchmark": "quality", "mode": cfg["mode"], "command": common.command_line(),
         "machine": common.machine(), "threads": 1,
-        "data": "; ".join(f"{CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})" for c, p in data.items()),
+        "data": common.corpora_description(data, CORPORA),
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
         "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
         "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
@@ -432,11 +420,7 @@ def _reach(row: dict, baseline: str):
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     corpora = sorted({r["corpus"] for r in res["records"].values()})
     fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
     for j, corpus in enumerate(corpora):
