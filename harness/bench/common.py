@@ -162,6 +162,12 @@ def train_args(r, device: str = "cpu") -> list:
     return methods.train_args(r, cpu=device == "cpu", log_format="json", num_workers=0)
 
 
+def valid_args(every) -> list:
+    """fairseq-train's flags of a study run that validates (and logs) every EVERY updates and saves nothing."""
+    return ["--validate-interval-updates", every, "--validate-interval", 100000, "--save-interval", 100000,
+            "--no-save", "--log-interval", every]
+
+
 # ---------------------------------------------------------------- arms
 
 # A schedule's suffix in an arm's name, its words in an arm's label and its line in a figure (fairseq's
@@ -271,6 +277,27 @@ def pyplot():
     return plt
 
 
+def finish_axes(ax, xlabel: str, ylabel: str = None, title: str = None, title_size: float = 9, grid: dict = None,
+                legend: dict = None) -> None:
+    """A panel's axis labels, title (font size TITLE_SIZE), grid (alpha 0.3, and GRID) and legend (font size 8,
+    and LEGEND)."""
+    if title is not None:
+        ax.set_title(title, fontsize=title_size)
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, **(grid or {}))
+    ax.legend(**{"fontsize": 8, **(legend or {})})
+
+
+def level_lines(ax, level: float, threshold: float = None, threshold_label: str = "",
+                level_label: str = "unigram level") -> None:
+    """The unigram level (dashed) and, given, the threshold of a run that trains (dotted), in gray."""
+    ax.axhline(level, color="gray", ls="--", lw=1, label=level_label)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", ls=":", lw=1, label=threshold_label)
+
+
 def save_titled_figure(path, fig, title: str) -> None:
     """FIG with TITLE over its panels, laid out, written atomically to PATH."""
     fig.suptitle(title, fontsize=10)
@@ -303,6 +330,12 @@ def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str
             + md_table(headers, rows) + "\n\n")
 
 
+def study_result(benchmark: str, cfg: dict, data) -> dict:
+    """The head of a study's result (its .json): the study, its mode, command, machine, data and settings."""
+    return {"benchmark": benchmark, "mode": cfg["mode"], "command": command_line(), "machine": machine(), "threads": 1,
+            "data": data_description(data), "data_counts": data_counts(data), "config": cfg}
+
+
 def header_md(title: str, meta: dict) -> str:
     m = meta["machine"]
     return (
@@ -317,9 +350,10 @@ def header_md(title: str, meta: dict) -> str:
 
 
 def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)",
-                     quick: bool = False):
+                     quick: bool = False, data: str = "an existing data-bin (IWSLT'14 de-en)",
+                     data_root: str = "<repo>/data-bin"):
     """The options every benchmark shares: its mode (--smoke, and --quick where it has one), --out, data
-    location, threads, tag."""
+    location (DATA: what --data names; DATA_ROOT: where it is prepared by default), threads, tag."""
     p = argparse.ArgumentParser(description=description)
     g = p.add_mutually_exclusive_group()
     if quick:
@@ -327,8 +361,8 @@ def benchmark_parser(description: str, outputs: str, threads_help: str = "torch 
     g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
     p.set_defaults(mode="default")
     p.add_argument("--out", required=True, help=f"output folder ({outputs})")
-    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
-    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
+    p.add_argument("--data", help=f"{data}; default: prepared once under --data-root")
+    p.add_argument("--data-root", help=f"where to prepare data (default {data_root})")
     p.add_argument("--threads", type=int, default=1, help=threads_help)
     p.add_argument("--tag", default="", help="suffix of the output file names")
     return p

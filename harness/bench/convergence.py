@@ -107,6 +107,11 @@ MODES = {
 }
 
 
+# the settings of a mode that the command line overrides (runs.add_overrides)
+OVERRIDES = {**dict.fromkeys(("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates"),
+                             int), "seeds": [int], "lrs": [float]}
+
+
 def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
     """One run of ARM (an arm of ``arms``, default this study's) at LR: the study's recipe, valid loss
@@ -116,11 +121,8 @@ def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag:
     recipe = common.recipe(cfg, a.method, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
                            schedule="nowarmup" if pw else a.schedule,
                            decay_period=cfg["warmup"] if pw else cfg["decay_period"])
-    args = common.train_args(recipe, device) + [
-        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
     return runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(method=arm, lr=lr, seed=seed, updates=updates, group=tag),
-                      args, str(data))
+                      common.train_args(recipe, device) + common.valid_args(cfg["valid_every"]), str(data))
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
@@ -266,10 +268,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             sgd_choice[m] = {"lr": pick["lr"], "best_valid": pick["best_valid"], "stuck": pick["stuck"],
                              "grid": {f"{r['lr']:g}": r["best_valid"] for r in sorted(grid, key=lambda r: r["lr"])}}
     return {
-        "benchmark": "convergence", "mode": cfg["mode"], "command": common.command_line(),
-        "machine": common.machine(), "threads": 1, "data": common.data_description(data),
-        "data_counts": common.data_counts(data), "config": cfg,
-        "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        **common.study_result("convergence", cfg, data), "unigram_level": level,
+        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
         "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
         "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
@@ -428,13 +428,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
             ax.plot(*zip(*rec["valid_curve"]), color=a.color, ls=a.linestyle, lw=1.2, alpha=0.8,
                     label=None if a.name in labelled else label)
             labelled.add(a.name)
-        ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
-        ax.axhline(res["stuck_threshold"], color="gray", ls=":", lw=1, label="stuck above this")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("valid loss (bits, label-smoothed)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5)
+        common.level_lines(ax, res["unigram_level"]["train_fit"], res["stuck_threshold"], "stuck above this")
+        common.finish_axes(ax, "updates", "valid loss (bits, label-smoothed)", title, legend=dict(fontsize=6.5))
     cfg = res["config"]
     common.save_titled_figure(path, fig, f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
                                          f"{cfg['layers']}+{cfg['layers']} layers")
@@ -442,11 +437,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
-    runlib.add_training_options(p, 2, ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens",
-                                       "long_updates"))
+    runlib.add_training_options(p, 2, OVERRIDES)
     runlib.add_device_option(p)
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--lrs", type=float, nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only the study's runs of these methods (the report covers the whole study)")
     return p
@@ -455,9 +447,7 @@ def parser():
 def make_config(args) -> dict:
     """The mode's settings with the command line's overrides."""
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
-                                      decay_period=args.decay_period, device=args.device), args,
-                                 ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
-                                  "seeds", "lrs"))
+                                      decay_period=args.decay_period, device=args.device), args, OVERRIDES)
 
 
 def plan(data, mode: str = "default") -> list:

@@ -161,6 +161,11 @@ def arms(cfg: dict) -> list:
     return cfg["arms"] or list(ARMS)
 
 
+# the settings of a mode that the command line overrides (runs.add_overrides)
+OVERRIDES = {**dict.fromkeys(("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"), int),
+             "lr": float, "depths": [int]}
+
+
 def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
     """One run of ARM (an arm of ``arms``, default this study's) with DEPTH layers at LR: the study's
@@ -171,9 +176,7 @@ def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: 
         warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
         max_update=cfg["updates"], dropout=cfg["dropout"], seed=seed, task="language_modeling",
         tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
-    args = common.train_args(recipe, device) + [
-        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    args = common.train_args(recipe, device) + common.valid_args(cfg["valid_every"])
     return runlib.Run(f"L{depth}-{arm}-lr{lr:g}-s{seed}", dict(
         method=arm, depth=depth, lr=lr, seed=seed, updates=cfg["updates"]), args, str(data))
 
@@ -217,9 +220,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                                                      "ratio_to_better_warmup", "stuck", "status")}
                          for m in ARMS if m in here}}
     return {
-        "benchmark": "lm", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-        "threads": 1, "data": common.data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
-        "config": cfg, "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        **common.study_result("lm", cfg, data), "unigram_level": level,
+        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
         "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
         "records": records,
@@ -292,13 +294,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
             if rec and rec["valid_curve"]:
                 u, l = zip(*rec["valid_curve"])
                 ax.plot(u, [min(2 ** x, 1e5) for x in l], color=arm.color, lw=1.3, ls=arm.linestyle, label=arm.label)
-        ax.axhline(ppl, color="gray", ls="--", lw=1, label=f"unigram level ({ppl:.0f})")
+        common.level_lines(ax, ppl, level_label=f"unigram level ({ppl:.0f})")
         ax.set_yscale("log")
-        ax.set_title(f"{depth} layers", fontsize=9)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("valid perplexity")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        common.finish_axes(ax, "updates", "valid perplexity", f"{depth} layers", grid=dict(which="both"),
+                           legend=dict(fontsize=7))
     common.save_titled_figure(path, fig, "Decoder-only LM on Multi30k English, {embed}-{ffn}-{heads}, lr {lr:g}"
                               .format(**res["config"]))
 
@@ -307,18 +306,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def parser():
-    p = runlib.study_parser(__doc__.split("\n\n")[0], "lm.{json,md,png}, lm/runs/")
-    p.set_defaults(data=None)
-    for action in p._actions:
-        if action.dest == "data":
-            action.help = "an existing language-model data-bin; default: prepared once under --data-root"
-        if action.dest == "data_root":
-            action.help = "where to prepare data (default <repo>/work/data-bin)"
-    runlib.add_training_options(p, 1, ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"))
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "lm.{json,md,png}, lm/runs/",
+                            data="an existing language-model data-bin", data_root="<repo>/work/data-bin")
+    runlib.add_training_options(p, 1, OVERRIDES)
     runlib.add_device_option(p)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--lr", type=float, help="override the mode's lr")
-    p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
     p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only these arms (the report covers the whole study)")
     return p
@@ -327,8 +319,7 @@ def parser():
 def make_config(args) -> dict:
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
                                       decay_period=args.decay_period, seed=args.seed, device=args.device), args,
-                                 ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every", "lr",
-                                  "depths"))
+                                 OVERRIDES)
 
 
 def plan(data, mode: str = "default") -> list:

@@ -340,18 +340,14 @@ def plot(res: dict, path: pathlib.Path) -> None:
             if nan:
                 ax.scatter(nan, [p["unigram_level"]["train_fit"] + 0.3] * len(nan), marker="x", s=30,
                            color=arms[arm].color)
-        ax.axhline(p["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
-        ax.axhline(p["stuck_threshold"], color="gray", ls=":", lw=1, label="trains below this")
+        common.level_lines(ax, p["unigram_level"]["train_fit"], p["stuck_threshold"], "trains below this")
         ax.set_xscale("log", base=2)
         ticks = sorted({g["lr"] for m in p["methods"].values() for g in m["grid"]})
         ax.set_xticks(ticks, [_lr(x) for x in ticks], fontsize=7)
         ax.minorticks_off()
-        ax.set_xlabel("peak learning rate")
-        ax.set_ylabel("best valid loss (bits)")
-        ax.set_title(("translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
-                     + f" on {p['device']} (x: diverged)", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5)
+        common.finish_axes(ax, "peak learning rate", "best valid loss (bits)", (
+            "translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
+            + f" on {p['device']} (x: diverged)", legend=dict(fontsize=6.5))
     common.save_titled_figure(path, fig, "Best valid loss against the learning rate")
 
 

@@ -452,12 +452,8 @@ def draw_curves(loss_ax, bleu_ax, rec: dict, style: dict) -> None:
 
 
 def finish_axes(loss_ax, bleu_ax, **legend) -> None:
-    loss_ax.set_ylabel("valid loss (bits, label-smoothed)")
-    bleu_ax.set_ylabel("valid BLEU (greedy)")
-    for ax in (loss_ax, bleu_ax):
-        ax.set_xlabel("updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, **legend)
+    common.finish_axes(loss_ax, "updates", "valid loss (bits, label-smoothed)", legend=legend)
+    common.finish_axes(bleu_ax, "updates", "valid BLEU (greedy)", legend=legend)
 
 
 def main(argv=None):
