@@ -183,7 +183,7 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
 WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
 
 
-def reach(records: dict, row: dict, arm: str) -> tuple:
+def ratio_to(records: dict, row: dict, arm: str) -> tuple:
     """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
     the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
     base = records.get(row["id"].replace(f"-{row['method']}-", f"-{arm}-"))
@@ -205,7 +205,7 @@ def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
         improving = sum(still_improving(records[r["id"]]) for r in here
                         if r["method"] == arm and r["best_valid"] is not None)
         paired = [r for r in tfixup if f"{r['group']}-{arm}-lr{r['lr']:g}-s{r['seed']}" in records]
-        got = [ratio for _, ratio in (reach(records, r, arm) for r in paired) if ratio is not None]
+        got = [ratio for _, ratio in (ratio_to(records, r, arm) for r in paired) if ratio is not None]
         out[arm] = {"baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
                     "baseline_still_improving": improving, "seeds": len(paired), "reached": len(got),
                     "ratio_mean": round(statistics.mean(got), 3) if got else None,
@@ -236,7 +236,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
         for b in BASELINE_SCHEDULES:
-            r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = reach(records, r, b)
+            r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = ratio_to(records, r, b)
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}

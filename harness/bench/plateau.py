@@ -143,7 +143,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         walls = dict(rec.get("wall_curve", []))
         for b in BASELINES:
             base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
-            upd = r[f"updates_to_{b}_best"] = quality.reach_bleu(rec, base)[0]
+            upd = r[f"updates_to_{b}_best"] = quality.bleu_to_best(rec, base)[0]
             r[f"min_to_{b}_best"] = round(walls[upd] / 60, 1) if upd in walls else None
     per_method = {}
     for m in dict.fromkeys(r["method"] for r in rows):

@@ -253,7 +253,7 @@ def test_hypotheses(generate_txt: pathlib.Path, lang: str) -> list:
     return score.detokenize(hyps, lang)
 
 
-def reach_bleu(rec: dict, base) -> tuple:
+def bleu_to_best(rec: dict, base) -> tuple:
     """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best (common.to_best), and
     that / the updates BASE took to it; (None, None) without BASE or that update."""
     return common.to_best(rec.get("bleu_curve", []), (base or {}).get("bleu_curve", []), higher=True, digits=2)
@@ -291,7 +291,7 @@ def versus(tfixup, base):
     if tfixup is None or b_best is None:
         return None
     t_test, b_test = ((r.get("test") or {}).get("bleu_tok") for r in (tfixup, base))
-    return {"best_valid_bleu": b_best, "test_bleu_tok": b_test, "tfixup_ratio": reach_bleu(tfixup, base)[1],
+    return {"best_valid_bleu": b_best, "test_bleu_tok": b_test, "tfixup_ratio": bleu_to_best(tfixup, base)[1],
             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
 
 
@@ -319,7 +319,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         }
         # updates to each Post-LN baseline's (seed 1) best valid BLEU, and as a fraction of the baseline's own
         for b in BASELINE_SCHEDULES:
-            upd, row[f"ratio_to_{b}"] = reach_bleu(rec, records.get(run_id(rec["corpus"], b)))
+            upd, row[f"ratio_to_{b}"] = bleu_to_best(rec, records.get(run_id(rec["corpus"], b)))
             row[f"updates_to_{b}_best_valid_bleu"] = upd
             row[f"wall_min_to_{b}_best_valid_bleu"] = round(walls[upd] / 60, 1) if upd in walls else None
         # kept under the old names: against fairseq's inverse_sqrt baseline
@@ -372,7 +372,7 @@ def report(res: dict) -> str:
           r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
-          _reach(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _reach(r, "postln_matched"),
+          _to_cell(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _to_cell(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     text += common.versus_methods_md(
         res.get("per_method"),
@@ -413,7 +413,7 @@ def _versus_text(arm: dict) -> str:
     return ratio + gap
 
 
-def _reach(row: dict, baseline: str):
+def _to_cell(row: dict, baseline: str):
     upd = row.get(f"updates_to_{baseline}_best_valid_bleu")
     ratio = row.get(f"ratio_to_{baseline}")
     return None if upd is None else f"{upd} ({ratio:.2f}x)" if ratio is not None else str(upd)
