@@ -40,8 +40,7 @@ import sys
 
 from harness import manifest
 from tfixup import atomic, methods
-from harness.bench import common, runs as runlib
-from harness.bench.convergence import curve_row
+from harness.bench import common, convergence, runs as runlib
 from harness.bench.unigram import lm_unigram_level
 
 BASELINE = "postln_matched"
@@ -191,7 +190,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     threshold = level["train_fit"] - margin
     rows = []
     for rec in records.values():
-        row = curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"), threshold)
+        row = convergence.curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"),
+                                    threshold)
         rows.append({**row, "schedule": ARMS[rec["method"]].schedule, "s_per_update": rec.get("s_per_update"),
                      "best_ppl": round(2 ** row["best_valid"], 2) if row["best_valid"] is not None else None})
     headline = {}
@@ -335,10 +335,9 @@ def main(argv=None):
                f"(fit on train); {level['oracle']} bits, perplexity {level['oracle_ppl']} (fit on valid)")
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
-    todo = [r for r in all_runs if not args.methods or r.meta["method"] in args.methods]
     runlib.run_study("lm" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "valid perplexity curves", args.jobs, args.threads, todo=todo,
-                     report_only=args.report_only, only=args.only)
+                     plot, report, "valid perplexity curves", args.jobs, args.threads,
+                     todo=convergence.selected(all_runs, args.methods), report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -306,21 +306,21 @@ def _cell(g):
     return f"{g['best_valid']:.3f}" + ("" if g["trains"] else " STUCK")
 
 
+def _per_seed(v, cell) -> str:
+    """'s1: CELL; s2: CELL ...' over the seeds' pairs of a method's comparison V, "-" without any."""
+    return "; ".join(f"s{p['seed']}: " + cell(p) for p in v["pairs"]) if v and v["pairs"] else "-"
+
+
 def _pairs(v):
-    if not v or not v["pairs"]:
-        return "-"
-    return "; ".join(f"s{p['seed']}: " + (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None
-                                          else "not reached")
+    return _per_seed(v, lambda p: (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None else "not reached")
                      + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
-                        if len(set(p.get("devices", []))) > 1 else "") for p in v["pairs"])
+                        if len(set(p.get("devices", []))) > 1 else ""))
 
 
 def _halves(v):
-    if not v or not v["pairs"]:
-        return "-"
-    return "; ".join(f"s{p['seed']}: " + ("yes" if p.get("method_still_improving") else "no") + ", "
+    return _per_seed(v, lambda p: ("yes" if p.get("method_still_improving") else "no") + ", "
                      + ("-" if p.get("ratio_at_half_budget") is None else f"{p['ratio_at_half_budget']:.3f}")
-                     + f" at {p.get('half_budget')}" for p in v["pairs"])
+                     + f" at {p.get('half_budget')}")
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
