@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, str(REPO))
-from harness.bench import batch, convergence, depth, quality  # noqa: E402
+from harness.bench import batch, common, convergence, depth, quality  # noqa: E402
 from harness.bench.unigram import unigram_level  # noqa: E402
 from tfixup import atomic  # noqa: E402
 
@@ -268,6 +268,38 @@ def test_batch_scaling_factor(tmp_path, monkeypatch):
     assert res["factor_per_doubling"] == [0.5, 0.75] and res["factor_per_doubling_mean"] == pytest.approx(0.625)
     assert not res["any_diverged"]
     assert batch.budget(cfg, 1) == (800, 50) and batch.budget(cfg, 8) == (100, 6)
+
+
+def test_one_headline_metric_skips_what_is_no_measurement():
+    curve = [(10, 5.0), (20, float("nan")), (30, 3.0), (40, None), (50, 3.0), (60, float("inf"))]
+    assert common.best(curve) == (30, 3.0) and common.best(curve, higher=True) == (10, 5.0)
+    assert common.best([(1, float("nan")), (2, None)]) == (None, None) == common.best([])
+    assert common.reach(curve, 4.0) == 30 and common.reach(curve, 5.0, higher=True) == 10
+    assert common.reach(curve, 1.0) is None and common.reach(curve, None) is None
+    # T-Fixup's updates to the baseline's best (3.5 at update 20) / the baseline's: 30 / 20
+    assert common.to_best(curve, [(10, 4.0), (20, 3.5), (30, float("nan"))]) == (30, 1.5)
+    assert common.to_best(curve, []) == (None, None)
+
+
+def test_one_data_description_for_every_kind_of_data(tmp_path):
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "meta.json").write_text(json.dumps({"sentences": {"train": 3, "valid": 1}, "vocab": {"de": 7, "en": 5},
+                                              "parameters": {"bpe_merges": "800"}}))
+    assert common.data_description(hf).startswith("Multi30k De-En (train 3, valid 1 sentence pairs; test = "
+                                                  "test_2016_flickr), Moses-tokenized, lowercased, 800 joint BPE")
+    lm = tmp_path / "lm"
+    lm.mkdir()
+    (lm / "dict.txt").write_text("a 2\n")
+    (lm / "manifest.json").write_text(json.dumps({
+        "complete": True, "sentences": {"train": 3, "valid": 1}, "unk_rate_percent": {"valid.None": 1.5},
+        "params": {"train": "/s/multi30k/train.en.gz", "valid": "/s/multi30k/val.en.gz"}}))
+    assert common.data_description(lm) == (
+        "Multi30k English side, multi30k/train.en.gz (3 lines) to train, multi30k/val.en.gz (1 lines) to validate; "
+        "Moses-tokenized, lowercased, words seen >= 2 times in train (1.5% of valid tokens <unk>)")
+    (tmp_path / "mt").mkdir()
+    (tmp_path / "mt" / "manifest.json").write_text(json.dumps({"complete": True, "sentences": {"train": 3}}))
+    assert common.data_description(tmp_path / "mt").startswith("IWSLT'14 De-En real sample (train 3 sentence pairs)")
 
 
 def test_quality_updates_to_the_baselines_best_bleu(tmp_path, monkeypatch):

@@ -46,9 +46,7 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
         updates, every = budget(cfg, k)
         recipe = common.recipe(cfg, "tfixup", lr=cfg["lr"], seed=cfg["seed"], max_update=updates,
                                decay_period=cfg["decay_period"])
-        args = (common.train_args(recipe)
-                + ["--update-freq", k, "--validate-interval-updates", every, "--validate-interval", 100000,
-                   "--save-interval", 100000, "--no-save", "--log-interval", every])
+        args = common.train_args(recipe) + ["--update-freq", k] + common.valid_args(every)
         out.append(runlib.Run(f"tfixup-x{k}", dict(multiplier=k, updates=updates), args, str(data)))
     return out
 
@@ -58,12 +56,11 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
     target = None
     if base and base["valid_curve"] and base["status"] == "ok":
         half = cfg["updates"] // 2
-        target = min(l for u, l in base["valid_curve"] if u <= half)
+        target = common.best([p for p in base["valid_curve"] if p[0] <= half])[1]
     rows = []
     for rec in sorted(records.values(), key=lambda r: r["multiplier"]):
-        reached = next((u for u, l in rec["valid_curve"] if target is not None and l <= target), None)
         rows.append({"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
-                     "diverged": rec["status"] == "nan", "updates_to_target": reached,
+                     "diverged": rec["status"] == "nan", "updates_to_target": common.reach(rec["valid_curve"], target),
                      "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
                      "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]})
     factors = []
@@ -71,9 +68,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
         if a["updates_to_target"] and b["updates_to_target"] and b["multiplier"] == 2 * a["multiplier"]:
             factors.append(round(b["updates_to_target"] / a["updates_to_target"], 3))
     return {
-        "benchmark": "batch", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-        "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
-        "config": cfg, "unigram_level": level, "target_valid_loss": target,
+        **common.study_result("batch", cfg, data), "unigram_level": level, "target_valid_loss": target,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "rows": rows,
         "factor_per_doubling": factors,
         "factor_per_doubling_mean": round(statistics.mean(factors), 3) if factors else None,
@@ -98,11 +93,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for rec in sorted(res["records"].values(), key=lambda r: r["multiplier"]):
         if rec["valid_curve"]:
@@ -112,10 +103,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     for ax, xl in zip(axes, ("updates", "updates x batch multiplier (tokens seen / batch)")):
         if res["target_valid_loss"] is not None:
             ax.axhline(res["target_valid_loss"], color="gray", ls=":", label="target")
-        ax.set_xlabel(xl)
-        ax.set_ylabel("valid loss (bits)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        common.finish_axes(ax, xl, "valid loss (bits)")
     axes[0].set_title("valid loss vs updates", fontsize=9)
     axes[1].set_title("same, vs data seen (curves coincide if per-token progress is unchanged)", fontsize=8)
     atomic.save_figure(path, fig)

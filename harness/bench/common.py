@@ -9,6 +9,8 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
+import json
+import math
 import os
 import pathlib
 import platform
@@ -76,12 +78,66 @@ def data_counts(path: pathlib.Path) -> dict:
     return manifest.sentence_counts(path, "de", "en")
 
 
-def data_description(path: pathlib.Path) -> str:
-    """One line naming the data, with its sentence counts."""
-    counts = data_counts(path)
-    parts = ", ".join(f"{k} {v}" for k, v in counts.items())
+def data_description(path) -> str:
+    """One line naming a study's data, with its sentence counts, from what made it: a folder exported for the
+    HuggingFace study (its meta.json, ``python -m harness.bench.hf export``), the language-model data-bin of
+    harness/bench/lm.py (its manifest), else a translation data-bin of the IWSLT'14 sample (harness/manifest.py:
+    its manifest, else fairseq's reader)."""
+    path = pathlib.Path(path)
+    if (path / "meta.json").is_file():
+        meta = json.loads((path / "meta.json").read_text())
+        return (f"Multi30k De-En ({', '.join(f'{k} {v}' for k, v in meta['sentences'].items())} sentence pairs; test "
+                f"= test_2016_flickr), Moses-tokenized, lowercased, {(meta.get('parameters') or {}).get('bpe_merges', 8000)} "
+                f"joint BPE merges, dictionaries de {meta['vocab']['de']} / en {meta['vocab']['en']} (the quality study's "
+                f"data-bin, exported by `python -m harness.bench.hf export`); LM and BERT: its English side")
+    if (path / "dict.txt").is_file():  # one side: a language model's (harness/bench/lm.py prepare_data)
+        m = manifest.read(str(path)) or {}
+        counts, files = m.get("sentences", {}), m.get("params", {})
+        train, valid = ("/".join(pathlib.Path(files.get(k, "?")).parts[-2:]) for k in ("train", "valid"))
+        unk = next((v for k, v in m.get("unk_rate_percent", {}).items() if k.startswith("valid.")), None)
+        return (f"Multi30k English side, {train} ({counts.get('train')} lines) to train, {valid} ({counts.get('valid')} "
+                f"lines) to validate; Moses-tokenized, lowercased, words seen >= 2 times in train ({unk}% of valid "
+                f"tokens <unk>)")
+    parts = ", ".join(f"{k} {v}" for k, v in data_counts(path).items())
     return (f"IWSLT'14 De-En real sample ({parts} sentence pairs): train = 18.6k-pair train sample, "
             f"valid/test = first lines of fairseq's valid/test; BPE 10k (fairseq recipe)")
+
+
+def corpora_description(data: dict, names: dict) -> str:
+    """The data of a study over several corpora (corpus -> data-bin): each corpus's name in NAMES, its data-bin
+    and its sentence counts."""
+    return "; ".join(f"{names[c]}: {p} ({data_counts(pathlib.Path(p))})" for c, p in data.items())
+
+
+# ---------------------------------------------------------------- the headline metric
+# One metric for every study: a curve is [(update, value), ...] (valid loss, lower is better; valid BLEU, higher);
+# a point whose value is None or not finite (a diverged run's NaN) is no measurement and is skipped.
+
+
+def _finite(curve) -> list:
+    return [(u, v) for u, v in curve if v is not None and math.isfinite(v)]
+
+
+def best(curve, higher: bool = False) -> tuple:
+    """(update, value) of CURVE's lowest finite value (``higher``: its highest), the first on a tie;
+    (None, None) without one."""
+    pts = _finite(curve)
+    return (max if higher else min)(pts, key=lambda p: p[1]) if pts else (None, None)
+
+
+def reach(curve, target, higher: bool = False):
+    """The first update whose finite value is <= TARGET (``higher``: >=); None if none is, or without TARGET."""
+    if target is None:
+        return None
+    return next((u for u, v in _finite(curve) if (v >= target if higher else v <= target)), None)
+
+
+def to_best(curve, base, higher: bool = False, digits: int = 3) -> tuple:
+    """(updates, ratio): the first update at which CURVE reaches the best of the curve BASE, and that / the
+    updates BASE took to its best (rounded to DIGITS); None for what is not there."""
+    b_upd, b_best = best(base, higher)
+    u = reach(curve, b_best, higher)
+    return u, (round(u / b_upd, digits) if u is not None and b_upd else None)
 
 
 # ---------------------------------------------------------------- models
@@ -104,6 +160,12 @@ def train_args(r, device: str = "cpu") -> list:
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose {' or '.join(DEVICES)}")
     return methods.train_args(r, cpu=device == "cpu", log_format="json", num_workers=0)
+
+
+def valid_args(every) -> list:
+    """fairseq-train's flags of a study run that validates (and logs) every EVERY updates and saves nothing."""
+    return ["--validate-interval-updates", every, "--validate-interval", 100000, "--save-interval", 100000,
+            "--no-save", "--log-interval", every]
 
 
 # ---------------------------------------------------------------- arms
@@ -204,6 +266,38 @@ def command_line() -> str:
     return "python -m harness.bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def pyplot():
+    """matplotlib.pyplot, drawing to files only (the Agg backend); imported on first use, so that a study's own
+    process pays for matplotlib only when it draws."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def finish_axes(ax, xlabel: str, ylabel: str = None, title: str = None, title_size: float = 9, grid: dict = None,
+                legend: dict = None) -> None:
+    """A panel's axis labels, title (font size TITLE_SIZE), grid (alpha 0.3, and GRID) and legend (font size 8,
+    and LEGEND)."""
+    if title is not None:
+        ax.set_title(title, fontsize=title_size)
+    ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, **(grid or {}))
+    ax.legend(**{"fontsize": 8, **(legend or {})})
+
+
+def level_lines(ax, level: float, threshold: float = None, threshold_label: str = "",
+                level_label: str = "unigram level") -> None:
+    """The unigram level (dashed) and, given, the threshold of a run that trains (dotted), in gray."""
+    ax.axhline(level, color="gray", ls="--", lw=1, label=level_label)
+    if threshold is not None:
+        ax.axhline(threshold, color="gray", ls=":", lw=1, label=threshold_label)
+
+
 def save_titled_figure(path, fig, title: str) -> None:
     """FIG with TITLE over its panels, laid out, written atomically to PATH."""
     fig.suptitle(title, fontsize=10)
@@ -236,6 +330,12 @@ def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str
             + md_table(headers, rows) + "\n\n")
 
 
+def study_result(benchmark: str, cfg: dict, data) -> dict:
+    """The head of a study's result (its .json): the study, its mode, command, machine, data and settings."""
+    return {"benchmark": benchmark, "mode": cfg["mode"], "command": command_line(), "machine": machine(), "threads": 1,
+            "data": data_description(data), "data_counts": data_counts(data), "config": cfg}
+
+
 def header_md(title: str, meta: dict) -> str:
     m = meta["machine"]
     return (
@@ -250,9 +350,10 @@ def header_md(title: str, meta: dict) -> str:
 
 
 def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)",
-                     quick: bool = False):
+                     quick: bool = False, data: str = "an existing data-bin (IWSLT'14 de-en)",
+                     data_root: str = "<repo>/data-bin"):
     """The options every benchmark shares: its mode (--smoke, and --quick where it has one), --out, data
-    location, threads, tag."""
+    location (DATA: what --data names; DATA_ROOT: where it is prepared by default), threads, tag."""
     p = argparse.ArgumentParser(description=description)
     g = p.add_mutually_exclusive_group()
     if quick:
@@ -260,8 +361,8 @@ def benchmark_parser(description: str, outputs: str, threads_help: str = "torch 
     g.add_argument("--smoke", dest="mode", action="store_const", const="smoke", help="<1 min, for the tests")
     p.set_defaults(mode="default")
     p.add_argument("--out", required=True, help=f"output folder ({outputs})")
-    p.add_argument("--data", help="an existing data-bin (IWSLT'14 de-en); default: prepared once under --data-root")
-    p.add_argument("--data-root", help="where to prepare data (default <repo>/data-bin)")
+    p.add_argument("--data", help=f"{data}; default: prepared once under --data-root")
+    p.add_argument("--data-root", help=f"where to prepare data (default {data_root})")
     p.add_argument("--threads", type=int, default=1, help=threads_help)
     p.add_argument("--tag", default="", help="suffix of the output file names")
     return p

@@ -107,6 +107,11 @@ MODES = {
 }
 
 
+# the settings of a mode that the command line overrides (runs.add_overrides)
+OVERRIDES = {**dict.fromkeys(("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates"),
+                             int), "seeds": [int], "lrs": [float]}
+
+
 def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
     """One run of ARM (an arm of ``arms``, default this study's) at LR: the study's recipe, valid loss
@@ -116,11 +121,8 @@ def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag:
     recipe = common.recipe(cfg, a.method, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
                            schedule="nowarmup" if pw else a.schedule,
                            decay_period=cfg["warmup"] if pw else cfg["decay_period"])
-    args = common.train_args(recipe, device) + [
-        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
     return runlib.Run(f"{tag}-{arm}-lr{lr:g}-s{seed}", dict(method=arm, lr=lr, seed=seed, updates=updates, group=tag),
-                      args, str(data))
+                      common.train_args(recipe, device) + common.valid_args(cfg["valid_every"]), str(data))
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
@@ -150,21 +152,11 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     return out
 
 
-def updates_to_reach(curve: list, target: float):
-    """First update whose valid loss is <= target (None if never)."""
-    return next((u for u, l in curve if l <= target), None)
-
-
-def best(curve: list):
-    """(update, loss) of the lowest valid loss."""
-    return min(curve, key=lambda ul: ul[1]) if curve else (None, None)
-
-
 def still_improving(rec: dict) -> bool:
     """The run's best valid loss is its last validation: it was still improving when its budget ended, so a
     ratio against its best holds for this budget only."""
     curve = rec["valid_curve"]
-    return rec["status"] == "ok" and bool(curve) and best(curve)[0] == curve[-1][0]
+    return rec["status"] == "ok" and bool(curve) and common.best(curve)[0] == curve[-1][0]
 
 
 def truncated(records: dict, budget: int) -> dict:
@@ -182,7 +174,7 @@ def budgets(cfg: dict, group: str) -> list:
 def curve_row(rec: dict, keys, threshold: float) -> dict:
     """A run's row: KEYS of its record, its best valid loss and where, its final one, and whether it is
     stuck (failed, or its best not below THRESHOLD)."""
-    b_upd, b_loss = best(rec["valid_curve"])
+    b_upd, b_loss = common.best(rec["valid_curve"])
     return {**{k: rec[k] for k in keys}, "best_valid": b_loss, "best_at": b_upd,
             "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
             "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold}
@@ -191,15 +183,13 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
 WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
 
 
-def reach(records: dict, row: dict, arm: str) -> tuple:
+def ratio_to(records: dict, row: dict, arm: str) -> tuple:
     """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
     the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
     base = records.get(row["id"].replace(f"-{row['method']}-", f"-{arm}-"))
-    if not (base and base["valid_curve"] and row["status"] == "ok"):
+    if not (base and row["status"] == "ok"):
         return None, None
-    b_upd, b_loss = best(base["valid_curve"])
-    u = updates_to_reach(records[row["id"]]["valid_curve"], b_loss)
-    return u, (round(u / b_upd, 3) if u is not None and b_upd else None)
+    return common.to_best(records[row["id"]]["valid_curve"], base["valid_curve"])
 
 
 def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
@@ -215,7 +205,7 @@ def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
         improving = sum(still_improving(records[r["id"]]) for r in here
                         if r["method"] == arm and r["best_valid"] is not None)
         paired = [r for r in tfixup if f"{r['group']}-{arm}-lr{r['lr']:g}-s{r['seed']}" in records]
-        got = [ratio for _, ratio in (reach(records, r, arm) for r in paired) if ratio is not None]
+        got = [ratio for _, ratio in (ratio_to(records, r, arm) for r in paired) if ratio is not None]
         out[arm] = {"baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
                     "baseline_still_improving": improving, "seeds": len(paired), "reached": len(got),
                     "ratio_mean": round(statistics.mean(got), 3) if got else None,
@@ -246,7 +236,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     # per (group, lr, seed) and baseline schedule: updates to the baseline's best / the baseline's updates
     for r in rows:
         for b in BASELINE_SCHEDULES:
-            r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = reach(records, r, b)
+            r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = ratio_to(records, r, b)
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
         r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
@@ -278,10 +268,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             sgd_choice[m] = {"lr": pick["lr"], "best_valid": pick["best_valid"], "stuck": pick["stuck"],
                              "grid": {f"{r['lr']:g}": r["best_valid"] for r in sorted(grid, key=lambda r: r["lr"])}}
     return {
-        "benchmark": "convergence", "mode": cfg["mode"], "command": common.command_line(),
-        "machine": common.machine(), "threads": 1, "data": common.data_description(data),
-        "data_counts": common.data_counts(data), "config": cfg,
-        "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        **common.study_result("convergence", cfg, data), "unigram_level": level,
+        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
         "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
         "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
@@ -425,11 +413,7 @@ def panels(res: dict) -> list:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     shown = panels(res) or [("no runs yet", [])]
     ncols = min(3, len(shown))
     nrows = -(-len(shown) // ncols)
@@ -444,13 +428,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
             ax.plot(*zip(*rec["valid_curve"]), color=a.color, ls=a.linestyle, lw=1.2, alpha=0.8,
                     label=None if a.name in labelled else label)
             labelled.add(a.name)
-        ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
-        ax.axhline(res["stuck_threshold"], color="gray", ls=":", lw=1, label="stuck above this")
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("valid loss (bits, label-smoothed)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5)
+        common.level_lines(ax, res["unigram_level"]["train_fit"], res["stuck_threshold"], "stuck above this")
+        common.finish_axes(ax, "updates", "valid loss (bits, label-smoothed)", title, legend=dict(fontsize=6.5))
     cfg = res["config"]
     common.save_titled_figure(path, fig, f"IWSLT'14 De-En sample, {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, "
                                          f"{cfg['layers']}+{cfg['layers']} layers")
@@ -458,11 +437,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "convergence.{json,md,png}, convergence/runs/")
-    runlib.add_training_options(p, 2, ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens",
-                                       "long_updates"))
+    runlib.add_training_options(p, 2, OVERRIDES)
     runlib.add_device_option(p)
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--lrs", type=float, nargs="+")
     p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only the study's runs of these methods (the report covers the whole study)")
     return p
@@ -471,9 +447,7 @@ def parser():
 def make_config(args) -> dict:
     """The mode's settings with the command line's overrides."""
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
-                                      decay_period=args.decay_period, device=args.device), args,
-                                 ("updates", "warmup", "layers", "embed", "ffn", "heads", "max_tokens", "long_updates",
-                                  "seeds", "lrs"))
+                                      decay_period=args.decay_period, device=args.device), args, OVERRIDES)
 
 
 def plan(data, mode: str = "default") -> list:

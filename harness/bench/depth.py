@@ -87,9 +87,7 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
     updates = budget(cfg, depth)
     recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), ARMS[m].method, lr=cfg["lr"],
                            seed=cfg["seed"], max_update=updates, schedule="nowarmup", decay_period=cfg["decay_period"])
-    args = (common.train_args(recipe, cfg.get("device", "cpu"))
-            + ["--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-               "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]])
+    args = common.train_args(recipe, cfg.get("device", "cpu")) + common.valid_args(cfg["valid_every"])
     return runlib.Run(f"{m}-{depth}", dict(method=m, depth=depth, updates=updates), args, str(data))
 
 
@@ -111,7 +109,7 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         final = curve[-1][1] if curve and rec["status"] == "ok" else None
         rows.append({"method": rec["method"], "depth": rec["depth"], "updates": rec["updates"],
                      "status": rec["status"], "final_valid": final,
-                     "best_valid": min((l for _, l in curve), default=None),
+                     "best_valid": common.best(curve)[1],
                      "trained": final is not None and final <= threshold,
                      "s_per_update": rec.get("s_per_update")})
     rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
@@ -120,9 +118,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     left_out = [{**r, "cpu_hours": estimated_hours(records, r["depth"], r["updates"])}
                 for r in cfg.get("out_of_budget", [])]
     return {
-        "benchmark": "depth", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-        "threads": 1, "data": common.data_description(data), "data_counts": common.data_counts(data),
-        "config": cfg, "unigram_level": level, "trained_threshold": round(threshold, 4), "margin_bits": margin,
+        **common.study_result("depth", cfg, data), "unigram_level": level,
+        "trained_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
         "deepest_trained": deepest, "rows": rows, "out_of_budget": left_out, "records": records,
     }
@@ -159,11 +156,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     arms = [a for a in ARMS.values() if any(r["method"] == a.name for r in res["records"].values())]
     ncols = min(4, len(arms) + 1)  # a grid: one row of 11 panels was too wide to read
     nrows = -(-(len(arms) + 1) // ncols)
@@ -185,21 +178,15 @@ def plot(res: dict, path: pathlib.Path) -> None:
         axes[0].plot([], [], "o", color="white", markeredgecolor="gray",
                      label=f"hollow: fewer than {full} updates")
     for ax in axes:
-        ax.axhline(res["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
-        ax.axhline(res["trained_threshold"], color="gray", ls=":", lw=1, label="trained below this")
-        ax.grid(alpha=0.3)
+        common.level_lines(ax, res["unigram_level"]["train_fit"], res["trained_threshold"], "trained below this")
     axes[0].set_xscale("log")
-    axes[0].set_xlabel("layers per side")
-    axes[0].set_ylabel("final valid loss (bits)")
-    axes[0].set_title("final valid loss vs depth", fontsize=9)
+    common.finish_axes(axes[0], "layers per side", "final valid loss (bits)", "final valid loss vs depth",
+                       legend=dict(fontsize=7))
     for ax, arm in zip(axes[1:], arms):
         for rec in sorted(res["records"].values(), key=lambda r: r["depth"]):
             if rec["method"] == arm.name and rec["valid_curve"]:
                 ax.plot(*zip(*rec["valid_curve"]), label=f"{rec['depth']}+{rec['depth']}")
-        ax.set_title(f"{arm.label}: valid loss", fontsize=9)
-        ax.set_xlabel("updates")
-    for ax in axes:
-        ax.legend(fontsize=7)
+        common.finish_axes(ax, "updates", title=f"{arm.label}: valid loss", legend=dict(fontsize=7))
     fig.tight_layout()  # rows of panels: keep titles clear of the axis labels above them
     atomic.save_figure(path, fig)
 

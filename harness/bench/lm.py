@@ -40,8 +40,7 @@ import sys
 
 from harness import manifest
 from tfixup import atomic, methods
-from harness.bench import common, runs as runlib
-from harness.bench.convergence import best, curve_row, updates_to_reach
+from harness.bench import common, convergence, runs as runlib
 from harness.bench.unigram import lm_unigram_level
 
 BASELINE = "postln_matched"
@@ -154,20 +153,16 @@ def _build(out, params, inputs, train_lines, valid_lines) -> None:
     atomic.write_json(out / manifest.NAME, m)
 
 
-def data_description(path: pathlib.Path) -> str:
-    m = manifest.read(str(path)) or {}
-    counts = m.get("sentences", {})
-    unk = next((v for k, v in m.get("unk_rate_percent", {}).items() if k.startswith("valid.")), None)
-    return (f"Multi30k English side, {CORPUS}/{SPLITS['train']} ({counts.get('train')} lines) to train, "
-            f"{CORPUS}/{SPLITS['valid']} ({counts.get('valid')} lines) to validate; Moses-tokenized, lowercased, "
-            f"words seen >= 2 times in train ({unk}% of valid tokens <unk>)")
-
-
 # ---------------------------------------------------------------- runs
 
 
 def arms(cfg: dict) -> list:
     return cfg["arms"] or list(ARMS)
+
+
+# the settings of a mode that the command line overrides (runs.add_overrides)
+OVERRIDES = {**dict.fromkeys(("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"), int),
+             "lr": float, "depths": [int]}
 
 
 def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
@@ -180,9 +175,7 @@ def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: 
         warmup=cfg["warmup"], decay_period=cfg["decay_period"], max_tokens=cfg["max_tokens"],
         max_update=cfg["updates"], dropout=cfg["dropout"], seed=seed, task="language_modeling",
         tokens_per_sample=cfg["tokens_per_sample"], sample_break_mode="none")
-    args = common.train_args(recipe, device) + [
-        "--validate-interval-updates", cfg["valid_every"], "--validate-interval", 100000,
-        "--save-interval", 100000, "--no-save", "--log-interval", cfg["valid_every"]]
+    args = common.train_args(recipe, device) + common.valid_args(cfg["valid_every"])
     return runlib.Run(f"L{depth}-{arm}-lr{lr:g}-s{seed}", dict(
         method=arm, depth=depth, lr=lr, seed=seed, updates=cfg["updates"]), args, str(data))
 
@@ -197,7 +190,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     threshold = level["train_fit"] - margin
     rows = []
     for rec in records.values():
-        row = curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"), threshold)
+        row = convergence.curve_row(rec, ("id", "method", "depth", "lr", "seed", "updates", "status", "wall_s"),
+                                    threshold)
         rows.append({**row, "schedule": ARMS[rec["method"]].schedule, "s_per_update": rec.get("s_per_update"),
                      "best_ppl": round(2 ** row["best_valid"], 2) if row["best_valid"] is not None else None})
     headline = {}
@@ -205,22 +199,16 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         here = {r["method"]: r for r in rows if r["depth"] == depth}
         base = records.get(f"L{depth}-{BASELINE}-lr{cfg['lr']:g}-s{cfg['seed']}")
         for r in here.values():
-            r["updates_to_baseline_best"] = r["ratio_to_baseline"] = None
-            if base and base["valid_curve"] and r["status"] == "ok":
-                b_upd, b_loss = best(base["valid_curve"])
-                u = updates_to_reach(records[r["id"]]["valid_curve"], b_loss)
-                r["updates_to_baseline_best"] = u
-                r["ratio_to_baseline"] = round(u / b_upd, 3) if u is not None and b_upd else None
+            r["updates_to_baseline_best"], r["ratio_to_baseline"] = common.to_best(
+                records[r["id"]]["valid_curve"], base["valid_curve"]) if base and r["status"] == "ok" else (None, None)
         # the better warmup arm (the lowest best valid loss of the arms on the matched warmup): the reference
         # where Post-LN's own warmup run does not train
         warm = [r for r in here.values() if r["schedule"] == "matched" and r["best_valid"] is not None]
         better = min(warm, key=lambda r: r["best_valid"]) if warm else None
         for r in here.values():
-            r["updates_to_better_warmup_best"] = r["ratio_to_better_warmup"] = None
-            if better and r["status"] == "ok":
-                u = updates_to_reach(records[r["id"]]["valid_curve"], better["best_valid"])
-                r["updates_to_better_warmup_best"] = u
-                r["ratio_to_better_warmup"] = round(u / better["best_at"], 3) if u is not None else None
+            r["updates_to_better_warmup_best"], r["ratio_to_better_warmup"] = common.to_best(
+                records[r["id"]]["valid_curve"], records[better["id"]]["valid_curve"]) \
+                if better and r["status"] == "ok" else (None, None)
         if here:
             b = here.get(BASELINE)
             headline[f"{depth} layers"] = {
@@ -232,9 +220,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                                                      "ratio_to_better_warmup", "stuck", "status")}
                          for m in ARMS if m in here}}
     return {
-        "benchmark": "lm", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
-        "threads": 1, "data": data_description(data), "data_counts": (manifest.read(str(data)) or {}).get("sentences"),
-        "config": cfg, "unigram_level": level, "stuck_threshold": round(threshold, 4), "margin_bits": margin,
+        **common.study_result("lm", cfg, data), "unigram_level": level,
+        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
         "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
         "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
         "records": records,
@@ -297,11 +284,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     depths = res["config"]["depths"]
     fig, axes = plt.subplots(1, len(depths), figsize=(5.6 * len(depths), 4.3), squeeze=False)
     ppl = 2 ** res["unigram_level"]["train_fit"]
@@ -311,13 +294,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
             if rec and rec["valid_curve"]:
                 u, l = zip(*rec["valid_curve"])
                 ax.plot(u, [min(2 ** x, 1e5) for x in l], color=arm.color, lw=1.3, ls=arm.linestyle, label=arm.label)
-        ax.axhline(ppl, color="gray", ls="--", lw=1, label=f"unigram level ({ppl:.0f})")
+        common.level_lines(ax, ppl, level_label=f"unigram level ({ppl:.0f})")
         ax.set_yscale("log")
-        ax.set_title(f"{depth} layers", fontsize=9)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("valid perplexity")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        common.finish_axes(ax, "updates", "valid perplexity", f"{depth} layers", grid=dict(which="both"),
+                           legend=dict(fontsize=7))
     common.save_titled_figure(path, fig, "Decoder-only LM on Multi30k English, {embed}-{ffn}-{heads}, lr {lr:g}"
                               .format(**res["config"]))
 
@@ -326,18 +306,11 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def parser():
-    p = runlib.study_parser(__doc__.split("\n\n")[0], "lm.{json,md,png}, lm/runs/")
-    p.set_defaults(data=None)
-    for action in p._actions:
-        if action.dest == "data":
-            action.help = "an existing language-model data-bin; default: prepared once under --data-root"
-        if action.dest == "data_root":
-            action.help = "where to prepare data (default <repo>/work/data-bin)"
-    runlib.add_training_options(p, 1, ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"))
+    p = runlib.study_parser(__doc__.split("\n\n")[0], "lm.{json,md,png}, lm/runs/",
+                            data="an existing language-model data-bin", data_root="<repo>/work/data-bin")
+    runlib.add_training_options(p, 1, OVERRIDES)
     runlib.add_device_option(p)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--lr", type=float, help="override the mode's lr")
-    p.add_argument("--depths", type=int, nargs="+", help="override the mode's depths")
     p.add_argument("--methods", nargs="+", choices=list(ARMS),
                    help="run now only these arms (the report covers the whole study)")
     return p
@@ -346,8 +319,7 @@ def parser():
 def make_config(args) -> dict:
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, dropout=args.dropout,
                                       decay_period=args.decay_period, seed=args.seed, device=args.device), args,
-                                 ("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every", "lr",
-                                  "depths"))
+                                 OVERRIDES)
 
 
 def plan(data, mode: str = "default") -> list:
@@ -363,10 +335,9 @@ def main(argv=None):
                f"(fit on train); {level['oracle']} bits, perplexity {level['oracle_ppl']} (fit on valid)")
     all_runs = make_runs(cfg, data)
     cfg["n_runs"] = len(all_runs)
-    todo = [r for r in all_runs if not args.methods or r.meta["method"] in args.methods]
     runlib.run_study("lm" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "valid perplexity curves", args.jobs, args.threads, todo=todo,
-                     report_only=args.report_only, only=args.only)
+                     plot, report, "valid perplexity curves", args.jobs, args.threads,
+                     todo=convergence.selected(all_runs, args.methods), report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -40,7 +40,8 @@ import statistics
 import sys
 
 from harness.bench import common, convergence, lm, runs as runlib
-from harness.bench.convergence import best, curve_row, still_improving, truncated, updates_to_reach
+from harness.bench.common import best
+from harness.bench.convergence import curve_row, still_improving, truncated
 from harness.bench.unigram import lm_unigram_level, unigram_level
 from tfixup import methods
 
@@ -168,9 +169,8 @@ def pair_ratio(t: dict, o: dict, every: int) -> dict:
     """T-Fixup's run T against a method's run O: the updates T needs to reach O's best valid loss / O's updates
     to it, and the ratio's step (EVERY / O's updates)."""
     o_upd, o_loss = best(o["valid_curve"])
-    u = updates_to_reach(t["valid_curve"], o_loss)
-    return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u,
-            "ratio": round(u / o_upd, 3) if u is not None and o_upd else None,
+    u, ratio = common.to_best(t["valid_curve"], o["valid_curve"])
+    return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u, "ratio": ratio,
             "step": round(every / o_upd, 4) if o_upd else None}
 
 
@@ -233,7 +233,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
                        "unigram_level": levels[part],
                        "stuck_threshold": round(threshold, 4), "methods": per_arm,
-                       "tfixup_arm": ref, "versus": versus, "data": data_text(part, data[part]),
+                       "tfixup_arm": ref, "versus": versus, "data": common.data_description(data[part]),
                        "config": cfg[part]}
     return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
             "threads": 1, "device": cfg["device"], "data": "; ".join(p["data"] for p in parts.values()),
@@ -245,10 +245,6 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
 def _device(rec: dict) -> str:
     """Where a run trained: its record's device (older records: from its command)."""
     return rec.get("device") or ("cpu" if " --cpu" in rec["command"] else "cuda")
-
-
-def data_text(part: str, path) -> str:
-    return common.data_description(path) if part == "translation" else lm.data_description(path)
 
 
 def _lr(x) -> str:
@@ -310,29 +306,25 @@ def _cell(g):
     return f"{g['best_valid']:.3f}" + ("" if g["trains"] else " STUCK")
 
 
+def _per_seed(v, cell) -> str:
+    """'s1: CELL; s2: CELL ...' over the seeds' pairs of a method's comparison V, "-" without any."""
+    return "; ".join(f"s{p['seed']}: " + cell(p) for p in v["pairs"]) if v and v["pairs"] else "-"
+
+
 def _pairs(v):
-    if not v or not v["pairs"]:
-        return "-"
-    return "; ".join(f"s{p['seed']}: " + (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None
-                                          else "not reached")
+    return _per_seed(v, lambda p: (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None else "not reached")
                      + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
-                        if len(set(p.get("devices", []))) > 1 else "") for p in v["pairs"])
+                        if len(set(p.get("devices", []))) > 1 else ""))
 
 
 def _halves(v):
-    if not v or not v["pairs"]:
-        return "-"
-    return "; ".join(f"s{p['seed']}: " + ("yes" if p.get("method_still_improving") else "no") + ", "
+    return _per_seed(v, lambda p: ("yes" if p.get("method_still_improving") else "no") + ", "
                      + ("-" if p.get("ratio_at_half_budget") is None else f"{p['ratio_at_half_budget']:.3f}")
-                     + f" at {p.get('half_budget')}" for p in v["pairs"])
+                     + f" at {p.get('half_budget')}")
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     parts = res["parts"] or {"none": None}
     fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.4), squeeze=False)
     for ax, (part, p) in zip(axes[0], parts.items()):
@@ -348,18 +340,14 @@ def plot(res: dict, path: pathlib.Path) -> None:
             if nan:
                 ax.scatter(nan, [p["unigram_level"]["train_fit"] + 0.3] * len(nan), marker="x", s=30,
                            color=arms[arm].color)
-        ax.axhline(p["unigram_level"]["train_fit"], color="gray", ls="--", lw=1, label="unigram level")
-        ax.axhline(p["stuck_threshold"], color="gray", ls=":", lw=1, label="trains below this")
+        common.level_lines(ax, p["unigram_level"]["train_fit"], p["stuck_threshold"], "trains below this")
         ax.set_xscale("log", base=2)
         ticks = sorted({g["lr"] for m in p["methods"].values() for g in m["grid"]})
         ax.set_xticks(ticks, [_lr(x) for x in ticks], fontsize=7)
         ax.minorticks_off()
-        ax.set_xlabel("peak learning rate")
-        ax.set_ylabel("best valid loss (bits)")
-        ax.set_title(("translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
-                     + f" on {p['device']} (x: diverged)", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6.5)
+        common.finish_axes(ax, "peak learning rate", "best valid loss (bits)", (
+            "translation, 6+6" if part == "translation" else f"LM, {p['config']['depths'][0]} layers")
+            + f" on {p['device']} (x: diverged)", legend=dict(fontsize=6.5))
     common.save_titled_figure(path, fig, "Best valid loss against the learning rate")
 
 

@@ -127,7 +127,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     for rec in records.values():
         test = rec.get("test") or {}
         bleu = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-        best_u, best_b = quality.best_bleu(rec)
+        best_u, best_b = common.best(bleu, higher=True)
         updates_per_epoch = (rec["wall_curve"][0][0] if rec.get("wall_curve") else None)
         rows.append({"id": rec["id"], "method": rec["method"], "seed": rec.get("seed", 1), "status": rec["status"],
                      "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
@@ -143,7 +143,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         walls = dict(rec.get("wall_curve", []))
         for b in BASELINES:
             base = records.get(r["id"].replace(f"-{r['method']}-", f"-{b}-"))
-            upd = r[f"updates_to_{b}_best"] = quality.reach_bleu(rec, base)[0]
+            upd = r[f"updates_to_{b}_best"] = quality.bleu_to_best(rec, base)[0]
             r[f"min_to_{b}_best"] = round(walls[upd] / 60, 1) if upd in walls else None
     per_method = {}
     for m in dict.fromkeys(r["method"] for r in rows):
@@ -165,8 +165,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
                                                       refs[rec["corpus"]], lowercase=lowercase)})
     return {"benchmark": "plateau", "mode": cfg["mode"], "command": common.command_line(),
             "machine": common.machine(), "threads": 1,
-            "data": "; ".join(f"{quality.CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})"
-                              for c, p in data.items()),
+            "data": common.corpora_description(data, quality.CORPORA),
             "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
             "rows": sorted(rows, key=lambda r: (list(quality.ARMS).index(r["method"]), r["seed"])),
             "per_method": per_method, "gaps": gaps, "records": records}
@@ -266,11 +265,7 @@ def _upd_min(row: dict, baseline: str):
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     labelled = set()
     for rec in sorted(res["records"].values(), key=lambda r: r["id"]):

@@ -253,22 +253,10 @@ def test_hypotheses(generate_txt: pathlib.Path, lang: str) -> list:
     return score.detokenize(hyps, lang)
 
 
-def first_reaching(curve: list, target: float):
-    return next((u for u, v in curve if v is not None and v >= target), None)
-
-
-def best_bleu(rec: dict):
-    """(updates, valid BLEU) of a run's best valid BLEU, or (None, None)."""
-    pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-    return max(pts, key=lambda p: p[1]) if pts else (None, None)
-
-
-def reach_bleu(rec: dict, base) -> tuple:
-    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best, and that / the
-    updates BASE took to it; (None, None) without BASE or that update."""
-    b_upd, b_best = best_bleu(base) if base else (None, None)
-    upd = first_reaching(rec.get("bleu_curve", []), b_best) if b_best is not None else None
-    return upd, (round(upd / b_upd, 2) if upd is not None and b_upd else None)
+def bleu_to_best(rec: dict, base) -> tuple:
+    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best (common.to_best), and
+    that / the updates BASE took to it; (None, None) without BASE or that update."""
+    return common.to_best(rec.get("bleu_curve", []), (base or {}).get("bleu_curve", []), higher=True, digits=2)
 
 
 def versus_methods(records: dict) -> dict:
@@ -299,11 +287,11 @@ def versus_methods(records: dict) -> dict:
 def versus(tfixup, base):
     """T-Fixup's run against a baseline's: the baseline's best valid BLEU and test BLEU, T-Fixup's updates to
     that best valid BLEU / the baseline's, the test BLEU gap (tokenized); None without both runs' valid BLEU."""
-    b_best = best_bleu(base)[1] if base else None
+    b_best = common.best(base.get("bleu_curve", []), higher=True)[1] if base else None
     if tfixup is None or b_best is None:
         return None
     t_test, b_test = ((r.get("test") or {}).get("bleu_tok") for r in (tfixup, base))
-    return {"best_valid_bleu": b_best, "test_bleu_tok": b_test, "tfixup_ratio": reach_bleu(tfixup, base)[1],
+    return {"best_valid_bleu": b_best, "test_bleu_tok": b_test, "tfixup_ratio": bleu_to_best(tfixup, base)[1],
             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
 
 
@@ -322,8 +310,8 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
             "schedule": schedule(ARMS[rec["method"]]), "status": rec["status"],
             "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
             "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
-            "best_valid_bleu": best_bleu(rec)[1],
-            "best_valid_loss": min((l for _, l in rec.get("valid_curve", [])), default=None),
+            "best_valid_bleu": common.best(rec.get("bleu_curve", []), higher=True)[1],
+            "best_valid_loss": common.best(rec.get("valid_curve", []))[1],
             "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
             "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
             "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1), "train_segments": rec.get("train_segments", 1),
@@ -331,7 +319,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         }
         # updates to each Post-LN baseline's (seed 1) best valid BLEU, and as a fraction of the baseline's own
         for b in BASELINE_SCHEDULES:
-            upd, row[f"ratio_to_{b}"] = reach_bleu(rec, records.get(run_id(rec["corpus"], b)))
+            upd, row[f"ratio_to_{b}"] = bleu_to_best(rec, records.get(run_id(rec["corpus"], b)))
             row[f"updates_to_{b}_best_valid_bleu"] = upd
             row[f"wall_min_to_{b}_best_valid_bleu"] = round(walls[upd] / 60, 1) if upd in walls else None
         # kept under the old names: against fairseq's inverse_sqrt baseline
@@ -341,7 +329,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     return {
         "benchmark": "quality", "mode": cfg["mode"], "command": common.command_line(),
         "machine": common.machine(), "threads": 1,
-        "data": "; ".join(f"{CORPORA[c]}: {p} ({common.data_counts(pathlib.Path(p))})" for c, p in data.items()),
+        "data": common.corpora_description(data, CORPORA),
         "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
         "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
         "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
@@ -384,7 +372,7 @@ def report(res: dict) -> str:
           r["test_bleu_tok"], r["test_bleu_detok"],
           r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
-          _reach(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _reach(r, "postln_matched"),
+          _to_cell(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _to_cell(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
     text += common.versus_methods_md(
         res.get("per_method"),
@@ -425,18 +413,14 @@ def _versus_text(arm: dict) -> str:
     return ratio + gap
 
 
-def _reach(row: dict, baseline: str):
+def _to_cell(row: dict, baseline: str):
     upd = row.get(f"updates_to_{baseline}_best_valid_bleu")
     ratio = row.get(f"ratio_to_{baseline}")
     return None if upd is None else f"{upd} ({ratio:.2f}x)" if ratio is not None else str(upd)
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     corpora = sorted({r["corpus"] for r in res["records"].values()})
     fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
     for j, corpus in enumerate(corpora):
@@ -468,12 +452,8 @@ def draw_curves(loss_ax, bleu_ax, rec: dict, style: dict) -> None:
 
 
 def finish_axes(loss_ax, bleu_ax, **legend) -> None:
-    loss_ax.set_ylabel("valid loss (bits, label-smoothed)")
-    bleu_ax.set_ylabel("valid BLEU (greedy)")
-    for ax in (loss_ax, bleu_ax):
-        ax.set_xlabel("updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, **legend)
+    common.finish_axes(loss_ax, "updates", "valid loss (bits, label-smoothed)", legend=legend)
+    common.finish_axes(bleu_ax, "updates", "valid BLEU (greedy)", legend=legend)
 
 
 def main(argv=None):

@@ -303,14 +303,23 @@ def report_head(title: str, res: dict, n_runs: int, setting: str) -> str:
 
 def add_training_options(p, jobs: int, overrides) -> None:
     """The options of a study that trains and calls runs stuck: runs at a time, the stuck margin, dropout,
-    P of the no-warmup schedule, and an override of each of its mode's settings in OVERRIDES."""
+    P of the no-warmup schedule, and an override of each of its mode's settings in OVERRIDES (``add_overrides``)."""
     p.add_argument("--jobs", type=int, default=jobs, help=f"runs at a time (default {jobs}, one thread each)")
     p.add_argument("--margin", type=float, default=1.0,
                    help="bits below the unigram level a run must reach to count as not stuck (default 1)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--decay-period", type=int, default=4000, help="P of the no-warmup schedule (default 4000)")
+    add_overrides(p, overrides)
+
+
+def add_overrides(p, overrides) -> None:
+    """An option overriding each of a mode's settings in OVERRIDES: a name (an int), or name -> type, or
+    name -> [type] (a list)."""
     for k in overrides:
-        p.add_argument("--" + k.replace("_", "-"), type=int, help=f"override the mode's {k}")
+        kind = overrides[k] if isinstance(overrides, dict) else int
+        many = isinstance(kind, list)
+        p.add_argument("--" + k.replace("_", "-"), type=kind[0] if many else kind, nargs="+" if many else None,
+                       help=f"override the mode's {k}")
 
 
 def add_device_option(p) -> None:
@@ -347,9 +356,9 @@ def default_plan(study, data, mode: str = "default") -> list:
     return study.make_runs(study.make_config(args), pathlib.Path(data))
 
 
-def study_parser(description: str, outputs: str):
-    """common.benchmark_parser plus the options of a study made of recorded runs."""
-    p = common.benchmark_parser(description, outputs)
+def study_parser(description: str, outputs: str, **data):
+    """common.benchmark_parser (DATA: its data and data_root) plus the options of a study made of recorded runs."""
+    p = common.benchmark_parser(description, outputs, **data)
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report from the runs recorded so far and run nothing")
     p.add_argument("--only", nargs="+", metavar="RUN_ID",

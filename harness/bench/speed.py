@@ -315,11 +315,7 @@ def report(result: dict) -> str:
 
 
 def plot(result: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = common.pyplot()
     rs = result["results"]
     labels = [f"{r['size']} {r['dtype']}" for r in rs]
     x = range(len(rs))

@@ -40,7 +40,7 @@ def _token_counts(stem: pathlib.Path, vocab: int) -> np.ndarray:
     """Count of each symbol over every sentence of the binarized split STEM.idx/STEM.bin."""
     idx, bin_ = stem.with_name(stem.name + ".idx"), stem.with_name(stem.name + ".bin")
     if not idx.is_file() or not bin_.is_file():
-        raise FileNotFoundError(f"no binarized {split} targets in {data} ({stem.name}.idx/.bin): "
+        raise FileNotFoundError(f"no binarized {stem.name} in {stem.parent} ({stem.name}.idx/.bin): "
                                 f"prepare the data-bin with scripts/prepare-*.sh")
     with open(idx, "rb") as f:
         magic, version, code = f.read(9), struct.unpack("<Q", f.read(8))[0], f.read(1)[0]
