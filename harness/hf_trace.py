@@ -115,10 +115,7 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
 
     cols = min(2, len(res["arms"]))
     rows = math.ceil(len(res["arms"]) / cols)
@@ -192,7 +189,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     t0 = time.time()
     res = {"command": "python -m harness.hf_trace " + " ".join(sys.argv[1:] if argv is None else argv),
-           "machine": common.machine(), "data": hf.data_description(data), "family": a.family, "layers": a.layers,
+           "machine": common.machine(), "data": common.data_description(data), "family": a.family, "layers": a.layers,
            "seed": a.seed, "updates": a.updates, "lr": specs[0]["lr"] if specs else None}
     try:
         res["arms"] = [trace(s, data) for s in specs]

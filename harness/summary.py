@@ -26,6 +26,7 @@ from harness import config, main_job, report, translate
 from harness.fairseq_log import parse_train_log
 from tfixup import atomic
 from tfixup.atomic import save_figure
+from harness.bench import common
 from harness.bench.quality import samples
 
 
@@ -39,10 +40,7 @@ def learning_curve(train_log: pathlib.Path) -> list:
 
 
 def plot(curve: list, title: str, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
     from matplotlib.ticker import MaxNLocator
 
     fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(10, 3.8))

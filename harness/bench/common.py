@@ -125,6 +125,13 @@ def best(curve, higher: bool = False) -> tuple:
     return (max if higher else min)(pts, key=lambda p: p[1]) if pts else (None, None)
 
 
+def best_lr(by_lr: dict):
+    """The lr of the lowest best valid loss among the runs (records) that finished without diverging, or None."""
+    ok = {lr: best(r.get("valid_curve") or [])[1] for lr, r in by_lr.items() if r and r.get("status") == "ok"}
+    ok = {lr: v for lr, v in ok.items() if v is not None}
+    return min(ok, key=ok.get) if ok else None
+
+
 def reach(curve, target, higher: bool = False):
     """The first update whose finite value is <= TARGET (``higher``: >=); None if none is, or without TARGET."""
     if target is None:
@@ -401,23 +408,3 @@ def run_env(threads) -> dict:
                 PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
-
-def best(curve, higher: bool = False):
-    """(update, value) of the best finite value of CURVE ((update, value) pairs; the lowest, or the highest when
-    HIGHER), or (None, None)."""
-    import math
-
-    pts = [(u, v) for u, v in curve if v is not None and math.isfinite(v)]
-    if not pts:
-        return None, None
-    return (max if higher else min)(pts, key=lambda p: p[1])
-
-
-def reach(curve, target, higher: bool = False):
-    """The first update whose finite value is at or below TARGET (at or above when HIGHER), or None."""
-    import math
-
-    if target is None:
-        return None
-    return next((u for u, v in curve if v is not None and math.isfinite(v)
-                 and (v >= target if higher else v <= target)), None)

@@ -366,7 +366,7 @@ def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, dead
               "run_command": shlex.join(map(str, cmd)), "returncode": rc, "process_wall_s": round(time.time() - t0, 1),
               **({"fairseq_train": shlex.join(["fairseq-train", run.data, *map(str, run.args[1:])])}
                  if kind == "fairseq" else {"config": spec["spec"]}),
-              "data": (hf if kind == "hf" else common).data_description(data)}
+              "data": common.data_description(data)}
     if rc == 0 and (rundir / "result.json").is_file():
         return {**record, **json.loads((rundir / "result.json").read_text())}
     tail = (rundir / "train.log").read_text(errors="replace").strip().splitlines()[-8:]
@@ -515,10 +515,7 @@ def report(res: dict) -> str:
 def plot(res: dict, path: pathlib.Path) -> None:
     """Valid loss against updates, and log10 of the largest |residual stream| per layer against fp16's 65504, of
     every fairseq run (plain axes and one legend: the figure is redrawn after every run)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for k, rid in enumerate(res["parts"]["fp16"] + res["parts"]["deep"]):
@@ -597,7 +594,7 @@ def prepare(iwslt: pathlib.Path = IWSLT_BIN, hf_data: pathlib.Path = HF_DATA, bu
         common.die(f"the carried paths are {total:.0f} MiB ({', '.join(f'{k} {v}' for k, v in sizes.items())}), over "
                    f"a device call's {CARRY_LIMIT_MIB} MiB")
     info = {"iwslt": str(iwslt), "hf_data": str(hf_data), "carry_mib": sizes, "command": gpu_command()}
-    print(f"ready: {common.data_description(iwslt)}\n       {hf.data_description(hf_data)}\n"
+    print(f"ready: {common.data_description(iwslt)}\n       {common.data_description(hf_data)}\n"
           f"carry: {' '.join(sizes)} ({total:.1f} MiB)\non the GPU, from the repository root: {info['command']}")
     return info
 
@@ -664,7 +661,7 @@ def main(argv=None) -> int:
         if (path == data or "bf16" in args.parts) and not (path / need).is_file():
             common.die(f"{what.format(path)} (no {need}); make it here with: python -m harness.bench.gpu prepare")
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
-           + ("; bf16: " + hf.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
+           + ("; bf16: " + common.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
     all_runs = make_runs(cfg, data, hf_data, args.device, PARTS, args.peak_tflops)  # the report covers every part
     chosen = [r for r in all_runs if r.meta["part"] in args.parts]
     deadline = t0 + args.stop_after if args.stop_after is not None else None

@@ -46,7 +46,7 @@ from harness.bench.hf_llama import (LLAMA_COLUMNS, grid_of, llama_question, llam
                                     llama_table, llama_verdict, plot_llama_question)
 from harness.bench.hf_train import (ARMS, BASELINE, DATA_BIN, DECAY_PERIOD, FAMILIES, LR_ARMS,  # noqa: F401
                                     NEW_LLAMA_ARMS, NO_MULTIPLIER, NORM_FREE, PREPARE, WEIGHT_DECAY, DERF_ALPHA0,
-                                    DERF_SHIFT0, DYT_ALPHA0, check_data, data_description, export, run_one, test_scores)
+                                    DERF_SHIFT0, DYT_ALPHA0, check_data, export, run_one, test_scores)
 
 STEM = "hf"
 # the quality study's fairseq runs of the same recipe (seed 1, Multi30k): T-Fixup, and Post-LN on the matched warmup
@@ -233,7 +233,7 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
                              r["lr"] or 0))
     res = {"benchmark": "hf", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
            "threads": cfg.get("threads", 1), "devices": sorted({r["device"] for r in rows if r["device"]}),
-           "data": data_description(data) if data and (data / "meta.json").is_file() else str(data),
+           "data": common.data_description(data) if data and (data / "meta.json").is_file() else str(data),
            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
            "fairseq": {a: fairseq_run(p) for a, p in FAIRSEQ_RUNS.items() if p.is_file()} if cfg["mode"] == "default"
            else {}, "rows": rows,
@@ -362,10 +362,7 @@ def _reached(r: dict):
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
 
     panels = sorted({(r["family"], r["layers"]) for r in res["rows"]},
                     key=lambda p: (list(FAMILIES).index(p[0]), p[1]))

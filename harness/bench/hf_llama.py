@@ -8,13 +8,6 @@ from harness.bench import common
 from harness.bench.hf_train import ARMS, BASELINE, DERF_ALPHA0, DERF_SHIFT0, DYT_ALPHA0, NORM_FREE
 
 
-def best_lr(by_lr: dict):
-    """The lr of the lowest best valid loss among the runs (records) that finished without diverging, or None."""
-    ok = {lr: common.best(r.get("valid_curve", []))[1] for lr, r in by_lr.items() if r and r.get("status") == "ok"}
-    ok = {lr: v for lr, v in ok.items() if v is not None}
-    return min(ok, key=ok.get) if ok else None
-
-
 def grid_of(g: dict, record_at) -> tuple:
     """An arm's lr grid as the records make it (RECORD_AT(lr): the first seed's record there, or None): the starting
     lrs, doubled while the best is the largest (up to max_lr), halved while it is the smallest or nothing trained
@@ -24,7 +17,7 @@ def grid_of(g: dict, record_at) -> tuple:
         got = {lr: record_at(lr) for lr in grid}
         if not all(got.values()):
             return grid, None, False
-        b = best_lr(got)
+        b = common.best_lr(got)
         if (b is None or b == grid[0]) and grid[0] / 2 >= g["min_lr"] * (1 - 1e-9):
             grid.insert(0, grid[0] / 2)
         elif b is not None and b == grid[-1] and grid[-1] * 2 <= g["max_lr"] * (1 + 1e-9):
@@ -50,7 +43,7 @@ def llama_question(res: dict) -> dict:
         first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
         grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
         if not closed:  # the best so far, said to be provisional ("grid open")
-            b = best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
+            b = common.best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
         out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
                     "grid": [{"lr": lr, **({k: first[lr][k] for k in ("id", "status", "best_ppl")} if lr in first
                                            else {"id": None, "status": None, "best_ppl": None})} for lr in grid]}

@@ -176,15 +176,6 @@ def to_text(ids, vocab: list, escape_unk: bool = False) -> str:
     return (" ".join(words) + " ").replace("@@ ", "").rstrip()
 
 
-def data_description(data: pathlib.Path) -> str:
-    meta = json.loads((data / "meta.json").read_text())
-    params = meta.get("parameters") or {}
-    return (f"Multi30k De-En ({', '.join(f'{k} {v}' for k, v in meta['sentences'].items())} sentence pairs; test "
-            f"= test_2016_flickr), Moses-tokenized, lowercased, {params.get('bpe_merges', 8000)} joint BPE merges, "
-            f"dictionaries de {meta['vocab']['de']} / en {meta['vocab']['en']} (the quality study's data-bin, "
-            f"exported by `python -m harness.bench.hf export`); LM and BERT: its English side")
-
-
 # ---------------------------------------------------------------- models (transformers, from configs)
 
 
@@ -688,7 +679,7 @@ def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: s
     rc = (here if in_process else runlib.run_logged)(cmd, rundir / "train.log", common.run_env(threads))
     record = {"id": run.id, **run.meta, "key": run.key(), "command": common.command_line(),
               "run_command": " ".join(shlex.quote(str(c)) for c in cmd), "config": spec,
-              "data": data_description(pathlib.Path(run.data)), "returncode": rc,
+              "data": common.data_description(pathlib.Path(run.data)), "returncode": rc,
               "process_wall_s": round(time.time() - t0, 1)}
     if rc == 0 and (rundir / "result.json").is_file():
         record.update(json.loads((rundir / "result.json").read_text()))
@@ -762,7 +753,7 @@ def export_main(argv) -> int:
     p.add_argument("--out", required=True, help="the folder to write (replaced when complete)")
     a = p.parse_args(argv)
     out = export(pathlib.Path(a.data_bin), pathlib.Path(a.out))
-    print(f"wrote {out}: {data_description(out)}")
+    print(f"wrote {out}: {common.data_description(out)}")
     return 0
 
 

@@ -123,19 +123,13 @@ def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
                 break
             out += [_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]) for lr in grid]
             if all(g is not None for g in got):
-                b = best_lr(dict(zip(grid, got)))
+                b = common.best_lr(dict(zip(grid, got)))
                 if b is not None:
                     out += [_run(cfg, part, data, arm, b, s) for s in seeds(cfg, part)[1:]]
     # the order they run in: every arm at the studies' two lrs first, then outwards, so that a study cut short
     # has whole columns of the grid; second seeds last
     first = {x: i for i, x in enumerate(sorted({r.meta["lr"] for r in out}, key=lambda x: abs(math.log(x / 7e-4))))}
     return sorted(out, key=lambda r: (r.meta["seed"] != cfg["seeds"][0], first[r.meta["lr"]]))
-
-
-def best_lr(by_lr: dict):
-    """The lr of the lowest best valid loss among runs that finished without diverging."""
-    ok = {lr: best(r["valid_curve"])[1] for lr, r in by_lr.items() if r and r["status"] == "ok" and r["valid_curve"]}
-    return min(ok, key=ok.get) if ok else None
 
 
 def lr_range(by_lr: dict, threshold: float, at: float, ok=None):
@@ -188,7 +182,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         per_arm = {}
         for arm in table:
             first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == seeds(cfg, part)[0]}
-            b = best_lr(first)
+            b = common.best_lr(first)
             rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
                      "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
             rng = lr_range(first, threshold, b) if b is not None else None
