@@ -102,8 +102,9 @@ def trained(iwslt_bin, tmp_path_factory):
 
 def test_valid_loss_falls_at_every_validation(trained_run):
     """fairseq-train learns through the plugin: the trained run (validated at each of its checkpoints, every
-    10 updates, the first of them in the run that was killed) has a lower valid loss at each, 0.69 bits lower
-    at update 30 than at 10 when measured (on top of the fall from the untrained model's ~13 bits to 10.4)."""
+    10 updates, the first of them in the run that was killed) has a lower valid loss at each, and more than
+    half a bit lower at update 30 than at 10 (most of the fall from the untrained model's level, log2 of a
+    10k vocabulary, comes before update 10)."""
     out, _, _, _ = trained_run
     log = (out / "train.log").read_text()  # both runs: train.sh appends
     assert "T-Fixup: no LayerNorm" in log
