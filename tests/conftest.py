@@ -220,7 +220,7 @@ def trained_run(iwslt_bin, tmp_path_factory):
     """`bash scripts/train.sh --cpu iwslt14_de_en_tfixup` on the shared data-bin (TRAINED_ENV), killed with
     SIGKILL once its update-10 checkpoint is saved, then the same command rerun, which resumes and ends at
     update 30: the session's one trained run, made once for every worker (tests/test_pipeline_chain.py checks the
-    kill and the resume, and evaluates it; tests/test_cli.py loads and resumes its checkpoints). Read only:
+    kill and the resume, and evaluates a copy; tests/test_cli.py reads its valid curve). Read only:
     a test that writes copies it first. (run folder, the killed run's log, the rerun's stdout, its stderr)."""
     def make(root):
         out = root / "run"
