@@ -8,11 +8,11 @@ bash "$TFIXUP_ROOT/scripts/install.sh"
 # shellcheck disable=SC1091
 . "${VENV:-$TFIXUP_ROOT/.venv}/bin/activate"
 cd "$TFIXUP_ROOT"
-# Every core (TEST_WORKERS, default auto), a test file per worker (its module fixtures, such as a
-# trained model, are made once), longest files first (tests/conftest.py LONGEST_FIRST). One torch
-# thread per process: most tests run fairseq-train or fairseq-generate in a subprocess, and two
-# workers' multi-threaded processes on a small machine oversubscribe its cores, where busy-waiting
-# threads run many times slower.
+# Every core (TEST_WORKERS, default auto), a test file per worker (its module fixtures are made once; a
+# made-once fixture, such as the trained run, once for all workers), longest files first as timed in the last
+# run (tests/conftest.py file_order; pytest's cache). One torch thread per process: most tests run
+# fairseq-train or fairseq-generate in a subprocess, and two workers' multi-threaded processes on a small
+# machine oversubscribe its cores, where busy-waiting threads run many times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # the whole suite (no arguments) times itself into work/test-suite.json: README's suite time, published with
 # the main job's record when measured at the same commit (harness/main_job.py)

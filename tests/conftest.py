@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -78,23 +79,85 @@ def last_error(proc, *words):
     return last
 
 
-# The test files, longest first (as timed with pytest's junit durations on a 2-core machine; the rest are
-# a few seconds each). scripts/test.sh hands whole files to its workers in this order (--dist loadfile
-# --no-loadscope-reorder), each to the first free worker: longest first keeps the two busy to the end.
-# The first two files do not wait for each other: the first makes the tiny main job (cpu_main_job), the
-# second the shared IWSLT data-bin; the files after them that need either find it made.
-LONGEST_FIRST = ["test_docs_commands.py", "test_pipeline_chain.py", "test_faults.py", "test_bench_studies.py",
-                 "test_run_faults.py", "test_allowlist.py", "test_bench_gpu.py", "test_method_layout.py",
-                 "test_hf_distributed.py", "test_bench_hf.py", "test_hf_trainer.py", "test_hf_saved.py",
-                 "test_methods.py", "test_cli.py", "test_lm.py", "test_diagnostics.py", "test_translate.py",
-                 "test_literals.py", "test_safe_load.py", "test_pipeline_data.py", "test_table_rows.py",
-                 "test_scheduler.py", "test_one_line_refusals.py", "test_bench_lr.py", "test_noise.py",
-                 "test_bench_smoke.py"]
+# ---------------------------------------------------------------- the order files are handed to workers
+
+# scripts/test.sh hands whole files to its workers in collection order (--dist loadfile --no-loadscope-reorder),
+# each to the first free worker: the longest first keeps both busy to the end. A file's cost is the sum of its
+# tests' seconds (setup, call and teardown) in the last run that ran each, kept in pytest's cache (TEST_SECONDS;
+# a test not timed yet counts as its file's median). Files none of whose tests were timed (all of them, in a clean
+# clone) come after, ranked by the made-once fixtures they use (made_once below: a data-bin, the main job, the
+# trained run), which are the long builds: such files first, each next one starting a build that no earlier
+# file starts, so that the workers make them side by side rather than one waiting on the other's lock; then
+# the rest by their number of tests.
+TEST_SECONDS = "tfixup/test-seconds"
+MADE_ONCE = set()
 
 
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+def made_once(fn):
+    """A session fixture whose folder is made once per test run (shared_across_workers): the ordering
+    above knows it by name."""
+    MADE_ONCE.add(fn.__name__)
+    return pytest.fixture(scope="session")(fn)
+
+
+def file_order(files: dict, seconds: dict) -> list:
+    """FILES (name -> (its test ids, the made-once fixtures they use)) in the order to hand them out, with
+    SECONDS (test id -> seconds) as said above."""
+    import statistics
+
+    cost = {}
+    for name, (tests, _) in files.items():
+        known = [seconds[t] for t in tests if t in seconds]
+        if known:
+            cost[name] = sum(seconds.get(t, statistics.median(known)) for t in tests)
+    timed = sorted(cost, key=lambda f: -cost[f])
+    rest = sorted((f for f in files if f not in cost), key=lambda f: (not files[f][1], -len(files[f][0]), f))
+    started = set().union(*(files[f][1] for f in timed))
+    while rest:  # the first file that starts a build not started yet, else the next in line
+        f = next((f for f in rest if files[f][1] - started), rest[0])
+        rest.remove(f)
+        started |= files[f][1]
+        timed.append(f)
+    return timed
+
+
+def _cached_seconds(config) -> dict:
+    return config.cache.get(TEST_SECONDS, {}) if getattr(config, "cache", None) is not None else {}
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, absent with -p no:xdist
+def pytest_configure_node(node):
+    """pytest-xdist, in the controller: every worker orders by the same record (one read of the cache), so
+    that all collect the same order."""
+    node.workerinput[TEST_SECONDS] = _cached_seconds(node.config)
+
+
+def pytest_collection_modifyitems(config, items):
+    files = {}
+    for item in items:
+        tests, fixtures = files.get(item.path.name, ([], frozenset()))
+        files[item.path.name] = ([*tests, item.nodeid], fixtures | (MADE_ONCE & set(item.fixturenames)))
+    worker = getattr(config, "workerinput", None)
+    seconds = worker.get(TEST_SECONDS, {}) if worker is not None else _cached_seconds(config)
+    rank = {name: i for i, name in enumerate(file_order(files, seconds))}
+    items.sort(key=lambda item: rank[item.path.name])  # stable: files stay whole, in their own order
+
+
+_took = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup, call and teardown (under xdist: in the controller, from every worker's reports)."""
+    _took[report.nodeid] = _took.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    """The tests timed in this run into the cache, beside those it did not run."""
+    config = session.config
+    if getattr(config, "cache", None) is None or hasattr(config, "workerinput") or not _took:
+        return
+    config.cache.set(TEST_SECONDS, {**config.cache.get(TEST_SECONDS, {}),
+                                    **{t: round(s, 2) for t, s in _took.items()}})
 
 
 @pytest.fixture(scope="session")
@@ -120,12 +183,13 @@ def shared_across_workers(tmp_path_factory, name: str, make) -> pathlib.Path:
     out = root / name
     with FileLock(str(out) + ".lock"):
         if not (out / ".made").exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a failed attempt left
             make(out)
             (out / ".made").touch()
     return out
 
 
-@pytest.fixture(scope="session")
+@made_once
 def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
     """The real IWSLT'14 De-En sample binarised by scripts/prepare-iwslt14.sh (the first 6000 train pairs,
     200 valid, 60 test), made once per test run and shared by every test file that trains on real data.
@@ -141,6 +205,51 @@ def iwslt_bin(shared_data, tmp_path_factory) -> pathlib.Path:
         )
 
     return shared_across_workers(tmp_path_factory, "iwslt", make) / "bin"
+
+
+# The trained run: conftest's tiny run a little larger (checkpoints to average, BLEU above zero), the IWSLT
+# config on the shared data-bin, 30 updates
+TRAINED_EXPERIMENT = "iwslt14_de_en_tfixup"
+TRAINED_ENV = {**TINY_RUN, "MAX_UPDATE": "30", "SAVE_INTERVAL_UPDATES": "10", "MAX_TOKENS": "1500", "EMBED_DIM": "64",
+               "FFN_DIM": "128", "ENCODER_LAYERS": "2", "DECODER_LAYERS": "2", "LOG_INTERVAL": "10",
+               "AVG_CANDIDATES": "1 3"}
+
+
+@made_once
+def trained_run(iwslt_bin, tmp_path_factory):
+    """`bash scripts/train.sh --cpu iwslt14_de_en_tfixup` on the shared data-bin (TRAINED_ENV), killed with
+    SIGKILL once its update-10 checkpoint is saved, then the same command rerun, which resumes and ends at
+    update 30: the session's one trained run, made once for every worker (tests/test_pipeline_chain.py checks the
+    kill and the resume, and evaluates a copy; tests/test_cli.py reads its valid curve). Read only:
+    a test that writes copies it first. (run folder, the killed run's log, the rerun's stdout, its stderr)."""
+    def make(root):
+        out = root / "run"
+        cmd = ["bash", str(REPO / "scripts" / "train.sh"), "--cpu", TRAINED_EXPERIMENT, str(iwslt_bin), str(out)]
+        # the killed run's budget is out of reach (MAX_UPDATE 100000), so that no machine finishes it between
+        # two looks at its log
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **TRAINED_ENV, "MAX_UPDATE": "100000"})
+        log = out / "train.log"
+        deadline = time.monotonic() + 600  # generous, for a loaded machine: this waits, it times nothing
+        try:
+            while time.monotonic() < deadline and proc.poll() is None:
+                # "Saved checkpoint" is logged once checkpoint_1_10.pt and its copy checkpoint_last.pt are complete
+                text = log.read_text() if log.exists() else ""
+                if "checkpoint_1_10.pt" in text and "Saved checkpoint" in text:
+                    break
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the crash
+            proc.wait()
+        (root / "first_run.log").write_text(log.read_text())
+        second = run_script(*cmd, config=TRAINED_ENV)
+        assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+        (root / "rerun.out").write_text(second.stdout)
+        (root / "rerun.err").write_text(second.stderr)
+
+    root = shared_across_workers(tmp_path_factory, "trained_run", make)
+    return (root / "run", *((root / name).read_text() for name in ("first_run.log", "rerun.out", "rerun.err")))
 
 
 # The CPU main job made tiny: its config with a 1+1-layer 32-dim model, 2 epochs of 1000 pairs (with 1000
@@ -186,7 +295,7 @@ def untracked_and_ignored() -> set:
     return {line[3:] for line in out if "__pycache__" not in line and not line.startswith(" M")}
 
 
-@pytest.fixture(scope="session")
+@made_once
 def cpu_main_job(shared_data, tmp_path_factory):
     """`bash scripts/quickstart.sh --cpu` to its end, made tiny (TINY_MAIN_ENV, TINY_MAIN_ARGS) with --work in a
     temp folder, once per test run: (work folder, its stdout, the checkout's untracked files before and after)."""

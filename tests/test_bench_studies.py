@@ -694,9 +694,10 @@ def test_plateau_smoke_continues_the_quality_run_through_train_and_evaluate(iwsl
     assert not (work / "checkpoints").exists()  # removed once the plateau run is recorded
 
 
-def test_progress_lines_read_the_log_where_a_run_trains(tmp_path, capsys):
+def test_progress_lines_read_the_log_where_a_run_trains(tmp_path, monkeypatch):
     """A study whose runs train in another folder (the plateau's, in the quality study's) names it with
-    run_dir, and its progress lines show the update reached there, not "starting"."""
+    run_dir, and its progress lines show the update reached there, not "starting". The run ends once a
+    progress line has been said (the event, not a clock: a line is due every heartbeat_s while it runs)."""
     import threading
     from harness.bench import runs as runlib
 
@@ -704,20 +705,24 @@ def test_progress_lines_read_the_log_where_a_run_trains(tmp_path, capsys):
     elsewhere.mkdir(parents=True)
     (elsewhere / "train.log").write_text('2026-11-26 00:14:28 | INFO | train_inner | {"epoch": 3, "update": 2.5, '
                                          '"loss": "5.1", "num_updates": "321"}\n')
-    release = threading.Event()
+    said, progress = [], threading.Event()
+
+    def log(msg):
+        said.append(msg)
+        if msg.startswith("running: "):
+            progress.set()
+
+    monkeypatch.setattr(runlib.common, "log", log)
 
     def execute(run):
-        release.wait(5)
+        progress.wait(120)  # generous: a loaded machine may be slow to say it; the assert below tells
         return {"id": run.id, "key": run.key(), "status": "ok"}
 
     run = runlib.Run("p-run", {}, [], "data")
-    timer = threading.Timer(0.5, release.set)
-    timer.start()
-    runlib.run_all([run], tmp_path / "store", execute, work=tmp_path / "plateau", jobs=1, heartbeat_s=0.2,
+    runlib.run_all([run], tmp_path / "store", execute, work=tmp_path / "plateau", jobs=1, heartbeat_s=0.05,
                    run_dir=lambda rid: elsewhere)
-    timer.join()
-    err = capsys.readouterr()
-    assert "running: p-run (update 321)" in err.out + err.err
+    assert progress.is_set(), said
+    assert "running: p-run (update 321)" in said, said
 
 
 def test_two_commands_sharing_a_study_never_train_one_run_twice(tmp_path, capsys):

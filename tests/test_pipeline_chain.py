@@ -8,6 +8,7 @@ import math
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -15,14 +16,12 @@ import time
 import pytest
 import torch
 
-from conftest import REPO, TINY_RUN, group_left, group_members, kill_group
+from conftest import REPO, TRAINED_ENV, TRAINED_EXPERIMENT, group_left, group_members, kill_group
 from tfixup import checkpoints
 
 SCRIPTS = REPO / "scripts"
-EXPERIMENT = "iwslt14_de_en_tfixup"
-# conftest's tiny run, a little larger: checkpoints to average, BLEU above zero
-TINY = {**TINY_RUN, "MAX_UPDATE": "30", "SAVE_INTERVAL_UPDATES": "10", "MAX_TOKENS": "1500", "EMBED_DIM": "64",
-        "FFN_DIM": "128", "ENCODER_LAYERS": "2", "DECODER_LAYERS": "2", "LOG_INTERVAL": "10", "AVG_CANDIDATES": "1 3"}
+EXPERIMENT = TRAINED_EXPERIMENT
+TINY = TRAINED_ENV  # the trained run's settings (conftest)
 
 
 def env(**extra):
@@ -43,35 +42,16 @@ def data(iwslt_bin):
 
 
 @pytest.fixture(scope="module")
-def trained(data, tmp_path_factory):
-    """Train, kill -9 once the update-10 checkpoint is saved, rerun the same command. The killed run's
-    budget is out of reach (MAX_UPDATE 100000), so that no machine is fast enough to finish it between
-    two looks at its log; the rerun has the configured 30."""
+def trained(trained_run, tmp_path_factory):
+    """The session's trained run (conftest.trained_run: train.sh killed with SIGKILL at its update-10
+    checkpoint, the same command rerun to 30), copied: this module evaluates it in its folder."""
     out = tmp_path_factory.mktemp("chain") / "run"
-    cmd = ["bash", str(SCRIPTS / "train.sh"), "--cpu", EXPERIMENT, str(data), str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(MAX_UPDATE="100000"),
-                            start_new_session=True)
-    log = out / "train.log"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline and proc.poll() is None:
-            # "Saved checkpoint" is logged once checkpoint_1_10.pt and its copy checkpoint_last.pt are complete
-            if log.exists() and "checkpoint_1_10.pt" in log.read_text() and "Saved checkpoint" in log.read_text():
-                break
-            time.sleep(0.5)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # the crash
-        proc.wait()
-    first_run = log.read_text()
-    assert "checkpoint_1_10.pt" in first_run
-    assert "done training" not in first_run, "the first run finished before it was killed"
-    second = run(*cmd)
-    return out, first_run, second.stdout, second.stderr
+    shutil.copytree(trained_run[0], out, symlinks=True)
+    return (out, *trained_run[1:])
 
 
-def test_rerun_resumes_from_checkpoint_last(trained):
-    out, first_run, second_stdout, second_stderr = trained
+def test_rerun_resumes_from_checkpoint_last(trained_run):
+    out, first_run, second_stdout, second_stderr = trained_run
     # the rerun loaded checkpoint_last.pt at update 10 or later and finished at the configured 30
     m = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", second_stdout)
     assert m, second_stdout[-3000:]

@@ -106,7 +106,7 @@ exec sleep 300
         last_error(second, f"{out} is in use by another scripts/train.sh (PID {first.pid};", f"kill {first.pid}")
         os.kill(first.pid, signal.SIGKILL)  # train.sh itself, outright
         first.wait()
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # generous, for a loaded machine: the wait ends when the group does
         while time.time() < deadline and pgroup_alive(first.pid):
             time.sleep(0.1)
         assert not pgroup_alive(first.pid), "fairseq-train outlived train.sh"
