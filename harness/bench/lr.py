@@ -231,7 +231,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                        "config": cfg[part]}
     return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
             "threads": 1, "device": cfg["device"], "data": "; ".join(p["data"] for p in parts.values()),
-            "config": {k: v for k, v in cfg.items() if k not in PARTS}, "margin_bits": margin,
+            "config": {k: v for k, v in cfg.items() if k not in PARTS}, "margin_bits": margin, "tight_bits": TIGHT_BITS,
             "complete": len(records) >= planned and planned > 0, "runs_recorded": len(records), "runs_planned": planned,
             "parts": parts, "records": records}
 
