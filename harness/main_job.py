@@ -165,8 +165,10 @@ def _machine_line(rec) -> str:
 
 def _install_line(rec) -> str:
     first = rec.get("first_install")
-    return "" if not first else (f"The first install of its environment (`bash scripts/install.sh`, fairseq's build "
-                                 f"included) took {duration(first['wall_s'])} ({first['date'][:10]}).")
+    how = {"built": ", fairseq's build included", "cached": ", fairseq's wheel from pip's cache of an earlier build"}
+    return "" if not first else (f"The first install of its environment (`bash scripts/install.sh`"
+                                 f"{how.get(first.get('fairseq_wheel'), '')}) took {duration(first['wall_s'])} "
+                                 f"({first['date'][:10]}).")
 
 
 def _suite_line(rec) -> str:

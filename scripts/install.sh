@@ -150,4 +150,8 @@ else
   python -c "import sys; from importlib.metadata import version as v
 print('fairseq', v('fairseq-fixed' if sys.version_info >= (3, 11) else 'fairseq'), 'torch', v('torch'))"
 fi
-[ "$first" = 0 ] || python -m harness.main_job timing "$VENV/install-time.json" "$T_START" what=scripts/install.sh
+# the first install's time, and whether pip built fairseq or took a wheel of an earlier build from its cache
+if [ "$first" = 1 ]; then
+  wheel=cached; grep -q "Building wheel for fairseq[-_]fixed\|Building wheel for fairseq " "$INSTALL_LOG" 2>/dev/null && wheel=built
+  python -m harness.main_job timing "$VENV/install-time.json" "$T_START" what=scripts/install.sh fairseq_wheel=$wheel
+fi
