@@ -547,7 +547,8 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         out = []
         for (c0, k0), (c1, k1) in zip(own, small):
             if k1 is None or (k0 is not None and k0 <= k1):
-                out.append(c0 + (f" (small init: {c1})" if k1 is not None else ""))
+                out.append(c0 + (f" (small init: {c1})" if k1 is not None else " (fairseq's init; small init not run)"
+                                 if k0 is not None else ""))
             else:
                 out.append(c1 + " (small init" + (f"; fairseq's init: {c0})" if k0 is not None else ")"))
         return out
