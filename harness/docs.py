@@ -524,7 +524,8 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             f"plateau: T-Fixup's sacreBLEU gain{_partial(plat)} |", "|---|---|---|---|---|---|"]
     def cells(name):
         """Its cells (conv ratio, BLEU gain, best-lr ratio + open, lr range, plateau gains) and, per column, how
-        strong the baseline was there (lower = stronger: best valid loss, minus its BLEU, gain over T-Fixup)."""
+        strong the baseline was there (lower = stronger: its best valid loss; T-Fixup's BLEU gain over it; T-Fixup's
+        mean plateau gain over it)."""
         cm, qm = c5.get(name), q.get(name)
         ca = cm["arms"][cm["better"]] if cm else {}
         qa = qm["arms"][qm["better"]] if qm else {}
