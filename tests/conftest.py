@@ -5,12 +5,25 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 USER_DIR = REPO / "fairseq_tfixup"
+
+# Every Python process of the suite (this one, pytest-xdist's workers and each script's subprocesses, which inherit
+# PYTHONPATH) skips the two fairseq modules that import scikit-learn and scipy: tests/lean_fairseq/sitecustomize.py
+LEAN_FAIRSEQ = pathlib.Path(__file__).resolve().parent / "lean_fairseq"
+if str(LEAN_FAIRSEQ) not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LEAN_FAIRSEQ), os.environ.get("PYTHONPATH")]))
+if "lean_fairseq" not in sys.modules:
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location("lean_fairseq", LEAN_FAIRSEQ / "sitecustomize.py")
+    sys.modules["lean_fairseq"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules["lean_fairseq"])
 
 
 # A tiny model and run for the shell scripts' tests (scripts/train.sh reads these as --set values);
