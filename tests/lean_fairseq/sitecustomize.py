@@ -1,7 +1,7 @@
 """The test suite's Python processes (tests/conftest.py puts this folder first on PYTHONPATH): fairseq 0.12 imports
 every task and criterion module when it is imported, and two of them import scikit-learn and scipy.stats (the
-sentence-prediction criterion's metrics, the audio-classification task's), about a third of the CPU time of each
-fairseq process's start. This project builds neither (tfixup/allowlist_table.py: the translation and
+sentence-prediction criterion's metrics, the audio-classification task's), a large share of the start of every
+fairseq process. This project builds neither (tfixup/allowlist_table.py: the translation and
 language-modeling tasks, the cross-entropy criteria), so here they are empty modules: what fairseq registers from
 them is missing, nothing else changes. Users' processes import them as fairseq does."""
 
