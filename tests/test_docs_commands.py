@@ -121,6 +121,8 @@ COVERED = {
     "python -m harness.hf_trace --out results/hf": ("flags",),
     "python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --updates 60 --arms "
     "tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam": ("flags",),
+    "python -m harness.hf_trace --data work/hf-data --out results/hf --stem hf_trace_normfree_L48 --layers 48 "
+    "--updates 60 --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam": ("flags",),
     "python -m harness.hf_update_size --out results/hf --stem hf_update_size_parts --families llama,gpt2 "
     "--methods tfixup-attention,tfixup-mlp": ("flags",),
     # docs/beyond-fairseq.md: the plain-PyTorch example, as written (a 6-layer model, 100 steps: seconds)
