@@ -322,6 +322,7 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
             add(arm, lr, 1, b)
     add("stock_matched", 1e-3, 2, 5.25)
     add("tfixup_sigmoid", 1e-3, 2, 5.1)
+    add("tfixup_giadam", 1e-3, 1, None)  # diverged: no best lr yet, and the table says where it diverged
     res = hf.summarise(cfg, records, None, len(records), {})
     q = res["llama_question"]
     assert q["stock_matched"]["best_lr"] == 1e-3 and q["stock_matched"]["closed"]
@@ -334,6 +335,7 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     assert q["dyt"]["seeds"] == [] and q["dyt"]["best_lr"] is None
     rows = {r[0]: r for r in hf.llama_table(q)}
     assert rows["T-Fixup, no warmup, the gate bounded (sigmoid)"][1:4] == ["0.001", "32.0 / 34.3", "700 (0.70x) / 850 (0.85x)"]
+    assert rows["T-Fixup, GI-Adam, no warmup"][1:3] == ["none so far: diverged at 0.001 (grid open)", "-"]
     assert "waits for the rest" in hf.llama_verdict(q)
     assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
     (tmp_path / "bench").mkdir()

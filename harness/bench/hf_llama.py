@@ -95,7 +95,9 @@ def llama_table(q: dict) -> list:
 
     rows = []
     for arm, m in q.items():
-        lr = "-" if m["best_lr"] is None else f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)")
+        diverged = [f"{c['lr']:g}" for c in m.get("grid", []) if c["status"] == "nan"]
+        lr = (f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)") if m["best_lr"] is not None else
+              f"none so far: diverged at {', '.join(diverged)} (grid open)" if diverged else "-")
         norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
                  "derf": "none (a Derf in each place)"}[m["norms"]]
         if arm == "tfixup_mlpnorm":
