@@ -336,6 +336,9 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     rows = {r[0]: r for r in hf.llama_table(q)}
     assert rows["T-Fixup, no warmup, the gate bounded (sigmoid)"][1:4] == ["0.001", "32.0 / 34.3", "700 (0.70x) / 850 (0.85x)"]
     assert rows["T-Fixup, GI-Adam, no warmup"][1:3] == ["none so far: diverged at 0.001 (grid open)", "-"]
+    closed = {**q["tfixup_giadam"], "closed": True,  # every lr of the grid diverged, down to its bound
+              "grid": [{"lr": lr, "id": "x", "status": "nan", "best_ppl": None} for lr in (2.5e-4, 5e-4)]}
+    assert hf.llama_table({"tfixup_giadam": closed})[0][1] == "none: diverged at 0.00025, 0.0005"
     assert "waits for the rest" in hf.llama_verdict(q)
     assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
     (tmp_path / "bench").mkdir()

@@ -95,9 +95,12 @@ def llama_table(q: dict) -> list:
 
     rows = []
     for arm, m in q.items():
-        diverged = [f"{c['lr']:g}" for c in m.get("grid", []) if c["status"] == "nan"]
-        lr = (f"{m['best_lr']:g}" + ("" if m["closed"] else " (grid open)") if m["best_lr"] is not None else
-              f"none so far: diverged at {', '.join(diverged)} (grid open)" if diverged else "-")
+        open_ = "" if m["closed"] else " (grid open)"
+        if m["best_lr"] is not None:
+            lr = f"{m['best_lr']:g}{open_}"
+        else:  # no run trained: where they diverged (a closed grid: at every lr down to its bound)
+            diverged = ", ".join(f"{c['lr']:g}" for c in m.get("grid", []) if c["status"] == "nan")
+            lr = f"{'none' if m['closed'] else 'none so far'}: diverged at {diverged}{open_}" if diverged else "-"
         norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
                  "derf": "none (a Derf in each place)"}[m["norms"]]
         if arm == "tfixup_mlpnorm":
