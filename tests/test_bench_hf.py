@@ -215,6 +215,10 @@ def test_the_lr_grid_grows_from_the_records_and_seeds_the_best_lr():
     assert plan(recs)[-1] == "llama-L24-dyt-lr0.002-s2"
     nothing = {i: _record(0, "nan") for i in plan({})}  # nothing trained: the grid goes down
     assert "llama-L24-dyt-lr0.00025-s1" in plan(nothing)
+    # a run that stays at the unigram level (best valid loss not below stuck_bits) has not trained either
+    stuck = {i: _record(b) for i, b in zip(plan({}), (8.1, 8.2, 8.0))}  # 1e-3, 5e-4, 2e-3
+    assert "llama-L24-dyt-lr0.00025-s1" in [hf.run_id(s) for s in hf.make_specs(cfg, stuck, stuck_bits=7.1)]
+    assert "llama-L24-dyt-lr0.00025-s1" not in plan(stuck)  # without a level: the largest lr, 4e-3, next
     recs = {"llama-L24-stock_matched-lr0.0005-s1": _record(6.0), "llama-L24-stock_matched-s1": _record(5.0),
             "llama-L24-stock_matched-lr0.002-s1": _record(5.5)}
     base = [hf.run_id(s) for s in hf.make_specs(cfg, recs) if s["arm"] == "stock_matched" and s["layers"] == 24]
@@ -339,6 +343,11 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     closed = {**q["tfixup_giadam"], "closed": True,  # every lr of the grid diverged, down to its bound
               "grid": [{"lr": lr, "id": "x", "status": "nan", "best_ppl": None} for lr in (2.5e-4, 5e-4)]}
     assert hf.llama_table({"tfixup_giadam": closed})[0][1] == "none: diverged at 0.00025, 0.0005"
+    # with the data's unigram level: the baseline's 5e-4 run (5.6 bits) is stuck, its grid and best unchanged
+    q_level = hf.llama_question({**res, "stuck_bits": 5.5})
+    assert [c["status"] for c in q_level["stock_matched"]["grid"]] == ["stuck", "ok", "ok"]
+    assert q_level["stock_matched"]["best_lr"] == 1e-3 and "| 48.5 (stuck) |" in hf.llama_report(
+        {**res, "llama_question": q_level})
     assert "waits for the rest" in hf.llama_verdict(q)
     assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
     (tmp_path / "bench").mkdir()

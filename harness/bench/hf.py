@@ -41,12 +41,13 @@ import pathlib
 import sys
 
 from harness.bench import common, hf_train, runs as runlib
+from harness.bench.unigram import hf_lm_unigram_level
 # the arms (a table of rows), the data and one run: hf_train; the LLaMA question: hf_llama (both named here too)
-from harness.bench.hf_llama import (LLAMA_COLUMNS, grid_of, llama_question, llama_report,  # noqa: F401
+from harness.bench.hf_llama import (LLAMA_COLUMNS, MARGIN_BITS, grid_of, llama_question, llama_report,  # noqa: F401
                                     llama_table, llama_verdict, plot_llama_question)
 from harness.bench.hf_train import (ARMS, BASELINE, DATA_BIN, DECAY_PERIOD, FAMILIES, LR_ARMS,  # noqa: F401
                                     NEW_LLAMA_ARMS, NO_MULTIPLIER, NORM_FREE, PREPARE, WEIGHT_DECAY, DERF_ALPHA0,
-                                    DERF_SHIFT0, DYT_ALPHA0, check_data, export, run_one, test_scores)
+                                    DERF_SHIFT0, DYT_ALPHA0, TGT, check_data, export, run_one, test_scores)
 
 STEM = "hf"
 # the quality study's fairseq runs of the same recipe (seed 1, Multi30k): T-Fixup, and Post-LN on the matched warmup
@@ -131,10 +132,11 @@ def arm_settings(spec: dict) -> dict:
     return spec
 
 
-def make_specs(cfg: dict, records: dict = None) -> list:
+def make_specs(cfg: dict, records: dict = None, stuck_bits: float = None) -> list:
     """Every run's resolved config, the longest first (so that --jobs N packs them well): Marian, then the causal
     LMs deepest first, then BERT; then Llama's lr grid as RECORDS (id -> record) call for it: each arm's grid at its
-    first seed, then, once the grid is closed, its other seeds at its best lr (without records: the first grid)."""
+    first seed, then, once the grid is closed, its other seeds at its best lr (without records: the first grid);
+    a run whose best valid loss is not below STUCK_BITS (``stuck_bits``) does not count as trained there."""
     m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
     specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
     lm_keys = {k: v for k, v in lm.items() if k not in LM_PLAN_KEYS}
@@ -160,7 +162,8 @@ def make_specs(cfg: dict, records: dict = None) -> list:
                                  **({"lr_in_id": True} if lr != lm_keys["lr"] else {})))
 
     for arm in g["arms"] if g else []:
-        grid, b, closed = grid_of(g, lambda lr: (records or {}).get(run_id(grid_spec(arm, lr, g["seeds"][0]))))
+        grid, b, closed = grid_of(g, lambda lr: (records or {}).get(run_id(grid_spec(arm, lr, g["seeds"][0]))),
+                                  stuck_bits)
         specs += [grid_spec(arm, lr, g["seeds"][0]) for lr in grid]
         specs += [grid_spec(arm, b, seed) for seed in g["seeds"][1:]] if closed and b is not None else []
     unique = {}
@@ -172,9 +175,22 @@ def make_specs(cfg: dict, records: dict = None) -> list:
     return list(unique.values())
 
 
+def unigram_level(cfg: dict, data: pathlib.Path):
+    """The Llama runs' unigram level (unigram.hf_lm_unigram_level) on the exported DATA, with ``stuck_bits`` (the
+    level less MARGIN_BITS); without the data, the one the committed report of this mode computed; else None."""
+    lm = cfg["lm"]
+    if (pathlib.Path(data) / "valid.npz").is_file():
+        u = hf_lm_unigram_level(data, TGT, lm["train_lines"], lm["valid_lines"])
+        return {**u, "stuck_bits": round(u["train_fit"] - MARGIN_BITS, 4)}
+    committed = common.REPO / "results" / "bench" / f"{STEM}.json"
+    res = json.loads(committed.read_text()) if committed.is_file() else {}
+    return res.get("unigram_level") if res.get("mode") == cfg["mode"] else None
+
+
 def make_runs(cfg: dict, data: pathlib.Path, records: dict = None) -> list:
+    stuck = (unigram_level(cfg, data) or {}).get("stuck_bits")
     return [runlib.Run(run_id(s), {k: s[k] for k in ("family", "arm", "layers", "seed", "lr")},
-                       [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg, records)]
+                       [json.dumps(s, sort_keys=True)], str(data)) for s in make_specs(cfg, records, stuck)]
 
 
 def plan(data, mode: str = "default", records: dict = None) -> list:
@@ -240,6 +256,8 @@ def summarise(cfg: dict, records: dict, data: pathlib.Path, n_runs: int, failed:
            "failed": {k: {"error_tail": v.get("error_tail", [])[-3:], "run_command": v.get("run_command")}
                       for k, v in failed.items() if k not in records},
            "records": records}
+    res["unigram_level"] = unigram_level(cfg, data) if data else None
+    res["stuck_bits"] = (res["unigram_level"] or {}).get("stuck_bits")
     res["llama_question"] = llama_question(res)
     return res
 

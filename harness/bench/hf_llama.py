@@ -8,16 +8,27 @@ from harness.bench import common
 from harness.bench.hf_train import ARMS, BASELINE, DERF_ALPHA0, DERF_SHIFT0, DYT_ALPHA0, NORM_FREE
 
 
-def grid_of(g: dict, record_at) -> tuple:
+MARGIN_BITS = 1.0  # the other studies' --margin: a run trains once its best valid loss is this far below the unigram level
+
+
+def trains(rec: dict, stuck_bits) -> bool:
+    """RECORD finished without diverging and left the unigram stage: its best valid loss is below STUCK_BITS (the
+    data's unigram level less MARGIN_BITS; None: any finite best counts)."""
+    best = common.best((rec or {}).get("valid_curve") or [])[1] if (rec or {}).get("status") == "ok" else None
+    return best is not None and (stuck_bits is None or best < stuck_bits)
+
+
+def grid_of(g: dict, record_at, stuck_bits=None) -> tuple:
     """An arm's lr grid as the records make it (RECORD_AT(lr): the first seed's record there, or None): the starting
     lrs, doubled while the best is the largest (up to max_lr), halved while it is the smallest or nothing trained
-    (down to min_lr). (grid, best lr, closed): closed once every run is in and the best is inside or at a bound."""
+    (down to min_lr); the best among the runs that train (``trains``). (grid, best lr, closed): closed once every
+    run is in and the best is inside or at a bound."""
     grid = sorted(g["lrs"])
     while True:
         got = {lr: record_at(lr) for lr in grid}
         if not all(got.values()):
             return grid, None, False
-        b = common.best_lr(got)
+        b = common.best_lr({lr: r for lr, r in got.items() if trains(r, stuck_bits)})
         if (b is None or b == grid[0]) and grid[0] / 2 >= g["min_lr"] * (1 - 1e-9):
             grid.insert(0, grid[0] / 2)
         elif b is not None and b == grid[-1] and grid[-1] * 2 <= g["max_lr"] * (1 + 1e-9):
@@ -41,12 +52,21 @@ def llama_question(res: dict) -> dict:
     for arm in g["arms"]:
         mine = [r for r in rows if r["arm"] == arm]
         first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
-        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None)
+        stuck = res.get("stuck_bits")
+        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None, stuck)
         if not closed:  # the best so far, said to be provisional ("grid open")
-            b = common.best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()})
+            b = common.best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()
+                                if trains(res["records"].get(r["id"]), stuck)})
+
+        def cell(lr):
+            if lr not in first:
+                return {"lr": lr, "id": None, "status": None, "best_ppl": None}
+            r = first[lr]
+            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"], "status": "stuck" if r["status"] == "ok" and not
+                    trains(res["records"].get(r["id"]), stuck) else r["status"]}
+
         out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
-                    "grid": [{"lr": lr, **({k: first[lr][k] for k in ("id", "status", "best_ppl")} if lr in first
-                                           else {"id": None, "status": None, "best_ppl": None})} for lr in grid]}
+                    "grid": [cell(lr) for lr in grid]}
         at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
     base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
     for arm, m in out.items():
@@ -59,9 +79,12 @@ def llama_question(res: dict) -> dict:
                      "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
                      "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
             m["seeds"].append(r_out)
-        stock, a, mine = next(iter(base.values()), None), ARMS[arm], at_best[arm]
-        m.update(norms="removed" if a.tfixup else a.norms, norm_modules=m["seeds"][0]["norm_modules"] if m["seeds"]
-                 else None, warmup=a.schedule == "matched", optimizer=a.optimizer, extra_parameters=mine[0]["parameters"] - stock["parameters"]
+        # norms and parameters do not depend on the lr: any run of the arm when none is at a best lr
+        stock, a = next(iter(base.values()), None), ARMS[arm]
+        mine = at_best[arm] or [r for r in rows if r["arm"] == arm]
+        m.update(norms="removed" if a.tfixup else a.norms, norm_modules=mine[0]["norm_modules"] if mine else None,
+                 warmup=a.schedule == "matched", optimizer=a.optimizer,
+                 extra_parameters=mine[0]["parameters"] - stock["parameters"]
                  if mine and stock and mine[0].get("parameters") is not None else None)
     return out
 
@@ -98,9 +121,11 @@ def llama_table(q: dict) -> list:
         open_ = "" if m["closed"] else " (grid open)"
         if m["best_lr"] is not None:
             lr = f"{m['best_lr']:g}{open_}"
-        else:  # no run trained: where they diverged (a closed grid: at every lr down to its bound)
-            diverged = ", ".join(f"{c['lr']:g}" for c in m.get("grid", []) if c["status"] == "nan")
-            lr = f"{'none' if m['closed'] else 'none so far'}: diverged at {diverged}{open_}" if diverged else "-"
+        else:  # no run trained: where they diverged or stayed at the unigram level (closed: down to its bound)
+            at = {k: ", ".join(f"{c['lr']:g}" for c in m.get("grid", []) if c["status"] == s)
+                  for k, s in (("diverged", "nan"), ("stuck at the unigram level", "stuck"))}
+            said = "; ".join(f"{k} at {v}" for k, v in at.items() if v)
+            lr = f"{'none' if m['closed'] else 'none so far'}: {said}{open_}" if said else "-"
         norms = {"kept": "every RMSNorm", "removed": "none", "dyt": "none (a DyT in each place)",
                  "derf": "none (a Derf in each place)"}[m["norms"]]
         if arm == "tfixup_mlpnorm":
@@ -124,10 +149,15 @@ def llama_report(res: dict) -> str:
         return ""
     g = res["config"]["lm"]["lr_grid"]
     grid_lrs = sorted({c["lr"] for m in q.values() for c in m["grid"]})
+    u = res.get("unigram_level")
+    level = (f" ({u['train_fit']:g} bits, perplexity {u['train_fit_ppl']:g}: word frequencies fit on the training "
+             f"text, harness/bench/unigram.py)" if u else "")
     text = (f"## The LLaMA question: each method at its own best lr, {g['depth']}-layer Llama\n\n"
             f"Each method's lr grid starts at {', '.join(f'{x:g}' for x in g['lrs'])} and grows (doubled up to "
             f"{g['max_lr']:g}, halved down to {g['min_lr']:g}) while its best lr, that of the lowest best valid loss "
-            f"of the first seed among runs that did not diverge, is at its edge; a second seed runs at the best lr. "
+            f"of the first seed among runs that train, is at its edge (or none trains); a second seed runs at the "
+            f"best lr. A run trains when it did not diverge and its best valid loss is at least {MARGIN_BITS:g} bit "
+            f"below the unigram level{level}; stuck otherwise. "
             f"The warmup baseline is the stock model on the matched warmup at its own best lr. **DyT** / **Derf**: "
             f"every RMSNorm replaced by gamma * tanh(alpha x) + beta / gamma * erf(alpha x + s) + beta, a learned "
             f"scalar on the token embedding's output from sqrt(d); DyT's alpha0 {DYT_ALPHA0['attention']:g} before "
@@ -139,10 +169,11 @@ def llama_report(res: dict) -> str:
             f"gated_mlp=\"sigmoid\")` (the gate bounded), `gated_mlp=\"scaled\"` (each gated MLP's output times "
             f"1/N), and plain T-Fixup with GI-Adam.\n\n")
     text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
-    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN):\n\n"
+    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN; stuck: at the unigram level):\n\n"
     def cell(m, x):
         c = next((c for c in m["grid"] if c["lr"] == x and c["status"]), None)
-        return "-" if c is None else "diverged" if c["status"] == "nan" else c["best_ppl"]
+        return ("-" if c is None else "diverged" if c["status"] == "nan" else
+                f"{c['best_ppl']:.3g} (stuck)" if c["status"] == "stuck" else c["best_ppl"])
 
     text += common.md_table(["method"] + [f"{x:g}" for x in grid_lrs],
                             [[m["label"]] + [cell(m, x) for x in grid_lrs] for m in q.values()]) + "\n\n"
@@ -160,7 +191,7 @@ def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
                 u, v = zip(*rec["valid_curve"])
                 curves.plot(u, [min(2 ** x, 1e5) for x in v], ls="-" if r["seed"] == 1 else ":", lw=1.3,
                             label=f"{m['label']}, lr {m['best_lr']:g}" if r["seed"] == 1 else None, color=ARMS[arm].color)
-        pts = sorted((c["lr"], c["best_ppl"]) for c in m["grid"] if c["status"] == "ok" and c["best_ppl"])
+        pts = sorted((c["lr"], c["best_ppl"]) for c in m["grid"] if c["status"] in ("ok", "stuck") and c["best_ppl"])
         if pts:
             by_lr.plot(*zip(*pts), marker="o", lw=1.3, label=m["label"], color=ARMS[arm].color)
         nan = [c["lr"] for c in m["grid"] if c["status"] == "nan"]

@@ -93,3 +93,26 @@ def lm_unigram_level(data: pathlib.Path) -> dict:
     return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
             "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
             "valid_tokens": int(valid.sum())}
+
+
+def hf_lm_unigram_level(data: pathlib.Path, lang: str, train_lines: int = 0, valid_lines: int = 0) -> dict:
+    """The same for the HuggingFace study's exported data (harness/bench/hf_train.export: SPLIT.npz with LANG and
+    LANG_offsets, vocab.LANG.txt) read as its causal LMs read it: the first TRAIN_LINES / VALID_LINES (0: all)
+    sentences of LANG, each with its </s>, every token a target (one stream). A symbol the training sentences lack
+    (<unk>: the export maps rare words to it only in valid and test) is counted once in train_fit, as if seen once:
+    a model never shown it still gives it some mass, and a level of infinity would call every run trained."""
+    data = pathlib.Path(data)
+    vocab = sum(1 for _ in open(data / f"vocab.{lang}.txt", encoding="utf-8"))
+
+    def counts(split, lines):
+        with np.load(data / f"{split}.npz") as z:
+            offsets = z[f"{lang}_offsets"]
+            end = offsets[min(lines, len(offsets) - 1)] if lines else offsets[-1]
+            return np.bincount(z[lang][:end].astype(np.int64), minlength=vocab).astype(np.float64)
+
+    valid, train = counts("valid", valid_lines), counts("train", train_lines)
+    train[(train == 0) & (valid > 0)] = 1
+    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
+    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
+            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
+            "valid_tokens": int(valid.sum())}
