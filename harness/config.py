@@ -14,8 +14,8 @@ the fairseq-train argument list (NUL-separated, for ``mapfile -d ''``), and
 ``OUT/config.resolved.json``, which evaluation reads instead of looking the
 experiment up again.
 
-    python -m harness.config get EXPERIMENT [--set K=V]... KEY...
-    python -m harness.config get --run OUT_DIR [--set K=V]... KEY...
+    python -m harness.config get EXPERIMENT [--set K=V]... --keys KEY...
+    python -m harness.config get --run OUT_DIR [--set K=V]... --keys KEY...
     python -m harness.config train-args EXPERIMENT DATA OUT --world N [--device cpu|cuda] [--per-process-batch]
     python -m harness.config record EXPERIMENT --commands FILE --out OUT_DIR/config.resolved.json [--data DIR]
     python -m harness.config check-data --run OUT_DIR DATA   (evaluation data: the training data's dictionaries)
@@ -48,9 +48,11 @@ INT_KEYS = ("ENCODER_LAYERS", "DECODER_LAYERS", "EMBED_DIM", "FFN_DIM", "HEADS",
             "WARMUP_UPDATES", "LOG_INTERVAL")
 FLOAT_KEYS = ("LR", "DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "WEIGHT_DECAY", "LABEL_SMOOTHING",
               "CLIP_NORM", "LENPEN", "WARMUP_INIT_LR")
-# probabilities: in [0, 1)
-FRACTION_KEYS = ("DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "LABEL_SMOOTHING")
-NONNEGATIVE_KEYS = ("WEIGHT_DECAY", "CLIP_NORM", "WARMUP_INIT_LR")
+# the range of a number of FLOAT_KEYS, in words and as a test: LR, the probabilities, the rest >= 0
+RANGES = {"LR": ("> 0", lambda x: x > 0),
+          **dict.fromkeys(("DROPOUT", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT", "LABEL_SMOOTHING"),
+                          ("in [0, 1)", lambda x: 0 <= x < 1)),
+          **dict.fromkeys(("WEIGHT_DECAY", "CLIP_NORM", "WARMUP_INIT_LR"), (">= 0", lambda x: x >= 0))}
 # plain names: they become a path component (DATASET) or a single word of a command
 NAME_KEYS = ("DATASET", "TEST_SET", "SRC", "TGT", "ARCH", "METHOD")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
@@ -106,10 +108,7 @@ def _read(path: pathlib.Path) -> Dict[str, str]:
 
 def experiment_path(name: str) -> pathlib.Path:
     """``configs/NAME.conf`` for a name, or the file itself for a path."""
-    if "/" in name or name.endswith(".conf"):
-        path = pathlib.Path(name)
-    else:
-        path = CONFIG_DIR / f"{name}.conf"
+    path = pathlib.Path(name) if "/" in name or name.endswith(".conf") else CONFIG_DIR / f"{name}.conf"
     if not path.is_file():
         raise ConfigError(f"unknown experiment '{name}' (no {path}; see python -m harness.config list)")
     return path
@@ -136,8 +135,8 @@ def _chain(path: pathlib.Path, seen=()) -> Dict[str, str]:
 def parse_sets(sets: Sequence[str]) -> Dict[str, str]:
     out = {}
     for s in sets:
-        key, eq, value = s.partition("=")
-        if not eq or not _LINE.match(s):
+        key, _, value = s.partition("=")
+        if not _LINE.match(s):
             raise ConfigError(f"--set expects KEY=VALUE with an upper-case KEY, got {s!r}")
         out[key] = value
     return out
@@ -169,42 +168,41 @@ def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, 
     def at(key):
         return (sources or {}).get(key, where)
 
+    def refuse(key, must, got=None):
+        """KEY must be MUST; GOT: its value as the message shows it (default: quoted)."""
+        raise ConfigError(f"{at(key)}: {key} must be {must}, got {repr(values[key]) if got is None else got}")
+
     for key in INT_KEYS:
         if not re.fullmatch(r"\d+", values[key]):
-            raise ConfigError(f"{at(key)}: {key} must be a whole number >= 0, got {values[key]!r}")
+            refuse(key, "a whole number >= 0")
     for key in FLOAT_KEYS:
         try:
-            x = float(values[key])
+            finite = math.isfinite(float(values[key]))
         except ValueError:
-            x = None
-        if x is None or not math.isfinite(x):
-            raise ConfigError(f"{at(key)}: {key} must be a finite number, got {values[key]!r}")
+            finite = False
+        if not finite:
+            refuse(key, "a finite number")
     for key, choices in CHOICES.items():
         if values[key] not in choices:
-            raise ConfigError(f"{at(key)}: {key} must be one of {', '.join(choices)}, got {values[key]!r}")
-    if float(values["LR"]) <= 0:
-        raise ConfigError(f"{at('LR')}: LR must be > 0, got {values['LR']}")
-    for key in FRACTION_KEYS:
-        if not 0 <= float(values[key]) < 1:
-            raise ConfigError(f"{at(key)}: {key} must be in [0, 1), got {values[key]}")
-    for key in NONNEGATIVE_KEYS:
-        if float(values[key]) < 0:
-            raise ConfigError(f"{at(key)}: {key} must be >= 0, got {values[key]}")
+            refuse(key, f"one of {', '.join(choices)}")
+    for key, (must, within) in RANGES.items():
+        if not within(float(values[key])):
+            refuse(key, must, values[key])
     for key in NAME_KEYS:
         if values[key] and not (_NAME.fullmatch(values[key]) and ".." not in values[key]):
-            raise ConfigError(f"{at(key)}: {key} must be a plain name (letters, digits, _ . + -), got {values[key]!r}")
+            refuse(key, "a plain name (letters, digits, _ . + -)")
     candidates = values["AVG_CANDIDATES"].split()
     if not candidates or not all(re.fullmatch(r"[1-9]\d*", k) for k in candidates):
-        raise ConfigError(f"{at('AVG_CANDIDATES')}: AVG_CANDIDATES must be whole numbers >= 1 separated by spaces (e.g. 1 5 10), "
-                          f"got {values['AVG_CANDIDATES']!r}")
+        refuse("AVG_CANDIDATES", "whole numbers >= 1 separated by spaces (e.g. 1 5 10)")
     adam_betas(values["ADAM_BETAS"], at("ADAM_BETAS"))
     prepare_words(values["PREPARE"], at("PREPARE"))
+    extra_where = f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS"
     try:
         extra = shlex.split(values["EXTRA_TRAIN_ARGS"])
     except ValueError as e:
-        raise ConfigError(f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS: {e}") from None
-    evaluated_flags(extra, f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS")
-    owned_flags(extra, f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS")
+        raise ConfigError(f"{extra_where}: {e}") from None
+    evaluated_flags(extra, extra_where)
+    owned_flags(extra, extra_where)
 
 
 # fairseq-train flags the scripts set themselves, which a config (a file people share) may not:
@@ -240,6 +238,7 @@ KEY_FLAGS = {
     "SAVE_INTERVAL_UPDATES": ("--save-interval-updates",), "KEEP_LAST": ("--keep-last-epochs", "--keep-interval-updates"),
     "SEED": ("--seed",), "LOG_INTERVAL": ("--log-interval",), "SRC": ("--source-lang", "-s"), "TGT": ("--target-lang", "-t"),
 }
+KEY_OF = {flag: key for key, flags in KEY_FLAGS.items() for flag in flags}
 
 
 def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -> None:
@@ -250,14 +249,14 @@ def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -
         flag = word.split("=", 1)[0]
         if flag in OWNED_FLAGS:
             raise ConfigError(f"{where}: {flag} {OWNED_FLAGS[flag]}: remove it from EXTRA_TRAIN_ARGS")
-        if flag.startswith("-") and flag in given:
-            key = next((k for k, flags in KEY_FLAGS.items() if flag in flags), None)
+        if flag in given:
+            key = KEY_OF.get(flag)
             how = f"set {key} instead (--set {key.split()[0]}=...)" if key else "it cannot be changed here"
             raise ConfigError(f"{where}: {flag} is already in the command the config makes: {how}")
 
 
-def adam_betas(text: str, where: str = "ADAM_BETAS"):
-    """ADAM_BETAS as fairseq's Adam reads it (it eval()s the string): a literal pair of numbers in [0, 1)."""
+def adam_betas(text: str, where: str) -> None:
+    """ADAM_BETAS must be what fairseq's Adam eval()s: a literal pair of numbers in [0, 1)."""
     try:
         betas = literals.literal(text, "ADAM_BETAS")
     except ValueError as e:
@@ -265,7 +264,6 @@ def adam_betas(text: str, where: str = "ADAM_BETAS"):
     if not (isinstance(betas, (tuple, list)) and len(betas) == 2
             and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
         raise ConfigError(f"{where}: ADAM_BETAS must be two numbers in [0, 1) such as (0.9,0.98), got {text!r}")
-    return tuple(float(b) for b in betas)
 
 
 def evaluated_flags(words: Sequence[str], where: str) -> None:
@@ -404,16 +402,10 @@ def extra_flags(args: Sequence[str], extra: Sequence[str], where: str) -> None:
     from fairseq_tfixup import command_checks
     from tfixup import errors
 
-    key_of = {flag: key for key, flags in KEY_FLAGS.items() for flag in flags}
     try:
-        command_checks.check_extra_train_args(list(args), list(extra), OWNED_FLAGS, key_of)
+        command_checks.check_extra_train_args(list(args), list(extra), OWNED_FLAGS, KEY_OF)
     except errors.Refused as e:
         raise ConfigError(f"{where}: {e}") from None
-
-
-def has_checkpoints(run_dir) -> bool:
-    """A checkpoint fairseq-train can resume from (crash.pt, fairseq's dump of a NaN step, is none)."""
-    return any((pathlib.Path(run_dir) / "checkpoints").glob("checkpoint*.pt"))
 
 
 def data_identity(data) -> Dict:
@@ -447,7 +439,8 @@ def record(cfg: Config, commands: Sequence[str], path, data=None) -> None:
     from tfixup import atomic
 
     path = pathlib.Path(path)
-    if path.is_file() and has_checkpoints(path.parent):
+    # a checkpoint fairseq-train can resume from (crash.pt, fairseq's dump of a NaN step, is none)
+    if path.is_file() and any((path.parent / "checkpoints").glob("checkpoint*.pt")):
         old = read_record(path.parent)["values"]
         may_change = {"MAX_UPDATE", "MAX_EPOCH", "LOG_INTERVAL", "KEEP_LAST", *EVAL_KEYS}
         changed = sorted(k for k in cfg.values if k not in may_change and old.get(k) != cfg.values[k])
@@ -477,9 +470,8 @@ def main(argv=None) -> int:
     g.add_argument("--run", help="a trained run's OUT_DIR: its recorded config instead of the experiment's")
     g.add_argument("--keys", nargs="+", required=True)
     t = sub.add_parser("train-args", help="fairseq-train's arguments, NUL-separated")
-    t.add_argument("experiment")
-    t.add_argument("data")
-    t.add_argument("out")
+    for name in ("experiment", "data", "out"):
+        t.add_argument(name)
     t.add_argument("--world", type=int, default=1)
     t.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     t.add_argument("--per-process-batch", action="store_true")
@@ -507,13 +499,13 @@ def main(argv=None) -> int:
             if a.experiment:
                 experiment_path(a.experiment)  # unknown names first
             cfg = resolve_run(a.run, sets) if a.run else resolve(a.experiment, sets)
-            extra = {"EXPERIMENT": cfg.name}
-            missing = [k for k in a.keys if k not in cfg.values and k not in extra]
+            values = {**cfg.values, "EXPERIMENT": cfg.name}
+            missing = [k for k in a.keys if k not in values]
             if missing:
                 raise ConfigError(f"unknown key {missing[0]}")
             if a.run and a.experiment and experiment_path(a.experiment).stem != cfg.name:
                 raise ConfigError(f"{a.run} was trained as {cfg.name}, not {a.experiment}")
-            _nul([{**cfg.values, **extra}[k] for k in a.keys])
+            _nul([values[k] for k in a.keys])
         elif a.cmd == "train-args":
             _nul(train_args(resolve(a.experiment, sets), a.data, a.out, a.world, a.device, a.per_process_batch))
         elif a.cmd == "record":

@@ -55,6 +55,7 @@ import re
 import sys
 from typing import Dict, List, NamedTuple, Optional
 
+from harness.bench import common
 from tfixup import atomic, tfixup_init
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -82,15 +83,14 @@ def _walk(obj, path: str, out: list) -> None:
             out.append(Value(abs(float(obj)), path))
     elif isinstance(obj, str):
         if path.rsplit(".", 1)[-1].endswith("command"):  # a command: the values of its flags (--lr 5e-4)
-            found = re.findall(r"--[\w-]+[ =]'?\(?([-+]?\d[\d.]*(?:e[-+]?\d+)?)", obj)
+            found = [(num, "") for num in re.findall(r"--[\w-]+[ =]'?\(?([-+]?\d[\d.]*(?:e[-+]?\d+)?)", obj)]
         elif " " in obj or re.fullmatch(r"\d+(?:\.\d+)?(?:/\d+)?", obj.strip()):
             # prose ("29000 lines ... 1.91% of valid tokens"), a count as text ("0/3"), a number as text;
             # not ids, hashes or paths
             found = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)( ?%)?", obj)
         else:
             found = []
-        for num in found:  # a number of prose followed by "%" is a percentage as it is shown (1.91% of tokens)
-            num, pct = num if isinstance(num, tuple) else (num, "")
+        for num, pct in found:  # a number of prose followed by "%" is a percentage as it is shown (1.91% of tokens)
             out.append(Value(abs(float(num)), path + (" (percent)" if pct else "")))
     elif isinstance(obj, dict):
         for k, v in obj.items():
@@ -110,14 +110,18 @@ def record_values(results: pathlib.Path = RESULTS) -> Dict[str, List[Value]]:
     files = sorted([*results.rglob("*.json"), *results.rglob("summary.txt")])
     stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     if _RECORDS.get(results, (None,))[0] != stamp:
-        _RECORDS[results] = (stamp, _read_records(results))
+        _RECORDS[results] = (stamp, _read_records(results, files))
     return _RECORDS[results][1]
 
 
-def _read_records(results: pathlib.Path) -> Dict[str, List[Value]]:
+def _read_records(results: pathlib.Path, files: List[pathlib.Path]) -> Dict[str, List[Value]]:
     out = {}
-    for f in sorted(results.rglob("*.json")):
+    for f in files:
         rel = str(f.relative_to(results.parent))
+        if f.name == "summary.txt":  # what a job printed at its end (the main job's wall time)
+            out[rel] = [Value(float(m.group()), f"{rel}:{line.strip()[:60]}") for line in f.read_text().splitlines()
+                        for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", line)]
+            continue
         try:
             data = json.loads(f.read_text())
         except ValueError:
@@ -125,11 +129,7 @@ def _read_records(results: pathlib.Path) -> Dict[str, List[Value]]:
         vals = []
         _walk(data, "", vals)
         out[rel] = [Value(v.value, f"{rel}:{v.source}") for v in vals]
-    for f in sorted(results.rglob("summary.txt")):  # what a job printed at its end (the main job's wall time)
-        rel = str(f.relative_to(results.parent))
-        out[rel] = [Value(float(m.group()), f"{rel}:{line.strip()[:60]}") for line in f.read_text().splitlines()
-                    for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", line)]
-    for folder in sorted({f.parent for f in results.rglob("*.json")}):
+    for folder in sorted({f.parent for f in files if f.suffix == ".json"}):
         rel = f"{folder.relative_to(results.parent)}/*.json"
         out[rel] = [Value(float(len(list(folder.glob("*.json")))), f"{rel}:(count)")]
     return out
@@ -137,12 +137,8 @@ def _read_records(results: pathlib.Path) -> Dict[str, List[Value]]:
 
 def study_counts(results: pathlib.Path = RESULTS) -> List[tuple]:
     """(runs recorded, runs planned) of every study report (results/bench/STUDY.json)."""
-    out = []
-    for p in sorted((results / "bench").glob("*.json")):
-        res = json.loads(p.read_text())
-        if "runs_recorded" in res:
-            out.append((res["runs_recorded"], planned(res)))
-    return out
+    reports = [json.loads(p.read_text()) for p in sorted((results / "bench").glob("*.json"))]
+    return [(res["runs_recorded"], planned(res)) for res in reports if "runs_recorded" in res]
 
 
 def planned(res: dict) -> int:
@@ -240,15 +236,13 @@ def parse_source(spec: str) -> tuple:
         if not entry:
             continue
         path, _, keys = entry.partition(": ")
-        path = path.strip().rstrip(":")
-        path = path[len("results/"):] if path.startswith("results/") else path
+        path = re.sub(r"^results/", "", path.strip().rstrip(":"))
         out.append((path, tuple(k.strip() for k in keys.split(",") if k.strip())))
     return tuple(out)
 
 
-def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> List[Number]:
-    """The numbers of a doc that need a record, each with its block's source."""
-    rel = rel or str(path)
+def numbers(path: pathlib.Path, rel: str) -> List[Number]:
+    """The numbers of a doc (REL: its name in messages) that need a record, each with its block's source."""
     raw_text = path.read_text(encoding="utf-8")
     raw = raw_text.split("\n")
     text = doc_text(raw_text).split("\n")
@@ -271,11 +265,11 @@ def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> L
         for m in _RUNS.finditer(line):  # 33 of 55 runs: a study's count
             out.append(Number(text=m.group(), value=float(m.group(2)), error=0.5, scale=(1.0,),
                               runs=(int(m.group(1)), int(m.group(2))), **keep))
-        line = _RUNS.sub(lambda m: " " * len(m.group()), line)
+        line = _blank(line, _RUNS)
         for m in _MIN_S.finditer(line):  # 20 min 45 s: seconds
             out.append(Number(text=m.group(), value=60.0 * int(m.group(1)) + int(m.group(2)), error=0.5,
                               scale=(1.0,), time=True, **keep))
-        line = _MIN_S.sub(lambda m: " " * len(m.group()), line)
+        line = _blank(line, _MIN_S)
         found = list(_NUMBER.finditer(line))
         for j, m in enumerate(found):
             num, unit = m.group("num"), (m.group("unit") or "").strip()
@@ -286,10 +280,8 @@ def numbers(path: pathlib.Path, rel: str = None, repo: pathlib.Path = REPO) -> L
             if value in PAPER_CONSTANTS:
                 continue
             ppl = bool(re.search(r"perplexit(?:y|ies)(?: of)? ?(?:[\d.]+ ?[-–] ?)?$", line[max(0, m.start() - 30):m.start()]))
-            error = 0.5 * 10 ** -_decimals(num)
-            if "e" in num:  # 5e-4, 2.8e-4: half a unit of the mantissa's last digit
-                mantissa, exp = num.split("e")
-                error = 0.5 * 10 ** (int(exp) - _decimals(mantissa))
+            mantissa, _, exp = num.partition("e")  # 5e-4, 2.8e-4: half a unit of the mantissa's last digit
+            error = 0.5 * 10 ** (int(exp or 0) - _decimals(mantissa))
             out.append(Number(text=m.group().strip(), value=value, error=error, scale=_SCALES.get(unit, (1.0,)),
                               perplexity=ppl, time=unit in ("s", "min", "h", "hour", "hours"), percent=unit == "%",
                               **keep))
@@ -344,29 +336,24 @@ def matches(n: Number, pool: Pool) -> List[Value]:
     out = []
     for scale in n.scale:
         lo, hi = (n.value - n.error * 1.01) / scale - 1e-12, (n.value + n.error * 1.01) / scale + 1e-12
-        i = bisect.bisect_left(keys, lo)
-        while i < len(keys) and keys[i] <= hi:
-            if shown_as(keys[i] * scale, n) and (scale != 1.0 or not n.percent or _PERCENT_KEY.search(values[i].source)):
-                out.append(values[i])
-            i += 1
+        out += [values[i] for i in range(bisect.bisect_left(keys, lo), bisect.bisect_right(keys, hi))
+                if shown_as(keys[i] * scale, n)
+                and (scale != 1.0 or not n.percent or _PERCENT_KEY.search(values[i].source))]
     if n.perplexity and n.value > n.error:  # perplexity = 2 ** (loss in bits), fairseq's definition
-        lo, hi = math.log2(n.value - n.error * 1.01), math.log2(n.value + n.error * 1.01)
-        i = bisect.bisect_left(keys, lo - 1e-12)
-        while i < len(keys) and keys[i] <= hi + 1e-12:
-            if shown_as(2 ** keys[i], n):
-                out.append(values[i])
-            i += 1
+        lo, hi = math.log2(n.value - n.error * 1.01) - 1e-12, math.log2(n.value + n.error * 1.01) + 1e-12
+        out += [values[i] for i in range(bisect.bisect_left(keys, lo), bisect.bisect_right(keys, hi))
+                if shown_as(2 ** keys[i], n)]
     return out
 
 
-def derived(n: Number, operands: List[tuple]) -> bool:
+def derived(n: Number, operands: List[List[Value]]) -> bool:
     """N is the difference, the ratio or the mean of the record values behind two numbers of its block
     (``+16.5 BLEU (30.7 vs 14.2)``, ``mean +2.54``); not a duration or a percentage."""
-    # a mean only at two significant digits or more: of 5e-4 and 1e-7, 3e-4 would be one
-    mean = len(re.sub(r"\D", "", n.text.split("e")[0]).lstrip("0")) >= 2
     if n.time or 100.0 in n.scale:
         return False  # a duration or a percentage is measured, not a sum of the paragraph's numbers
-    vals = sorted({v.value for _, found in operands for v in found[:8]})
+    # a mean only at two significant digits or more: of 5e-4 and 1e-7, 3e-4 would be one
+    mean = len(re.sub(r"\D", "", n.text.split("e")[0]).lstrip("0")) >= 2
+    vals = sorted({v.value for found in operands for v in found[:8]})
     near = lambda x: abs(x - n.value) <= n.error * 1.01 + 1e-12 and shown_as(x, n)  # noqa: E731
     return any(a != b and (near(abs(a - b)) or (b and near(a / b)) or (mean and near((a + b) / 2)))
                for a in vals for b in vals)
@@ -380,7 +367,7 @@ def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
 
 def key_of(v: Value) -> str:
     """A value's key in its record, list indices left out: rows[3].best_ppl -> rows.best_ppl."""
-    return re.sub(r"\[\d+\]| \(percent\)$", "", v.source.split(":", 1)[1]) if ":" in v.source else ""
+    return re.sub(r"\[\d+\]| \(percent\)$", "", v.source.partition(":")[2])
 
 
 def _key_matches(key: str, patterns: tuple) -> bool:
@@ -421,21 +408,20 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
     pools: Dict[tuple, Pool] = {}
     out = []
     for rel in files:
-        nums = numbers(repo / rel, str(rel), repo)
-        found = {}
+        nums = numbers(repo / rel, str(rel))
         for n in nums:
             if n.source not in pools:
                 pools[n.source] = source_pool(records, n.source)
-            found[id(n)] = [] if n.runs else matches(n, pools[n.source])
-        for n in nums:
+        found = [[] if n.runs else matches(n, pools[n.source]) for n in nums]
+        for n, held in zip(nums, found):
             if n.runs:
                 if n.runs not in counts:
                     out.append((n, "no study has these counts",
                                 [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
                 continue
-            if found[id(n)]:
+            if held:
                 continue
-            operands = [(m, found[id(m)]) for m in nums if m.para == n.para and found[id(m)]]
+            operands = [f for m, f in zip(nums, found) if m.para == n.para]
             if ("derived", ()) in n.source and derived(n, operands):
                 continue
             elsewhere = matches(n, _index(records, every=True))
@@ -476,20 +462,17 @@ FIX = ("name the record and key each number comes from in a line '<!-- numbers: 
 # ---------------------------------------------------------------- generated blocks
 
 
-def _study_jsons(results: pathlib.Path) -> List[pathlib.Path]:
-    return [p for p in sorted((results / "bench").glob("*.json")) if (results / "bench" / p.stem / "runs").is_dir()]
-
-
 def block_studies(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
-    """Each study's report: runs recorded, runs planned, complete or PARTIAL."""
-    rows = ["| study | runs recorded | of | report |", "|---|---|---|---|"]
-    for p in _study_jsons(results):
-        res = json.loads(p.read_text())
-        n = planned(res)
-        state = "complete" if res["runs_recorded"] >= n else "**PARTIAL**"
-        link = os.path.relpath(p.with_suffix(".md"), doc_dir)
-        rows.append(f"| {p.stem} | {res['runs_recorded']} | {n} | [{state}]({link}) |")
-    return "\n".join(rows)
+    """Each study's report (a study: results/bench/STUDY.json beside STUDY/runs/): runs recorded, runs planned,
+    complete or PARTIAL."""
+    rows = []
+    for p in sorted((results / "bench").glob("*.json")):
+        if (results / "bench" / p.stem / "runs").is_dir():
+            res = json.loads(p.read_text())
+            state = "complete" if res["runs_recorded"] >= planned(res) else "**PARTIAL**"
+            link = os.path.relpath(p.with_suffix(".md"), doc_dir)
+            rows.append([p.stem, res["runs_recorded"], planned(res), f"[{state}]({link})"])
+    return common.md_table(["study", "runs recorded", "of", "report"], rows)
 
 
 def _load(results: pathlib.Path, stem: str) -> dict:
@@ -515,13 +498,16 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     c5 = conv.get("per_method", {}).get("main lr 0.0005", {})
     q = qual.get("per_method", {}).get("multi30k", {})
     lrp = lr.get("parts", {}).get("translation", {})
+    lr_methods = lrp.get("methods", {})
     gaps = {}
     for g in plat.get("gaps", []):
         gaps.setdefault(g["baseline"].split("-")[1], []).append(g["gap"])
-    rows = [f"| baseline (its better schedule; Post-LN and Pre-LN: the better of two inits) | convergence, lr 5e-4: T-Fixup's updates to its best{_partial(conv)} | "
-            f"quality, Multi30k, 10 epochs: T-Fixup's BLEU gain{_partial(qual)} | each at its best lr: T-Fixup's "
-            f"updates{_partial(lr)} | lrs it trains at (T-Fixup: " + _range(lrp.get("methods", {}).get("tfixup")) + ") | "
-            f"plateau: T-Fixup's sacreBLEU gain{_partial(plat)} |", "|---|---|---|---|---|---|"]
+    headers = ["baseline (its better schedule; Post-LN and Pre-LN: the better of two inits)",
+               f"convergence, lr 5e-4: T-Fixup's updates to its best{_partial(conv)}",
+               f"quality, Multi30k, 10 epochs: T-Fixup's BLEU gain{_partial(qual)}",
+               f"each at its best lr: T-Fixup's updates{_partial(lr)}",
+               f"lrs it trains at (T-Fixup: {_range(lr_methods.get('tfixup'))})",
+               f"plateau: T-Fixup's sacreBLEU gain{_partial(plat)}"]
     def cells(name):
         """Its cells (conv ratio, BLEU gain, best-lr ratio + open, lr range, plateau gains) and, per column, how
         strong the baseline was there (lower = stronger: its best valid loss; T-Fixup's BLEU gain over it; T-Fixup's
@@ -530,10 +516,10 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         ca = cm["arms"][cm["better"]] if cm else {}
         qa = qm["arms"][qm["better"]] if qm else {}
         # its better schedule in the lr study too: the arm (with or without warmup) of the lower best valid loss
-        ran = [a for a in (name, name + "_matched") if a in lrp.get("methods", {})]
-        arm = min(ran, key=lambda a: lrp["methods"][a].get("best_valid_mean") or math.inf, default=None)
-        lm_ = lrp.get("methods", {}).get(arm) if arm else None
-        best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean") if arm else None
+        ran = [a for a in (name, name + "_matched") if a in lr_methods]
+        arm = min(ran, key=lambda a: lr_methods[a].get("best_valid_mean") or math.inf, default=None)
+        lm_ = lr_methods.get(arm)
+        best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean")
         pg = gaps.get(name + "_matched") or gaps.get(name)
         out = [(_x(ca.get("ratio_mean")), ca.get("baseline_best_valid_mean")),
                (_gap(qa.get("tfixup_gap")), qa.get("tfixup_gap")),
@@ -554,18 +540,16 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
                 out.append(c1 + " (small init" + (f"; fairseq's init: {c0})" if k0 is not None else ")"))
         return out
 
+    rows = []
     for name, m in methods.METHODS.items():
         if methods.is_tfixup(name) or name in methods.ABLATIONS or name.endswith("_si"):
             continue  # T-Fixup's variants are in README's own paragraph; a small-init row is in its base's row
         own, ran = cells(name)
-        if name + "_si" in methods.METHODS:  # Post-LN, Pre-LN: fairseq's init or transformers' N(0, 0.02)
-            small, ran_si = cells(name + "_si")
-            own, ran = (better_of(own, small) if ran_si else [c for c, _ in own]), ran or ran_si
-        else:
-            own = [c for c, _ in own]
-        if ran:
-            rows.append(f"| {m.label} | " + " | ".join(own) + " |")
-    return "\n".join(rows)
+        # Post-LN, Pre-LN: fairseq's init or transformers' N(0, 0.02)
+        small, ran_si = cells(name + "_si") if name + "_si" in methods.METHODS else (None, False)
+        if ran or ran_si:
+            rows.append([m.label, *(better_of(own, small) if ran_si else [c for c, _ in own])])
+    return common.md_table(headers, rows)
 
 
 def _partial(res: dict) -> str:
@@ -600,16 +584,14 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         return f"{r[key]:.1f}" if r["status"] == "ok" and r.get(key) is not None else r["status"]
 
     def cells(at, key):
-        out = []
-        for a, spec in hf.ARMS.items():
-            vals = [value(r, key) for r in sorted(at, key=lambda r: r["seed"]) if r["arm"] == a]
-            if vals:
-                out.append(f"{spec.label}: {' / '.join(vals)}")
-        return "; ".join(out)
+        """Each arm's values of KEY in the runs AT (sorted by seed)."""
+        per_arm = [(spec.label, [value(r, key) for r in at if r["arm"] == a]) for a, spec in hf.ARMS.items()]
+        return "; ".join(f"{label}: {' / '.join(vals)}" for label, vals in per_arm if vals)
 
     lines = []
     for fam, name in hf.FAMILIES.items():
-        rows = [r for r in res.get("rows", []) if r["family"] == fam and not r.get("lr_in_id")]
+        rows = sorted((r for r in res.get("rows", []) if r["family"] == fam and not r.get("lr_in_id")),
+                      key=lambda r: r["seed"])
         head = f"- **{name}**"
         if not rows:
             how = os.path.relpath(results.parent / "docs" / "beyond-fairseq.md", doc_dir)
@@ -632,7 +614,7 @@ def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             at = [r for r in rows if r["layers"] == depth]
             tail = ""
             for arm, who in (("tfixup", "T-Fixup"), ("tfixup_mlpnorm", "T-Fixup with the gated MLPs' norm kept")):
-                ratios = [r["ratio_to_baseline"] for r in sorted(at, key=lambda r: r["seed"])
+                ratios = [r["ratio_to_baseline"] for r in at
                           if r["arm"] == arm and r.get("ratio_to_baseline") is not None]
                 if ratios:
                     tail += (f"; {who} reaches the warmup baseline's best in "
@@ -648,11 +630,11 @@ def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     from harness.bench import hf
 
     res = _load(results, "hf")
-    q = (res or {}).get("llama_question") or {}
+    q = res.get("llama_question") or {}
     report = os.path.relpath(results / "bench" / "hf.md", doc_dir)
     if not any(m["seeds"] for m in q.values()):
         return f"No run of the LLaMA question recorded yet ([the study]({report}))."
-    return (hf.common.md_table(hf.LLAMA_COLUMNS, hf.llama_table(q)) + f"\n\n{hf.llama_verdict(q)} ([report]({report}))"
+    return (common.md_table(hf.LLAMA_COLUMNS, hf.llama_table(q)) + f"\n\n{hf.llama_verdict(q)} ([report]({report}))"
             f"\n\n![each method at its best lr]({os.path.relpath(results / 'bench' / 'hf.png', doc_dir)})")
 
 
@@ -662,8 +644,7 @@ def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     best lr (both runs cut at half the budget), each with how many of the baseline's runs were still improving at
     the end of the budget."""
     conv, lr = _load(results, "convergence"), _load(results, "lr")
-    rows = ["| study, runs | baseline | still improving at the end | T-Fixup's ratio at each budget (updates: ratio) |",
-            "|---|---|---|---|"]
+    rows = []
     for key, h in conv.get("headline", {}).items():
         b = h.get("better_baseline")
         if not b:
@@ -672,8 +653,8 @@ def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         cells = "; ".join(f"{n}: {_x(v['per_baseline'][b].get('ratio_mean'))}" for n, v in at.items()
                           if b in v["per_baseline"])
         pb = h["per_baseline"][b]
-        rows.append(f"| convergence, {key} | {_arm_label(b)} | {pb.get('baseline_still_improving', '-')}/"
-                    f"{pb['baseline_seeds']} | {cells or '-'} |")
+        rows.append([f"convergence, {key}", _arm_label(b),
+                     f"{pb.get('baseline_still_improving', '-')}/{pb['baseline_seeds']}", cells or "-"])
     for part, p in lr.get("parts", {}).items():
         for arm, v in p.get("versus", {}).items():
             pairs = [x for x in v["pairs"] if x.get("ratio") is not None]
@@ -685,9 +666,10 @@ def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             half = pairs[0].get("half_budget")
             cells = (f"{half}: {_x(sum(halves) / len(halves))}; " if halves and half else "") + \
                 f"{p['config']['updates']}: {_x(v['ratio_mean'])}"
-            rows.append(f"| each at its best lr, {part} | {m['label']} (lr {m['best_lr']:g}) | {improving}/{len(pairs)} "
-                        f"| {cells} |")
-    return "\n".join(rows)
+            rows.append([f"each at its best lr, {part}", f"{m['label']} (lr {m['best_lr']:g})",
+                         f"{improving}/{len(pairs)}", cells])
+    return common.md_table(["study, runs", "baseline", "still improving at the end",
+                            "T-Fixup's ratio at each budget (updates: ratio)"], rows)
 
 
 def _arm_label(arm: str) -> str:
@@ -697,7 +679,6 @@ def _arm_label(arm: str) -> str:
     return convergence.ARMS[arm].label if arm in convergence.ARMS else arm
 
 
-# name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
 def block_main_job(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """The main job's time and results, from the record it wrote itself (results/main-job/record.json)."""
     from harness import main_job
@@ -705,6 +686,7 @@ def block_main_job(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     return main_job.readme_block(results, doc_dir)
 
 
+# name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
 BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama,
           "budgets": block_budgets, "main-job": block_main_job}
 

@@ -87,8 +87,8 @@ def spec_of(mode: str, family: str, layers: int, arm: str, seed: int, updates: i
 
 
 def largest(values: list):
-    """(value, block) of the largest finite value, or (None, None)."""
-    finite = [(v, i) for i, v in enumerate(values) if v is not None]
+    """(value, block counted from 1) of the largest finite value, or (None, None)."""
+    finite = [(v, i) for i, v in enumerate(values, 1) if v is not None]
     return max(finite) if finite else (None, None)
 
 
@@ -102,10 +102,8 @@ def report(res: dict) -> str:
     for r in res["arms"]:
         rows = []
         for s in r["steps"]:
-            (sv, sl), (av, al), (mv, ml) = (largest(s.get(k, [])) for k in ("stream", "attention", "mlp"))
-            top = (s.get("stream") or [None])[-1]
-            rows.append([s["update"], s["bits"], top, sv, None if sl is None else sl + 1, av,
-                         None if al is None else al + 1, mv, None if ml is None else ml + 1])
+            tops = [x for k in ("stream", "attention", "mlp") for x in largest(s.get(k, []))]  # value, block of each
+            rows.append([s["update"], s["bits"], (s.get("stream") or [None])[-1], *tops])
         end = (f"not finite at update {len(r['steps'])}" if r["status"] == "nan"
                else f"{r['updates']} updates, finite")
         text += (f"## {r['label']} (`{r['id']}`): {end}\n\n" + common.md_table(
@@ -130,17 +128,13 @@ def plot(res: dict, path: pathlib.Path) -> None:
             s = steps[u - 1]
             colour = cmap(k / max(1, len(picks) - 1))
             x = range(1, len(s.get("stream", [])) + 1)
-            ax.plot(x, [v if v is not None else float("nan") for v in s.get("stream", [])], color=colour,
-                    label=f"update {u}: stream")
-            ax.plot(x, [v if v is not None else float("nan") for v in s.get("mlp", [])], color=colour, ls=":",
-                    label=f"update {u}: MLP branch")
+            for key, ls, what in (("stream", "-", "stream"), ("mlp", ":", "MLP branch")):
+                ax.plot(x, [float("nan") if v is None else v for v in s.get(key, [])], color=colour, ls=ls,
+                        label=f"update {u}: {what}")
         ax.set_yscale("log")
-        ax.set_title(f"{r['label']}\n({'not finite at update ' + str(len(steps)) if r['status'] == 'nan' else 'finite'})",
-                     fontsize=8)
-        ax.set_xlabel("block")
-        ax.set_ylabel("RMS on the update's batch")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6, ncol=2)
+        end = f"not finite at update {len(steps)}" if r["status"] == "nan" else "finite"
+        common.finish_axes(ax, "block", "RMS on the update's batch", f"{r['label']}\n({end})", title_size=8,
+                           grid={"which": "both"}, legend={"fontsize": 6, "ncol": 2})
     common.save_titled_figure(path, fig, f"{res['family']}, {res['layers']} layers: the residual stream after each "
                               "block (solid) and the MLP branch (dotted) over the first updates")
 

@@ -57,19 +57,18 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict
     if base and base["valid_curve"] and base["status"] == "ok":
         half = cfg["updates"] // 2
         target = common.best([p for p in base["valid_curve"] if p[0] <= half])[1]
-    rows = []
-    for rec in sorted(records.values(), key=lambda r: r["multiplier"]):
-        rows.append({"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
-                     "diverged": rec["status"] == "nan", "updates_to_target": common.reach(rec["valid_curve"], target),
-                     "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
-                     "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]})
+    rows = [{"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
+             "diverged": rec["status"] == "nan", "updates_to_target": common.reach(rec["valid_curve"], target),
+             "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
+             "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]}
+            for rec in sorted(records.values(), key=lambda r: r["multiplier"])]
     factors = []
     for a, b in zip(rows, rows[1:]):
         if a["updates_to_target"] and b["updates_to_target"] and b["multiplier"] == 2 * a["multiplier"]:
             factors.append(round(b["updates_to_target"] / a["updates_to_target"], 3))
     return {
-        **common.study_result("batch", cfg, data), "unigram_level": level, "target_valid_loss": target,
-        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "rows": rows,
+        **common.study_result("batch", cfg, data, records, unigram_level=level, target_valid_loss=target),
+        "rows": rows,
         "factor_per_doubling": factors,
         "factor_per_doubling_mean": round(statistics.mean(factors), 3) if factors else None,
         "any_diverged": any(r["diverged"] for r in rows), "records": records,

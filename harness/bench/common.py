@@ -103,12 +103,6 @@ def data_description(path) -> str:
             f"valid/test = first lines of fairseq's valid/test; BPE 10k (fairseq recipe)")
 
 
-def corpora_description(data: dict, names: dict) -> str:
-    """The data of a study over several corpora (corpus -> data-bin): each corpus's name in NAMES, its data-bin
-    and its sentence counts."""
-    return "; ".join(f"{names[c]}: {p} ({data_counts(pathlib.Path(p))})" for c, p in data.items())
-
-
 # ---------------------------------------------------------------- the headline metric
 # One metric for every study: a curve is [(update, value), ...] (valid loss, lower is better; valid BLEU, higher);
 # a point whose value is None or not finite (a diverged run's NaN) is no measurement and is skipped.
@@ -151,8 +145,7 @@ def to_best(curve, base, higher: bool = False, digits: int = 3) -> tuple:
 
 
 def recipe(cfg: dict, method: str, **kw) -> "methods.Recipe":
-    """A study's recipe for ``method``: the study's size (embed, ffn, heads, layers per side), warmup W
-    and tokens per update, and ``kw`` (lr, seed, max_update, dropout, schedule, ...)."""
+    """A study's recipe for ``method``: its config's size, warmup W (default 4000) and tokens per update, and ``kw``."""
     return methods.Recipe(method, cfg["embed"], cfg["ffn"], cfg["heads"], cfg["layers"], cfg["layers"],
                           **{"warmup": cfg.get("warmup", 4000), "max_tokens": cfg["max_tokens"], **kw})
 
@@ -203,8 +196,7 @@ class Arm:
 
 def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "",
         group: str = "main") -> Arm:
-    """METHOD on SCHEDULE: named METHOD + SUFFIX[schedule], labelled with its row's label +
-    SCHEDULE_LABEL[schedule], drawn in its row's color with LINESTYLE[schedule], unless given."""
+    """METHOD on SCHEDULE, named, labelled and drawn after its row of tfixup/methods.py and SCHEDULE unless given."""
     row = methods.method(method)
     return Arm(name or method + SUFFIX[schedule], method, schedule, label or row.label + SCHEDULE_LABEL[schedule],
                row.color, linestyle or LINESTYLE[schedule], group)
@@ -284,10 +276,19 @@ def pyplot():
     return plt
 
 
+def panel_grid(n: int, max_cols: int, width: float, height: float) -> tuple:
+    """(figure, axes): N panels of WIDTH x HEIGHT inches in rows of at most MAX_COLS, the grid's spare cells hidden."""
+    ncols = min(max_cols, n)
+    nrows = -(-n // ncols)
+    fig, grid = pyplot().subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    for ax in grid.flatten()[n:]:
+        ax.set_visible(False)
+    return fig, grid.flatten()[:n]
+
+
 def finish_axes(ax, xlabel: str, ylabel: str = None, title: str = None, title_size: float = 9, grid: dict = None,
                 legend: dict = None) -> None:
-    """A panel's axis labels, title (font size TITLE_SIZE), grid (alpha 0.3, and GRID) and legend (font size 8,
-    and LEGEND)."""
+    """A panel's axis labels, title, grid and legend (font size 8 unless LEGEND says)."""
     if title is not None:
         ax.set_title(title, fontsize=title_size)
     ax.set_xlabel(xlabel)
@@ -337,10 +338,18 @@ def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str
             + md_table(headers, rows) + "\n\n")
 
 
-def study_result(benchmark: str, cfg: dict, data) -> dict:
-    """The head of a study's result (its .json): the study, its mode, command, machine, data and settings."""
+def study_result(benchmark: str, cfg: dict, data, records: dict, names: dict = None, n_runs: int = None,
+                 **measures) -> dict:
+    """The head of a study's result (its .json): the study, its mode, command, machine, data (a data-bin; with
+    NAMES, corpus -> data-bin, each corpus named by NAMES) and settings, then MEASURES and whether every one of
+    its N_RUNS runs (default: the config's n_runs) is recorded."""
+    if names:
+        described = {"data": "; ".join(f"{names[c]}: {p} ({data_counts(pathlib.Path(p))})" for c, p in data.items())}
+    else:
+        described = {"data": data_description(data), "data_counts": data_counts(data)}
+    n_runs = cfg["n_runs"] if n_runs is None else n_runs
     return {"benchmark": benchmark, "mode": cfg["mode"], "command": command_line(), "machine": machine(), "threads": 1,
-            "data": data_description(data), "data_counts": data_counts(data), "config": cfg}
+            **described, "config": cfg, **measures, "complete": len(records) == n_runs, "runs_recorded": len(records)}
 
 
 def header_md(title: str, meta: dict) -> str:

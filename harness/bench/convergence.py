@@ -69,9 +69,9 @@ def study_arms() -> dict:
         group = "fig3c" if name in methods.ABLATIONS else "main"
         if not methods.method(name).warmup:
             add(name, "nowarmup", group)
+            continue
         for kind in (("warmup", "matched") if group == "main" else ("matched", "nowarmup")):
-            if methods.method(name).warmup:
-                add(name, kind, group)
+            add(name, kind, group)
     main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
     question = [n for n in QUESTION if n in main] + [n for n in main
                                                      if methods.method(n).layernorm_free and not methods.is_tfixup(n)]
@@ -180,9 +180,6 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
             "stuck": rec["status"] != "ok" or b_loss is None or b_loss > threshold}
 
 
-WARMUPS = ("warmup", "matched")  # the schedules a warmup method is trained on
-
-
 def ratio_to(records: dict, row: dict, arm: str) -> tuple:
     """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
     the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
@@ -199,15 +196,15 @@ def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
     mean best valid loss (its better schedule)."""
     out = {}
     for arm in arms:
-        bests = [r["best_valid"] for r in here if r["method"] == arm and r["best_valid"] is not None]
-        if not bests:
+        ran = [r for r in here if r["method"] == arm and r["best_valid"] is not None]
+        if not ran:
             continue
-        improving = sum(still_improving(records[r["id"]]) for r in here
-                        if r["method"] == arm and r["best_valid"] is not None)
         paired = [r for r in tfixup if f"{r['group']}-{arm}-lr{r['lr']:g}-s{r['seed']}" in records]
         got = [ratio for _, ratio in (ratio_to(records, r, arm) for r in paired) if ratio is not None]
-        out[arm] = {"baseline_best_valid_mean": round(statistics.mean(bests), 4), "baseline_seeds": len(bests),
-                    "baseline_still_improving": improving, "seeds": len(paired), "reached": len(got),
+        out[arm] = {"baseline_best_valid_mean": round(statistics.mean(r["best_valid"] for r in ran), 4),
+                    "baseline_seeds": len(ran),
+                    "baseline_still_improving": sum(still_improving(records[r["id"]]) for r in ran),
+                    "seeds": len(paired), "reached": len(got),
                     "ratio_mean": round(statistics.mean(got), 3) if got else None,
                     "ratio_sd": round(statistics.stdev(got), 3) if len(got) > 1 else None,
                     "ratio_min": min(got, default=None), "ratio_max": max(got, default=None)}
@@ -268,9 +265,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             sgd_choice[m] = {"lr": pick["lr"], "best_valid": pick["best_valid"], "stuck": pick["stuck"],
                              "grid": {f"{r['lr']:g}": r["best_valid"] for r in sorted(grid, key=lambda r: r["lr"])}}
     return {
-        **common.study_result("convergence", cfg, data), "unigram_level": level,
-        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
-        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
+        **common.study_result("convergence", cfg, data, records, unigram_level=level,
+                              stuck_threshold=round(threshold, 4), margin_bits=margin),
         "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
         "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
         "records": records,
@@ -358,7 +354,7 @@ def _versus_cells(name: str, v: dict) -> list:
     """A method's cells in the T-Fixup-against-every-method table: on each warmup, on the better schedule (of
     all it ran), without warmup."""
     cells = []
-    for kind in WARMUPS:
+    for kind in ("warmup", "matched"):
         arm = v["arms"].get(name + common.SUFFIX[kind])
         cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
     cells += [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +,"), _ratio_text(v["arms"][v["better"]])]
@@ -413,14 +409,9 @@ def panels(res: dict) -> list:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     shown = panels(res) or [("no runs yet", [])]
-    ncols = min(3, len(shown))
-    nrows = -(-len(shown) // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(5.6 * ncols, 4.3 * nrows), squeeze=False)
-    for ax in grid.flatten()[len(shown):]:
-        ax.set_visible(False)
-    for ax, (title, recs) in zip(grid.flatten(), shown):
+    fig, axes = common.panel_grid(len(shown), 3, 5.6, 4.3)
+    for ax, (title, recs) in zip(axes, shown):
         labelled = set()
         for rec in recs:
             a = ARMS[rec["method"]]

@@ -118,9 +118,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     left_out = [{**r, "cpu_hours": estimated_hours(records, r["depth"], r["updates"])}
                 for r in cfg.get("out_of_budget", [])]
     return {
-        **common.study_result("depth", cfg, data), "unigram_level": level,
-        "trained_threshold": round(threshold, 4), "margin_bits": margin,
-        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records),
+        **common.study_result("depth", cfg, data, records, unigram_level=level,
+                              trained_threshold=round(threshold, 4), margin_bits=margin),
         "deepest_trained": deepest, "rows": rows, "out_of_budget": left_out, "records": records,
     }
 
@@ -156,15 +155,8 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     arms = [a for a in ARMS.values() if any(r["method"] == a.name for r in res["records"].values())]
-    ncols = min(4, len(arms) + 1)  # a grid: one row of 11 panels was too wide to read
-    nrows = -(-(len(arms) + 1) // ncols)
-    fig, grid = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.8 * nrows), squeeze=False)
-    axes = grid.flatten()
-    for ax in axes[len(arms) + 1:]:
-        ax.set_visible(False)
-    axes = axes[:len(arms) + 1]
+    fig, axes = common.panel_grid(len(arms) + 1, 4, 4.5, 3.8)  # rows: one row of 11 panels was too wide to read
     full = max((r["updates"] for r in res["rows"]), default=0)
     for arm in arms:
         rows = [r for r in res["rows"] if r["method"] == arm.name and r["final_valid"] is not None]

@@ -78,6 +78,7 @@ def fairseq_dtype(device: str) -> str:
 
 
 def _fairseq_run(rid: str, meta: dict, args: list, data, dtype: str) -> runlib.Run:
+    """A fairseq-train run of ARGS at DTYPE's precision (speed.PRECISION's flags), META and DTYPE in its record."""
     return runlib.Run(rid, dict(meta, dtype=dtype), ["fairseq", *args, *speed.PRECISION[dtype]], str(data))
 
 
@@ -99,13 +100,10 @@ def depth_config(cfg: dict, data: pathlib.Path, device: str) -> dict:
 
 def deep_runs(cfg: dict, data: pathlib.Path, device: str) -> list:
     """T-Fixup at each depth: the depth study's run (depth.run_of), at fairseq_dtype's precision."""
-    dcfg, dtype, out = depth_config(cfg, data, device), fairseq_dtype(device), []
-    for n in cfg["deep"]["depths"]:
-        r = depth.run_of(dcfg, data, "tfixup", n)
-        out.append(_fairseq_run(f"deep-tfixup-{n}-{dtype}", dict(part="deep", method="tfixup", depth=n,
-                                                                 updates=r.meta["updates"], fp32_id=r.id),
-                                r.args, data, dtype))
-    return out
+    dcfg, dtype = depth_config(cfg, data, device), fairseq_dtype(device)
+    fp32 = [depth.run_of(dcfg, data, "tfixup", n) for n in cfg["deep"]["depths"]]  # meta: method, depth, updates
+    return [_fairseq_run(f"deep-tfixup-{r.meta['depth']}-{dtype}", dict(part="deep", **r.meta, fp32_id=r.id), r.args,
+                         data, dtype) for r in fp32]
 
 
 def bf16_runs(cfg: dict, hf_data: pathlib.Path) -> list:
@@ -126,12 +124,10 @@ def speed_runs(cfg: dict, data: pathlib.Path, device: str, peak_tflops: float = 
             for size in c["sizes"] for dtype in (["fp32", "fp16"] if device == "cuda" else ["fp32"])]
 
 
-def make_runs(cfg: dict, data: pathlib.Path, hf_data: pathlib.Path, device: str, parts=PARTS,
-              peak_tflops: float = None) -> list:
-    """Every run of the chosen parts, the longest first (the deep ones), speed last."""
-    made = {"deep": lambda: deep_runs(cfg, data, device), "fp16": lambda: fp16_runs(cfg, data, device),
-            "bf16": lambda: bf16_runs(cfg, hf_data), "speed": lambda: speed_runs(cfg, data, device, peak_tflops)}
-    return [r for part in ("deep", "fp16", "bf16", "speed") if part in parts for r in made[part]()]
+def make_runs(cfg: dict, data: pathlib.Path, hf_data: pathlib.Path, device: str, peak_tflops: float = None) -> list:
+    """Every run of every part, the longest first (the deep ones), speed last."""
+    return [*deep_runs(cfg, data, device), *fp16_runs(cfg, data, device), *bf16_runs(cfg, hf_data),
+            *speed_runs(cfg, data, device, peak_tflops)]
 
 
 # ---------------------------------------------------------------- one run (in its own process)
@@ -286,13 +282,12 @@ def train_fairseq(data: pathlib.Path, args: list, threads: int) -> dict:
                         break
         finally:
             watch.detach()
-        finite = [v for _, v in rec["valid_curve"] if math.isfinite(v)]
         maxima = watch.result()
         rec.update(updates=trainer.get_num_updates(), wall_s=round(time.time() - t_start, 1),
                    final_valid=rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
-                   best_valid=min(finite) if finite else None, activation_max=maxima, activation_peak=peak_of(maxima),
-                   s_per_step=round(statistics.median(times), 4) if times else None,
-                   loss_scale={"first": first_scale, "final": scale(), "lowest": lowest, "drops": drops} if fp16 else None,
+                   best_valid=common.best(rec["valid_curve"])[1], activation_max=maxima,
+                   activation_peak=peak_of(maxima), s_per_step=round(statistics.median(times), 4) if times else None,
+                   loss_scale=dict(first=first_scale, final=scale(), lowest=lowest, drops=drops) if fp16 else None,
                    precision="fp16 (fairseq --fp16: FP16Optimizer, dynamic loss scale)" if fp16 else "fp32",
                    peak_memory_mib=round(peak_gb * 1024, 1) if cuda else None)
     return rec
@@ -398,8 +393,7 @@ def fp32_twin(part: str, rec: dict):
     twin = part in FP32_RECORDS and rec.get("fp32_id") and runlib.read_record(FP32_RECORDS[part] / f"{rec['fp32_id']}.json")
     if not twin:
         return None
-    curve = [v for _, v in twin.get("valid_curve", []) if v is not None and math.isfinite(v)]
-    return {"id": twin["id"], "status": twin.get("status"), "best_valid": min(curve) if curve else None,
+    return {"id": twin["id"], "status": twin.get("status"), "best_valid": common.best(twin.get("valid_curve", []))[1],
             "final_valid": twin["valid_curve"][-1][1] if twin.get("valid_curve") else None,
             "device": twin.get("device") or (twin.get("machine") or {}).get("device")
             or ("cpu" if " --cpu " in twin.get("command", "") else "?")}
@@ -487,7 +481,7 @@ def report(res: dict) -> str:
                  "and loop (harness/bench/hf.py); the fp32 column is its record of the same spec "
                  "(results/bench/hf/runs/).\n\n")
         rows = [[rid, r["status"], r.get("updates"), _g(r["valid_curve"][-1][1] if r.get("valid_curve") else None),
-                 _g(min((v for _, v in r.get("valid_curve", []) if math.isfinite(v)), default=None)),
+                 _g(common.best(r.get("valid_curve", []))[1]),
                  _twin(res["fp32_twins"].get(rid)), _g(r.get("s_per_update"), "{:.4f}"),
                  _g(r.get("peak_memory_mib"), "{:.0f}")] for rid, r in ((i, recs[i]) for i in parts["bf16"])]
         text += common.md_table(["run", "status", "updates", "final valid", "best valid", "fp32 record: best valid",
@@ -662,7 +656,7 @@ def main(argv=None) -> int:
             common.die(f"{what.format(path)} (no {need}); make it here with: python -m harness.bench.gpu prepare")
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
            + ("; bf16: " + common.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
-    all_runs = make_runs(cfg, data, hf_data, args.device, PARTS, args.peak_tflops)  # the report covers every part
+    all_runs = make_runs(cfg, data, hf_data, args.device, args.peak_tflops)  # the report covers every part
     chosen = [r for r in all_runs if r.meta["part"] in args.parts]
     deadline = t0 + args.stop_after if args.stop_after is not None else None
     jobs = 1 if args.in_process else (args.jobs or (4 if args.device == "cuda" else 1))

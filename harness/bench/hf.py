@@ -137,37 +137,34 @@ def make_specs(cfg: dict, records: dict = None, stuck_bits: float = None) -> lis
     LMs deepest first, then BERT; then Llama's lr grid as RECORDS (id -> record) call for it: each arm's grid at its
     first seed, then, once the grid is closed, its other seeds at its best lr (without records: the first grid);
     a run whose best valid loss is not below STUCK_BITS (``stuck_bits``) does not count as trained there."""
-    m, lm, bert = cfg["marian"], cfg["lm"], cfg["bert"]
-    specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
+    m, lm, bert, g = cfg["marian"], cfg["lm"], cfg["bert"], cfg["lm"].get("lr_grid")
     lm_keys = {k: v for k, v in lm.items() if k not in LM_PLAN_KEYS}
+
+    def lm_spec(fam, arm, seed, layers, lr=lm_keys["lr"]):  # a run of an lr grid names its lr (run_id)
+        return dict(family=fam, arm=arm, seed=seed, layers=layers, **{**lm_keys, "lr": lr},
+                    **({"lr_in_id": True} if lr != lm_keys["lr"] else {}))
+
+    specs = [dict(family="marian", arm=arm, seed=1, **{k: v for k, v in m.items() if k != "arms"}) for arm in m["arms"]]
     deeper = lm.get("deeper")
     if deeper:
-        specs += [dict(family="llama", arm=arm, seed=seed, layers=deeper["depth"], **lm_keys)
-                  for seed in deeper["seeds"] for arm in deeper["arms"]]
+        specs += [lm_spec("llama", arm, seed, deeper["depth"]) for seed in deeper["seeds"] for arm in deeper["arms"]]
     for depth in sorted(lm["depths"], reverse=True):
         for seed in lm["deep_seeds"] if depth == max(lm["depths"]) else [1]:
             arms = lm["arms"] + (lm.get("control_arms", []) if seed == 1 else [])
             for fam in lm["families"]:
-                extra = (lm.get("gate_arms", []) if fam == "llama" else []) + (
-                    lm.get("new_arms", []) if fam == "llama" and seed == 1 else []) + (
-                    lm.get("llama_seed_controls", []) if fam == "llama" and seed > 1 else [])
-                specs += [dict(family=fam, arm=arm, seed=seed, layers=depth, **lm_keys) for arm in arms + extra]
+                extra = lm.get("gate_arms", []) + lm.get("new_arms" if seed == 1 else "llama_seed_controls", [])
+                specs += [lm_spec(fam, arm, seed, depth) for arm in arms + (extra if fam == "llama" else [])]
     specs += [dict(family="bert", arm=arm, seed=1, **{k: v for k, v in bert.items() if k not in ("arms", "control_arms")})
               for arm in bert["arms"] + bert.get("control_arms", [])]
-    specs = [arm_settings(spec) for spec in specs]
-    g = lm.get("lr_grid")
-
-    def grid_spec(arm, lr, seed):
-        return arm_settings(dict(family="llama", arm=arm, seed=seed, layers=g["depth"], **{**lm_keys, "lr": lr},
-                                 **({"lr_in_id": True} if lr != lm_keys["lr"] else {})))
-
     for arm in g["arms"] if g else []:
-        grid, b, closed = grid_of(g, lambda lr: (records or {}).get(run_id(grid_spec(arm, lr, g["seeds"][0]))),
-                                  stuck_bits)
-        specs += [grid_spec(arm, lr, g["seeds"][0]) for lr in grid]
-        specs += [grid_spec(arm, b, seed) for seed in g["seeds"][1:]] if closed and b is not None else []
+        def at(lr, seed=g["seeds"][0], arm=arm):  # the arm's run of the grid
+            return lm_spec("llama", arm, seed, g["depth"], lr)
+
+        grid, b, closed = grid_of(g, lambda lr: (records or {}).get(run_id(at(lr))), stuck_bits)
+        seeds = g["seeds"][1:] if closed and b is not None else []  # once closed, the other seeds at the best lr
+        specs += [at(lr) for lr in grid] + [at(b, seed) for seed in seeds]
     unique = {}
-    for spec in specs:  # the grid's runs at the mode's lr are runs of the study already
+    for spec in map(arm_settings, specs):  # the grid's runs at the mode's lr are runs of the study already
         rid = run_id(spec)
         if rid in unique and unique[rid] != spec:
             raise ValueError(f"hf: two runs named {rid} with different configs")
@@ -387,9 +384,8 @@ def plot(res: dict, path: pathlib.Path) -> None:
     q = res.get("llama_question") or {}
     grid_panels = 2 if any(m["seeds"] for m in q.values()) else 0  # each method at its best lr; ppl against lr
     n = len(panels) + grid_panels
-    cols = 3
-    fig, axes = plt.subplots(max(1, math.ceil(n / cols)), cols, figsize=(5.2 * cols, 3.9 * math.ceil(
-        max(1, n) / cols)), squeeze=False)
+    rows, cols = max(1, math.ceil(n / 3)), 3
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.axis("off")
     for ax, (fam, layers) in zip(axes.flat, panels):
@@ -405,12 +401,10 @@ def plot(res: dict, path: pathlib.Path) -> None:
                     color=ARMS[arm].color)
         if fam != "marian":
             ax.set_yscale("log")
-        ax.set_title(f"{FAMILIES[fam]}, {layers}{'+' + str(layers) if fam == 'marian' else ''} layers", fontsize=9)
-        ax.set_xlabel("updates")
-        ax.set_ylabel("valid loss (bits, label-smoothed)" if fam == "marian" else
-                      "masked-token valid perplexity" if fam == "bert" else "valid perplexity")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
+        common.finish_axes(ax, "updates", "valid loss (bits, label-smoothed)" if fam == "marian" else
+                           "masked-token valid perplexity" if fam == "bert" else "valid perplexity",
+                           f"{FAMILIES[fam]}, {layers}{'+' + str(layers) if fam == 'marian' else ''} layers",
+                           grid={"which": "both"}, legend={"fontsize": 7})
     if grid_panels:
         plot_llama_question(res, q, axes.flat[len(panels)], axes.flat[len(panels) + 1])
     common.save_titled_figure(path, fig, "T-Fixup in transformers models on Multi30k: valid loss against updates")
@@ -459,9 +453,8 @@ def main(argv=None) -> int:
     if args.estimate:
         return hf_train.estimate_main(make_specs(cfg), data, run_id, args.jobs)
     out = pathlib.Path(args.out)
-    failed_dir = out / (STEM + args.tag) / "failed"
+    failed_dir, store = out / (STEM + args.tag) / "failed", out / (STEM + args.tag) / "runs"
     failed_dir.mkdir(parents=True, exist_ok=True)
-    store = out / (STEM + args.tag) / "runs"
     for round_ in range(max(1, args.rounds)):
         all_runs = make_runs(cfg, data, runlib.load_records(store))
         only = args.only

@@ -37,7 +37,6 @@ def grid_of(g: dict, record_at, stuck_bits=None) -> tuple:
             return grid, b, True
 
 
-
 def llama_question(res: dict) -> dict:
     """Llama's lr grid (config lm.lr_grid) as recorded: per method (arm), its grid (lr -> the first seed's row), its
     best lr (the first seed's lowest best valid loss among runs that did not diverge), whether the grid is closed,
@@ -48,22 +47,20 @@ def llama_question(res: dict) -> dict:
     if not g:
         return {}
     rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
-    out, at_best = {}, {}
+    recs, stuck, out, at_best = res["records"], res.get("stuck_bits"), {}, {}
     for arm in g["arms"]:
         mine = [r for r in rows if r["arm"] == arm]
         first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
-        stuck = res.get("stuck_bits")
-        grid, b, closed = grid_of(g, lambda lr: res["records"].get(first[lr]["id"]) if lr in first else None, stuck)
+        grid, b, closed = grid_of(g, lambda lr: recs.get(first[lr]["id"]) if lr in first else None, stuck)
         if not closed:  # the best so far, said to be provisional ("grid open")
-            b = common.best_lr({lr: res["records"].get(r["id"]) for lr, r in first.items()
-                                if trains(res["records"].get(r["id"]), stuck)})
+            b = common.best_lr({lr: recs.get(r["id"]) for lr, r in first.items() if trains(recs.get(r["id"]), stuck)})
 
         def cell(lr):
             if lr not in first:
                 return {"lr": lr, "id": None, "status": None, "best_ppl": None}
             r = first[lr]
-            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"], "status": "stuck" if r["status"] == "ok" and not
-                    trains(res["records"].get(r["id"]), stuck) else r["status"]}
+            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"],
+                    "status": "stuck" if r["status"] == "ok" and not trains(recs.get(r["id"]), stuck) else r["status"]}
 
         out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
                     "grid": [cell(lr) for lr in grid]}
@@ -73,12 +70,11 @@ def llama_question(res: dict) -> dict:
         for r in at_best[arm]:
             b_row = base.get(r["seed"])
             b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
-            u = common.reach(res["records"][r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
-            r_out = {"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
-                     "updates": r["updates"],
-                     "to_baseline_best": u, "ratio": round(u / b_at, 3) if u is not None and b_at else None,
-                     "norm_modules": r["norm_modules"], "parameters": r["parameters"]}
-            m["seeds"].append(r_out)
+            u = common.reach(recs[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
+            m["seeds"].append({"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
+                               "updates": r["updates"], "to_baseline_best": u,
+                               "ratio": round(u / b_at, 3) if u is not None and b_at else None,
+                               "norm_modules": r["norm_modules"], "parameters": r["parameters"]})
         # norms and parameters do not depend on the lr: any run of the arm when none is at a best lr
         stock, a = next(iter(base.values()), None), ARMS[arm]
         mine = at_best[arm] or [r for r in rows if r["arm"] == arm]
@@ -198,12 +194,8 @@ def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
         if nan:
             top = max([p for _, p in pts], default=100)
             by_lr.plot(nan, [top] * len(nan), ls="none", marker="x", ms=7, color=ARMS[arm].color)
-    curves.set_title(f"Llama, {depth} layers: each method at its best lr (dotted: seed 2)", fontsize=9)
-    by_lr.set_title(f"Llama, {depth} layers: best valid perplexity against lr (x: diverged)", fontsize=9)
-    for ax, x in ((curves, "updates"), (by_lr, "peak lr")):
+    for ax, x, title in ((curves, "updates", f"Llama, {depth} layers: each method at its best lr (dotted: seed 2)"),
+                         (by_lr, "peak lr", f"Llama, {depth} layers: best valid perplexity against lr (x: diverged)")):
         ax.set_yscale("log")
-        ax.set_xlabel(x)
-        ax.set_ylabel("valid perplexity")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
+        common.finish_axes(ax, x, "valid perplexity", title, grid={"which": "both"}, legend={"fontsize": 6})
     by_lr.set_xscale("log")

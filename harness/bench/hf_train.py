@@ -1,7 +1,7 @@
 """The HuggingFace study's runs (harness/bench/hf.py plans them): its arms, rows of one table (ARMS: what each
 does to the model and its training, its label and colour); its data, exported once from the Multi30k data-bin
 (``export``, which needs fairseq) into token-id arrays read with numpy and torch alone; its models, built from
-transformers configs and changed as a run's arm says; the plain PyTorch loop every family shares, which returns
+transformers configs and changed as a run's arm says; the plain PyTorch loop every family shares, which keeps
 its curves (lists of (update, value)) and prints progress lines in fairseq's shape (the study's heartbeat reads
 the last); Marian's beam search and its scores; one run in its own process (``hf one``)."""
 
@@ -382,7 +382,7 @@ def batches_of(n: int, size: int, gen) -> list:
 
 
 def smoothed_loss(logits, target, eps: float):
-    """fairseq's label_smoothed_cross_entropy, summed over the non-pad targets: (loss, nll, tokens)."""
+    """fairseq's label_smoothed_cross_entropy, summed over the non-pad targets: (loss, tokens)."""
     import torch
 
     lprobs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)
@@ -391,12 +391,16 @@ def smoothed_loss(logits, target, eps: float):
     nll = -lprobs.gather(1, target[:, None]).squeeze(1)
     eps_i = eps / (lprobs.size(-1) - 1)
     loss = (1.0 - eps - eps_i) * nll + eps_i * -lprobs.sum(-1)
-    return loss.sum(), nll.sum(), int(keep.sum())
+    return loss.sum(), int(keep.sum())
+
+
+def marian_sums(model, b, eps):
+    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=b["decoder_input_ids"])
+    return smoothed_loss(out.logits, b["labels"], eps)
 
 
 def marian_loss(model, b, eps):
-    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=b["decoder_input_ids"])
-    loss, _, n = smoothed_loss(out.logits, b["labels"], eps)
+    loss, n = marian_sums(model, b, eps)
     return loss / n, loss.item() / n / math.log(2)
 
 
@@ -455,50 +459,58 @@ class Trainer:
         progress("train_inner", {"epoch": epoch, "num_updates": self.updates, "loss": round(sum(recent) / len(recent), 3),
                                  "lr": f"{self.opt.param_groups[0]['lr']:.3g}"})
 
-    def curves(self) -> dict:
-        """What the loop returns: the valid and train curves, lists of (update, bits per token)."""
-        return {"valid_curve": list(self.valid_curve), "train_curve": list(self.train_curve)}
+    def validate(self, batches, sums) -> None:
+        """The valid loss in bits per token over BATCHES (``sums(model, batch) -> (summed loss, tokens)``)."""
+        import torch
 
-    def validate(self, value: float) -> None:
+        self.model.eval()
+        total, tokens = 0.0, 0
+        with torch.no_grad():
+            for b in batches:
+                loss, n = sums(self.model, {k: v.to(self.device) for k, v in b.items()})
+                total, tokens = total + loss.item(), tokens + n
+        value = total / tokens / math.log(2)
         self.valid_curve.append((self.updates, round(value, 4)))
         progress("valid", {"valid_loss": round(value, 4), "valid_num_updates": self.updates})
         if not math.isfinite(value):
             self.status = "nan"
 
 
-def train_marian(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
-    """Epochs of fairseq's batches, validating after each; then the final model's test translation."""
-    import torch
+def loop(tr: Trainer, epoch_batches, loss_fn, valid: tuple, epochs=math.inf, updates=math.inf, every=0) -> int:
+    """Epochs of EPOCH_BATCHES(epoch) until EPOCHS or UPDATES, validating on VALID (Trainer.validate's batches and
+    sums) every EVERY updates and at the last, or (EVERY 0) after each epoch, a progress line every 50 updates;
+    how many epochs."""
+    epoch = 0
+    while epoch < epochs and tr.updates < updates and tr.status == "ok":
+        epoch += 1
+        for b in epoch_batches(epoch):
+            if not tr.step(loss_fn, b):
+                break
+            if every and (tr.updates % every == 0 or tr.updates == updates):
+                tr.log_train(epoch)
+                tr.validate(*valid)
+            elif not every and tr.updates % 50 == 0:
+                tr.log_train(epoch)
+            if tr.updates >= updates or tr.status != "ok":
+                break
+        if not every and tr.status == "ok":
+            tr.validate(*valid)
+    return epoch
 
+
+def train_marian(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
+    """Epochs of fairseq's batches, validating after each (fairseq's valid_loss: label-smoothed); then the final
+    model's test translation."""
     lines = {"train": spec["train_lines"], "valid": spec["valid_lines"], "test": spec["test_lines"]}
     pairs = {s: (read_split(data, s, SRC, n), read_split(data, s, TGT, n)) for s, n in lines.items()}
-
-    @torch.no_grad()
-    def valid_bits():  # fairseq's valid_loss: label-smoothed, bits per token
-        tr.model.eval()
-        total, tokens, (src, tgt) = 0.0, 0, pairs["valid"]
-        for idx in translation_batches(src, tgt, spec["max_tokens"], 0, 0):
-            b = {k: v.to(tr.device) for k, v in translation_tensors(src, tgt, idx).items()}
-            out = tr.model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                           decoder_input_ids=b["decoder_input_ids"])
-            loss, _, n = smoothed_loss(out.logits, b["labels"], spec["label_smoothing"])
-            total, tokens = total + loss.item(), tokens + n
-        return total / tokens / math.log(2)
-
-    (src, tgt), epoch, cap = pairs["train"], 0, spec["max_updates"]
-    while epoch < spec["epochs"] and tr.status == "ok" and not (cap and tr.updates >= cap):
-        epoch += 1
-        for idx in translation_batches(src, tgt, spec["max_tokens"], spec["seed"], epoch):
-            if not tr.step(lambda m, b: marian_loss(m, b, spec["label_smoothing"]), translation_tensors(src, tgt, idx)):
-                break
-            if tr.updates % 50 == 0:
-                tr.log_train(epoch)
-            if cap and tr.updates >= cap:
-                break
-        if tr.status == "ok":
-            tr.validate(valid_bits())
-    return {"epochs": epoch, **tr.curves(), **({"test": translate_test(tr.model, pairs["test"][0], spec, data, tr.device)}
-                                if tr.status == "ok" else {})}
+    (src, tgt), (vsrc, vtgt), eps = pairs["train"], pairs["valid"], spec["label_smoothing"]
+    valid = [translation_tensors(vsrc, vtgt, idx) for idx in translation_batches(vsrc, vtgt, spec["max_tokens"], 0, 0)]
+    epochs = loop(tr, lambda epoch: (translation_tensors(src, tgt, idx) for idx in
+                                     translation_batches(src, tgt, spec["max_tokens"], spec["seed"], epoch)),
+                  lambda m, b: marian_loss(m, b, eps), (valid, lambda m, b: marian_sums(m, b, eps)),
+                  epochs=spec["epochs"], updates=spec["max_updates"] or math.inf)
+    test = translate_test(tr.model, pairs["test"][0], spec, data, tr.device) if tr.status == "ok" else None
+    return {"epochs": epochs, **({"test": test} if test else {})}
 
 
 def translate_test(model, src: list, spec: dict, data: pathlib.Path, device) -> dict:
@@ -548,26 +560,21 @@ def train_lm(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
     block = spec["tokens_per_sample"]
     x, y = lm_blocks(read_split(data, "train", TGT, spec["train_lines"]), block, pad_tail=False)
     vx, vy = lm_blocks(read_split(data, "valid", TGT, spec["valid_lines"]), block, pad_tail=True)
-    gen = torch.Generator().manual_seed(spec["seed"])
+    gen, rows = torch.Generator().manual_seed(spec["seed"]), max(1, spec["max_tokens"] // block)
 
     def loss_fn(model, b):
         loss = F.cross_entropy(model(input_ids=b["x"]).logits.float().flatten(0, 1), b["y"].flatten())
         return loss, loss.item() / math.log(2)
 
-    @torch.no_grad()
-    def valid_bits():
-        tr.model.eval()
-        total = 0.0
-        for k in range(0, len(vx), 64):
-            rows = vx[k:k + 64].to(tr.device)  # the last one padded at its end
-            logits = tr.model(input_ids=rows, attention_mask=(rows != PAD).long()).logits.float()
-            total += F.cross_entropy(logits.flatten(0, 1), vy[k:k + 64].to(tr.device).flatten(), ignore_index=PAD,
-                                     reduction="sum").item()
-        return total / int((vy != PAD).sum()) / math.log(2)
+    def valid_sums(model, b):  # the last row padded at its end
+        logits = model(input_ids=b["x"], attention_mask=(b["x"] != PAD).long()).logits.float()
+        return (F.cross_entropy(logits.flatten(0, 1), b["y"].flatten(), ignore_index=PAD, reduction="sum"),
+                int((b["y"] != PAD).sum()))
 
-    rows = max(1, spec["max_tokens"] // block)
-    return loop(tr, spec, lambda: ({"x": x[i], "y": y[i]} for i in batches_of(len(x), rows, gen)), loss_fn,
-                valid_bits, {"valid_tokens": int((vy != PAD).sum())})
+    valid = [{"x": vx[k:k + 64], "y": vy[k:k + 64]} for k in range(0, len(vx), 64)]
+    epochs = loop(tr, lambda _: ({"x": x[i], "y": y[i]} for i in batches_of(len(x), rows, gen)), loss_fn,
+                  (valid, valid_sums), updates=spec["updates"], every=spec["valid_every"])
+    return {"epochs": epochs, "valid_tokens": int((vy != PAD).sum())}
 
 
 def train_bert(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
@@ -580,48 +587,27 @@ def train_bert(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
     train, valid = ([np.concatenate([[BOS], s])[:spec["max_len"]] for s in read_split(data, split, TGT, n)]
                     for split, n in (("train", spec["train_lines"]), ("valid", spec["valid_lines"])))
     gen, fixed = torch.Generator().manual_seed(spec["seed"]), torch.Generator().manual_seed(12345)
-    vbatches = []
-    for k in range(0, len(valid), 128):
-        ids = pad_rows(valid[k:k + 128])
-        vbatches.append((*bert_masked(ids, vocab, spec["mask_prob"], fixed), (ids != PAD).long()))
 
-    def masked_sum(model, inputs, labels, mask):
-        logits = model(input_ids=inputs, attention_mask=mask).logits.float()
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
-
-    def loss_fn(model, b):
-        loss = masked_sum(model, b["inputs"], b["labels"], b["mask"]) / max(1, int((b["labels"] != -100).sum()))
-        return loss, loss.item() / math.log(2)
-
-    def batch(idx):
-        ids = pad_rows([train[i] for i in idx])
-        inputs, labels = bert_masked(ids, vocab, spec["mask_prob"], gen)
+    def batch(rows, generator):
+        ids = pad_rows(rows)
+        inputs, labels = bert_masked(ids, vocab, spec["mask_prob"], generator)
         return {"inputs": inputs, "labels": labels, "mask": (ids != PAD).long()}
 
-    @torch.no_grad()
-    def valid_bits():
-        tr.model.eval()
-        total = sum(masked_sum(tr.model, *(t.to(tr.device) for t in b)).item() for b in vbatches)
-        return total / sum(int((b[1] != -100).sum()) for b in vbatches) / math.log(2)
+    def masked_sums(model, b):
+        logits = model(input_ids=b["inputs"], attention_mask=b["mask"]).logits.float()
+        return (F.cross_entropy(logits.flatten(0, 1), b["labels"].flatten(), ignore_index=-100, reduction="sum"),
+                int((b["labels"] != -100).sum()))
 
-    return loop(tr, spec, lambda: (batch(i.tolist()) for i in batches_of(len(train), spec["batch"], gen)), loss_fn,
-                valid_bits, {"valid_masked_tokens": sum(int((b[1] != -100).sum()) for b in vbatches)})
+    def loss_fn(model, b):
+        total, n = masked_sums(model, b)
+        loss = total / max(1, n)
+        return loss, loss.item() / math.log(2)
 
-
-def loop(tr: Trainer, spec: dict, epoch_batches, loss_fn, valid_bits, extra: dict) -> dict:
-    """Epochs of EPOCH_BATCHES() until spec's updates, validating every valid_every updates."""
-    epoch = 0
-    while tr.updates < spec["updates"] and tr.status == "ok":
-        epoch += 1
-        for b in epoch_batches():
-            if not tr.step(loss_fn, b):
-                break
-            if tr.updates % spec["valid_every"] == 0 or tr.updates == spec["updates"]:
-                tr.log_train(epoch)
-                tr.validate(valid_bits())
-            if tr.updates >= spec["updates"] or tr.status != "ok":
-                break
-    return {"epochs": epoch, **tr.curves(), **extra}
+    vbatches = [batch(valid[k:k + 128], fixed) for k in range(0, len(valid), 128)]
+    epochs = loop(tr, lambda _: (batch([train[i] for i in idx.tolist()], gen)
+                                 for idx in batches_of(len(train), spec["batch"], gen)), loss_fn,
+                  (vbatches, masked_sums), updates=spec["updates"], every=spec["valid_every"])
+    return {"epochs": epochs, "valid_masked_tokens": sum(int((b["labels"] != -100).sum()) for b in vbatches)}
 
 
 TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": train_bert}
@@ -629,22 +615,18 @@ TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": tr
 
 def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     """Build, change as its arm says, train and evaluate one run in this process; what it measured, its curves
-    (valid; train in windows of 10 updates, mean bits per token) as the loop returned them."""
+    (valid; train in windows of 10 updates, mean bits per token)."""
     import importlib.metadata
 
-    if spec.get("family") not in FAMILIES:
-        raise ValueError(f"unknown model family {spec.get('family')!r}: one of {', '.join(FAMILIES)}")
     import torch
 
     torch.set_num_threads(threads)
     dev = torch.device(device)
     model, out = make_model(spec, data)
     tr, t0 = Trainer(model, spec, dev), time.time()
-    got = TRAIN[spec["family"]](spec, data, tr)  # its curves, as the loop returns them
-    valid, train = got.pop("valid_curve"), got.pop("train_curve")
-    out.update(got)
-    windows = [train[k:k + 10] for k in range(0, len(train), 10)]
-    out.update(status=tr.status, updates=tr.updates, valid_curve=valid, wall_s=round(time.time() - t0, 1),
+    out.update(TRAIN[spec["family"]](spec, data, tr))
+    windows = [tr.train_curve[k:k + 10] for k in range(0, len(tr.train_curve), 10)]
+    out.update(status=tr.status, updates=tr.updates, valid_curve=tr.valid_curve, wall_s=round(time.time() - t0, 1),
                train_curve=[(w[-1][0], round(sum(b for _, b in w) / len(w), 4)) for w in windows],
                s_per_update=round(statistics.median(tr.times), 4) if tr.times else None,
                machine={**common.machine(), "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
@@ -654,8 +636,9 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
 
 def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
             in_process: bool = False) -> dict:
-    """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests), its output in WORK/ID/train.log; its record. A run that fails leaves FAILED/ID.json
-    (its error, the log's tail), which is no result."""
+    """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests), its
+    output in WORK/ID/train.log; its record. A run that fails leaves FAILED/ID.json (its error, the log's tail),
+    which is no result."""
     import contextlib
     import traceback
 
@@ -703,8 +686,7 @@ def estimate(specs: list, data: pathlib.Path, run_id, updates: int = 3):
     for spec in specs:
         kind = (spec["family"], spec["layers"])
         if kind not in timed:
-            spec1 = {**spec, "arm": BASELINE, "updates": updates + 1, "valid_every": 10 ** 9, "epochs": 1, "max_updates": updates + 1,
-                     "valid_lines": 8}
+            spec1 = {**spec, "arm": BASELINE, "updates": updates + 1, "valid_every": 10 ** 9, "valid_lines": 8}
             torch.manual_seed(1)
             model = build_model(spec1, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
             tr = Trainer(model, spec1, torch.device("cpu"))

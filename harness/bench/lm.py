@@ -77,9 +77,6 @@ MODES = {
 }
 
 
-# ---------------------------------------------------------------- data
-
-
 def _tokenize(lines):
     from sacremoses import MosesTokenizer
 
@@ -153,13 +150,6 @@ def _build(out, params, inputs, train_lines, valid_lines) -> None:
     atomic.write_json(out / manifest.NAME, m)
 
 
-# ---------------------------------------------------------------- runs
-
-
-def arms(cfg: dict) -> list:
-    return cfg["arms"] or list(ARMS)
-
-
 # the settings of a mode that the command line overrides (runs.add_overrides)
 OVERRIDES = {**dict.fromkeys(("updates", "warmup", "embed", "ffn", "heads", "max_tokens", "valid_every"), int),
              "lr": float, "depths": [int]}
@@ -183,7 +173,7 @@ def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
     """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
     return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"], device=cfg.get("device", "cpu"))
-            for depth in cfg["depths"] for arm in arms(cfg)]
+            for depth in cfg["depths"] for arm in cfg["arms"] or list(ARMS)]  # arms None: every arm
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -198,17 +188,16 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
     for depth in cfg["depths"]:
         here = {r["method"]: r for r in rows if r["depth"] == depth}
         base = records.get(f"L{depth}-{BASELINE}-lr{cfg['lr']:g}-s{cfg['seed']}")
-        for r in here.values():
-            r["updates_to_baseline_best"], r["ratio_to_baseline"] = common.to_best(
-                records[r["id"]]["valid_curve"], base["valid_curve"]) if base and r["status"] == "ok" else (None, None)
         # the better warmup arm (the lowest best valid loss of the arms on the matched warmup): the reference
         # where Post-LN's own warmup run does not train
         warm = [r for r in here.values() if r["schedule"] == "matched" and r["best_valid"] is not None]
         better = min(warm, key=lambda r: r["best_valid"]) if warm else None
         for r in here.values():
+            curve, ok = records[r["id"]]["valid_curve"], r["status"] == "ok"
+            r["updates_to_baseline_best"], r["ratio_to_baseline"] = common.to_best(
+                curve, base["valid_curve"]) if base and ok else (None, None)
             r["updates_to_better_warmup_best"], r["ratio_to_better_warmup"] = common.to_best(
-                records[r["id"]]["valid_curve"], records[better["id"]]["valid_curve"]) \
-                if better and r["status"] == "ok" else (None, None)
+                curve, records[better["id"]]["valid_curve"]) if better and ok else (None, None)
         if here:
             b = here.get(BASELINE)
             headline[f"{depth} layers"] = {
@@ -220,15 +209,11 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
                                                      "ratio_to_better_warmup", "stuck", "status")}
                          for m in ARMS if m in here}}
     return {
-        **common.study_result("lm", cfg, data), "unigram_level": level,
-        "stuck_threshold": round(threshold, 4), "margin_bits": margin,
-        "complete": len(records) == cfg["n_runs"], "runs_recorded": len(records), "headline": headline,
+        **common.study_result("lm", cfg, data, records, unigram_level=level, stuck_threshold=round(threshold, 4),
+                              margin_bits=margin), "headline": headline,
         "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
         "records": records,
     }
-
-
-# ---------------------------------------------------------------- report
 
 
 def report(res: dict) -> str:
@@ -284,11 +269,10 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     depths = res["config"]["depths"]
-    fig, axes = plt.subplots(1, len(depths), figsize=(5.6 * len(depths), 4.3), squeeze=False)
+    fig, axes = common.panel_grid(len(depths), len(depths), 5.6, 4.3)
     ppl = 2 ** res["unigram_level"]["train_fit"]
-    for ax, depth in zip(axes[0], depths):
+    for ax, depth in zip(axes, depths):
         for arm in ARMS.values():
             rec = next((r for r in res["records"].values() if r["method"] == arm.name and r["depth"] == depth), None)
             if rec and rec["valid_curve"]:
@@ -300,9 +284,6 @@ def plot(res: dict, path: pathlib.Path) -> None:
                            legend=dict(fontsize=7))
     common.save_titled_figure(path, fig, "Decoder-only LM on Multi30k English, {embed}-{ffn}-{heads}, lr {lr:g}"
                               .format(**res["config"]))
-
-
-# ---------------------------------------------------------------- command line
 
 
 def parser():

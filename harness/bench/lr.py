@@ -82,8 +82,7 @@ MODES = {
 
 
 def _part_arms(cfg: dict, part: str) -> dict:
-    got = study_arms(part)
-    return {a: v for a, v in got.items() if not cfg["arms"] or a in cfg["arms"]}
+    return {a: v for a, v in study_arms(part).items() if not cfg["arms"] or a in cfg["arms"]}
 
 
 def _run(cfg: dict, part: str, data: dict, arm: str, lr: float, seed: int) -> runlib.Run:
@@ -107,21 +106,19 @@ def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
     """Every run the records call for: the starting grid of each part's arms (first seed); a doubled lr
     while an arm still trains at its largest (up to max_lr); once an arm's grid is closed, the other
     seeds at its best lr."""
-    out = []
+    out, max_lr = [], cfg["max_lr"] * (1 + 1e-9)
     for part in (p for p in PARTS if cfg.get(p)):
         start = cfg["lrs"] if part == "translation" else cfg["lm_lrs"]
+        seed = seeds(cfg, part)[0]
         if not start:
             continue
         for arm in _part_arms(cfg, part):
             grid = list(start)
-            while True:
-                got = [records.get(_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]).id) for lr in grid]
-                top = got[-1]
-                if top is not None and trains(top, thresholds[part]) and grid[-1] * 2 <= cfg["max_lr"] * (1 + 1e-9):
-                    grid.append(grid[-1] * 2)
-                    continue
-                break
-            out += [_run(cfg, part, data, arm, lr, seeds(cfg, part)[0]) for lr in grid]
+            got = [records.get(_run(cfg, part, data, arm, lr, seed).id) for lr in grid]
+            while got[-1] is not None and trains(got[-1], thresholds[part]) and grid[-1] * 2 <= max_lr:
+                grid.append(grid[-1] * 2)
+                got.append(records.get(_run(cfg, part, data, arm, grid[-1], seed).id))
+            out += [_run(cfg, part, data, arm, lr, seed) for lr in grid]
             if all(g is not None for g in got):
                 b = common.best_lr(dict(zip(grid, got)))
                 if b is not None:
@@ -185,16 +182,15 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
             b = common.best_lr(first)
             rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
                      "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
-            rng = lr_range(first, threshold, b) if b is not None else None
-            at_best = [r for r in recs.values() if r["method"] == arm and b is not None and _lr_of(r) == b]
+            at_best = [r for r in recs.values() if r["method"] == arm and _lr_of(r) == b]
             bests = [best(r["valid_curve"])[1] for r in at_best if r["valid_curve"]]
             top = max(first, default=None)
             # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
             # best lr (and so T-Fixup's ratio against it) may still move up
             closed = top is not None and (not trains(first[top], threshold) or top * 2 > cfg["max_lr"] * (1 + 1e-9))
             per_arm[arm] = {"label": table[arm].label, "schedule": table[arm].schedule, "grid": rows, "best_lr": b,
-                            "lr_range": rng, "largest_lr_run": top, "grid_closed": closed,
-                            "lr_range_tight": tight_range(first, b) if b is not None else None,
+                            "lr_range": lr_range(first, threshold, b), "largest_lr_run": top, "grid_closed": closed,
+                            "lr_range_tight": tight_range(first, b),
                             "best_lr_seeds": sorted(r["seed"] for r in at_best),
                             "best_valid_at_best_lr": [round(x, 4) for x in bests],
                             "best_valid_mean": round(statistics.mean(bests), 4) if bests else None}
@@ -318,10 +314,9 @@ def _halves(v):
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     parts = res["parts"] or {"none": None}
-    fig, axes = plt.subplots(1, len(parts), figsize=(6.2 * len(parts), 4.4), squeeze=False)
-    for ax, (part, p) in zip(axes[0], parts.items()):
+    fig, axes = common.panel_grid(len(parts), len(parts), 6.2, 4.4)
+    for ax, (part, p) in zip(axes, parts.items()):
         if p is None:
             continue
         arms = study_arms(part)

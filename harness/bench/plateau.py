@@ -49,8 +49,6 @@ MODES = {
                           # Post-LN with transformers' initialisation (small init), the same schedule: every
                           # Post-LN gap is stated against the better of the two initialisations
                           ("multi30k", "postln_si_matched", 1), ("multi30k", "postln_si_matched", 2)]),
-    # --wide: the same three methods at 256-512-4 (one seed), to see whether the ordering holds as the
-    # model grows; its runs are named multi30k-w256-METHOD and reported in plateau-wide.{json,md,png}
     "wide": dict(cap=40, patience=5, max_update=0, model=dict(embed=256, ffn=512, heads=4, width="w256"),
                  runs=[("multi30k", "postln_matched", 1), ("multi30k", "tfixup", 1), ("multi30k", "preln_matched", 1)]),
 }
@@ -59,27 +57,22 @@ BASELINES = ("postln_matched", "preln_matched", "postln_si_matched")
 
 
 def continued(cfg: dict, qrun: runlib.Run) -> runlib.Run:
-    """The quality run ``qrun`` trained on: MAX_EPOCH = the cap, patience on valid BLEU."""
-    sets = [a for a in qrun.args if quality.is_setting(a)]
-    extra = [a for a in qrun.args if a not in sets]
+    """The quality run ``qrun`` trained on: MAX_EPOCH = the cap, patience on valid BLEU; its id always
+    names its seed."""
+    sets, extra = quality.split_args(qrun.args)
     i = extra.index("--patience")
     extra = extra[:i] + extra[i + 2:] + ["--patience", str(cfg["patience"]), "--best-checkpoint-metric", "bleu",
                                          "--maximize-best-checkpoint-metric"]
     longer = {"MAX_EPOCH": cfg["cap"], "MAX_UPDATE": cfg["max_update"]}
     sets = [s for s in sets if s.split("=", 1)[0] not in longer] + [f"{k}={v}" for k, v in longer.items()]
-    return runlib.Run(qrun.id, dict(qrun.meta), sorted(sets) + extra, qrun.data)
+    rid = qrun.id if qrun.meta["seed"] != 1 else qrun.id + "-s1"
+    return runlib.Run(rid, dict(qrun.meta), sorted(sets) + extra, qrun.data)
 
 
 def make_runs(cfg: dict, qcfg: dict, data: dict) -> list:
     """(plateau run, the quality run it continues) per (corpus, method, seed) of the mode."""
-    out = []
-    for corpus, method, seed in cfg["runs"]:
-        if corpus in data:
-            qrun = quality.make_run(qcfg, data, corpus, method, seed)
-            run = continued(cfg, qrun)
-            rid = qrun.id if seed != 1 else qrun.id + "-s1"  # a plateau run's id always names its seed
-            out.append((runlib.Run(rid, run.meta, run.args, run.data), qrun))
-    return out
+    qruns = [quality.make_run(qcfg, data, *spec) for spec in cfg["runs"] if spec[0] in data]
+    return [(continued(cfg, qrun), qrun) for qrun in qruns]
 
 
 def configs(mode: str) -> tuple:
@@ -163,10 +156,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
                 gaps.append({"tfixup": rec["id"], "baseline": base["id"],
                              **score.paired_bootstrap(rec["test_hypotheses"], base["test_hypotheses"],
                                                       refs[rec["corpus"]], lowercase=lowercase)})
-    return {"benchmark": "plateau", "mode": cfg["mode"], "command": common.command_line(),
-            "machine": common.machine(), "threads": 1,
-            "data": common.corpora_description(data, quality.CORPORA),
-            "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+    return {**common.study_result("plateau", cfg, data, records, quality.CORPORA, n_runs), "n_runs": n_runs,
             "rows": sorted(rows, key=lambda r: (list(quality.ARMS).index(r["method"]), r["seed"])),
             "per_method": per_method, "gaps": gaps, "records": records}
 
@@ -267,13 +257,8 @@ def _upd_min(row: dict, baseline: str):
 def plot(res: dict, path: pathlib.Path) -> None:
     plt = common.pyplot()
     fig, (loss_ax, bleu_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    labelled = set()
-    for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
-        arm = quality.ARMS[rec["method"]]
-        style = dict(color=arm.color, ls="-" if rec.get("seed", 1) == 1 else "--",
-                     label=None if arm.name in labelled else arm.label, marker=".", markersize=3)
-        labelled.add(arm.name)
-        quality.draw_curves(loss_ax, bleu_ax, rec, style)
+    quality.draw_curves(loss_ax, bleu_ax, res["records"].values(),
+                        lambda rec, arm: "-" if rec.get("seed", 1) == 1 else "--", markersize=3)
     quality.finish_axes(loss_ax, bleu_ax, title="solid: seed 1, dashed: seed 2", title_fontsize=7)
     q = res["config"]["quality"]
     fig.suptitle(f"Multi30k De-En, {q['embed']}-{q['ffn']}-{q['heads']}, {q['layers']}+{q['layers']}: trained until "

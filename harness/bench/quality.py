@@ -144,9 +144,10 @@ def make_runs(cfg: dict, data: dict) -> list:
     return [make_run(cfg, data, *spec) for spec in specs + cfg.get("more_runs", []) if spec[0] in data]
 
 
-def is_setting(arg: str) -> bool:
-    """A run argument that is a config value (KEY=VALUE, for --set), not a fairseq-train flag."""
-    return re.match(r"^[A-Z_]+=", arg) is not None
+def split_args(args: list) -> tuple:
+    """(config values, KEY=VALUE for --set; fairseq-train flags) of a run's arguments."""
+    sets = [a for a in args if re.match(r"^[A-Z_]+=", a)]
+    return sets, [a for a in args if a not in sets]
 
 
 def _sh(script: str, *args) -> list:
@@ -189,8 +190,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
         common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
     out.mkdir(parents=True, exist_ok=True)
     exp = config(ARMS[run.meta["method"]])
-    sets = [a for a in run.args if is_setting(a)]
-    extra = [a for a in run.args if a not in sets]
+    sets, extra = split_args(run.args)
     set_flags = [x for s in sets for x in ("--set", s)]
     train_cmd = _sh("train.sh", "--cpu", *set_flags, exp, run.data, out, "--", *extra)
     # evaluation reads the run's recorded config; only evaluation keys may be set there
@@ -327,10 +327,7 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         row["wall_min_to_baseline_best_valid_bleu"] = row[f"wall_min_to_{BASELINE}_best_valid_bleu"]
         rows.append(row)
     return {
-        "benchmark": "quality", "mode": cfg["mode"], "command": common.command_line(),
-        "machine": common.machine(), "threads": 1,
-        "data": common.corpora_description(data, CORPORA),
-        "config": cfg, "complete": len(records) == n_runs, "runs_recorded": len(records), "n_runs": n_runs,
+        **common.study_result("quality", cfg, data, records, CORPORA, n_runs), "n_runs": n_runs,
         "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
         "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
         "per_method": versus_methods(records), "records": records,
@@ -424,14 +421,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
     corpora = sorted({r["corpus"] for r in res["records"].values()})
     fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
     for j, corpus in enumerate(corpora):
-        labelled = set()
-        for rec in sorted(res["records"].values(), key=lambda r: r["id"]):
-            if rec["corpus"] != corpus:
-                continue
-            arm = ARMS[rec["method"]]
-            label = None if arm.name in labelled else arm.label
-            labelled.add(arm.name)
-            draw_curves(axes[0][j], axes[1][j], rec, dict(color=arm.color, label=label, marker=".", ls=arm.linestyle))
+        draw_curves(axes[0][j], axes[1][j], [r for r in res["records"].values() if r["corpus"] == corpus])
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
         finish_axes(axes[0][j], axes[1][j])
         handles, labels = axes[0][j].get_legend_handles_labels()
@@ -442,13 +432,20 @@ def plot(res: dict, path: pathlib.Path) -> None:
     atomic.save_figure(path, fig)
 
 
-def draw_curves(loss_ax, bleu_ax, rec: dict, style: dict) -> None:
-    """A run's valid loss and valid BLEU against updates."""
-    if rec.get("valid_curve"):
-        loss_ax.plot(*zip(*rec["valid_curve"]), **style)
-    pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
-    if pts:
-        bleu_ax.plot(*zip(*pts), **style)
+def draw_curves(loss_ax, bleu_ax, recs, linestyle=lambda rec, arm: arm.linestyle, **style) -> None:
+    """The runs' valid loss and valid BLEU against updates, in run id order, each in its arm's color (the arm
+    labelled once) and ``linestyle(record, arm)``."""
+    labelled = set()
+    for rec in sorted(recs, key=lambda r: r["id"]):
+        arm = ARMS[rec["method"]]
+        kw = dict(color=arm.color, label=None if arm.name in labelled else arm.label, marker=".",
+                  ls=linestyle(rec, arm), **style)
+        labelled.add(arm.name)
+        if rec.get("valid_curve"):
+            loss_ax.plot(*zip(*rec["valid_curve"]), **kw)
+        pts = [(u, b) for u, b in rec.get("bleu_curve", []) if b is not None]
+        if pts:
+            bleu_ax.plot(*zip(*pts), **kw)
 
 
 def finish_axes(loss_ax, bleu_ax, **legend) -> None:
@@ -466,9 +463,7 @@ def main(argv=None):
     data = {}
     if args.mode == "smoke" and not args.iwslt:  # its own tiny test set: an untrained model translates slowly
         data["iwslt"] = common.prepare_data(100, 20, None, args.data_root)
-    for corpus in ("multi30k", "iwslt"):
-        if getattr(args, corpus):
-            data[corpus] = pathlib.Path(getattr(args, corpus))
+    data.update({c: pathlib.Path(getattr(args, c)) for c in ("multi30k", "iwslt") if getattr(args, c)})
     if not data:
         p.error("give --multi30k DATA and/or --iwslt DATA (see the module docstring for how to prepare them)")
     for corpus, path in data.items():

@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from harness.bench import common
+from harness.bench import common, runs as runlib
 from fairseq_tfixup.diagnostics.train import build_trainer
 from tfixup import atomic, methods
 
@@ -73,17 +73,13 @@ MODES = {
 }
 
 
-def recipe(model: str, size: str, max_tokens: int):
-    """The model's recipe at this size: the authors' IWSLT one (tfixup/methods.py's Recipe: Adam(0.9, 0.98),
-    lr 5e-4, wd 1e-4, label smoothing 0.1, dropout 0.1) with the method's own schedule."""
-    return common.recipe({**SIZES[size], "max_tokens": max_tokens}, MODELS[model], lr="5e-4")
-
-
 def train_flags(model: str, size: str, max_tokens: int, device: str, dtype: str, save_dir: str) -> list:
-    """fairseq-train's flags for this model (after the data folder): a study run's (common.train_args) on
-    ``device``, at ``dtype``'s precision; fairseq writes crash.pt to ``save_dir`` if a step fails (a temporary
-    folder leaves nothing behind)."""
-    return [*common.train_args(recipe(model, size, max_tokens), device), "--save-dir", save_dir, *PRECISION[dtype]]
+    """fairseq-train's flags for this model (after the data folder): a study run's (common.train_args) of the
+    authors' IWSLT recipe at this size (tfixup/methods.py's Recipe: Adam(0.9, 0.98), lr 5e-4, wd 1e-4, label
+    smoothing 0.1, dropout 0.1) with the method's own schedule, on ``device``, at ``dtype``'s precision; fairseq
+    writes crash.pt to ``save_dir`` if a step fails (a temporary folder leaves nothing behind)."""
+    recipe = common.recipe({**SIZES[size], "max_tokens": max_tokens}, MODELS[model], lr="5e-4")
+    return [*common.train_args(recipe, device), "--save-dir", save_dir, *PRECISION[dtype]]
 
 
 def new_trainer(model: str, size: str, data: pathlib.Path, cfg: dict, device: str, dtype: str, save_dir: str):
@@ -141,9 +137,7 @@ def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, 
             for i in range(cfg["warmup"]):
                 trainers[m].train_step([batches[i % len(batches)]])
         sync(device)
-        times = {m: [] for m in MODELS}
-        toks = {m: [] for m in MODELS}
-        timed_flops = {m: 0 for m in MODELS}
+        times, toks, timed_flops = ({m: [] for m in MODELS} for _ in range(3))  # per model, per round
         for r in range(cfg["rounds"]):
             order = list(MODELS) if r % 2 == 0 else list(MODELS)[::-1]
             idx = [(r * cfg["steps"] + i) % len(batches) for i in range(cfg["steps"])]
@@ -154,22 +148,20 @@ def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, 
                 sync(device)
                 times[m].append(time.perf_counter() - t0)
                 toks[m].append(sum(int(batches[i]["ntokens"]) for i in idx))
-                timed_flops[m] += sum(flops[m][i] for i in idx)
+                timed_flops[m].append(sum(flops[m][i] for i in idx))
             common.log(f"  {size} {dtype} round {r + 1}/{cfg['rounds']}: "
                        + ", ".join(f"{m} {toks[m][-1] / times[m][-1]:.0f} tok/s" for m in MODELS))
-        del trainers
     out = {"size": size, "dims": "{embed}-{ffn}-{heads}, {layers}+{layers} layers".format(**SIZES[size]),
            "dtype": dtype, "device": device}
     for m in MODELS:
-        achieved = timed_flops[m] / sum(times[m])
+        achieved = sum(timed_flops[m]) / sum(times[m])
         out[m] = {
             "params": params[m], "tokens_per_s": sum(toks[m]) / sum(times[m]),
             "s_per_step": sum(times[m]) / (cfg["rounds"] * cfg["steps"]),
             "gflop_per_step": statistics.mean(flops[m]) / 1e9, "achieved_tflops": achieved / 1e12,
             "mfu": achieved / (peak_tflops * 1e12) if peak_tflops else None,
             # the trainer is fairseq-train's for DATA-BIN and these flags
-            "fairseq_train_flags": " ".join(map(shlex.quote, train_flags(m, size, cfg["max_tokens"], device, dtype,
-                                                                         "<temporary>"))),
+            "fairseq_train_flags": shlex.join(train_flags(m, size, cfg["max_tokens"], device, dtype, "<temporary>")),
         }
     per_round = [(toks["tfixup"][i] / times["tfixup"][i]) / (toks["stock"][i] / times["stock"][i])
                  for i in range(cfg["rounds"])]
@@ -243,6 +235,8 @@ def memory(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, th
 
 
 def peak_for(device: str, dtype: str, override: float):
+    """The device's peak TFLOP/s at DTYPE for MFU: OVERRIDE if given, else PEAK_TFLOPS's row of this GPU; None on CPU
+    or an unknown GPU."""
     if override:
         return override
     if device != "cuda":
@@ -250,10 +244,7 @@ def peak_for(device: str, dtype: str, override: float):
     import torch
 
     name = torch.cuda.get_device_name(0)
-    for key, table in PEAK_TFLOPS.items():
-        if key in name:
-            return table.get(dtype)
-    return None
+    return next((table.get(dtype) for key, table in PEAK_TFLOPS.items() if key in name), None)
 
 
 def run(args, cfg) -> dict:
@@ -286,8 +277,7 @@ def report(result: dict) -> str:
     cfg = result["config"]
     rows = []
     for r in result["results"]:
-        t, s = r["tfixup"], r["stock"]
-        mem = r[f"{r['device']}_memory"]
+        t, s, mem = r["tfixup"], r["stock"], r[f"{r['device']}_memory"]
         rows.append([r["size"], r["dims"], r["dtype"], f"{t['params'] / 1e6:.2f}M / {s['params'] / 1e6:.2f}M",
                      t["tokens_per_s"], s["tokens_per_s"], f"{r['ratio_tokens_per_s']:.3f}",
                      f"{r['ratio_per_round']['median']:.3f} ({r['ratio_per_round']['min']:.3f}-"
@@ -304,12 +294,12 @@ def report(result: dict) -> str:
         common.header_md(f"Training speed and peak memory: T-Fixup vs stock Transformer ({device})", result)
         + f"Step = {cfg['step']}; same {cfg['batches']} real batches (max-tokens {cfg['max_tokens']}) for both; "
         f"{cfg['rounds']} alternating rounds of {cfg['steps']} steps after {cfg['batches']} FLOP-counting and "
-        f"{cfg['warmup']} warm-up steps each. "
-        f"tokens/s = {cfg['tokens']}; {memnote}. Ratios are T-Fixup / stock; 'ratio tok/s' is over all "
-        f"timed steps, the per-round median is robust to a burst of load from other processes during one block.\n\n"
+        f"{cfg['warmup']} warm-up steps each. tokens/s = {cfg['tokens']}; {memnote}. Ratios are T-Fixup / stock; "
+        f"'ratio tok/s' is over all timed steps, the per-round median is robust to a burst of load from other "
+        f"processes during one block.\n\n"
         + common.md_table(["size", "dims", "dtype", "params T-Fixup / stock", "T-Fixup tok/s", "stock tok/s",
-                           "ratio tok/s", "per-round ratio: median (range)", "T-Fixup peak MiB", "stock peak MiB", "ratio memory",
-                           "GFLOP/step", "GFLOP/s", "MFU"], rows)
+                           "ratio tok/s", "per-round ratio: median (range)", "T-Fixup peak MiB", "stock peak MiB",
+                           "ratio memory", "GFLOP/step", "GFLOP/s", "MFU"], rows)
         + "\n"
     )
 
@@ -321,18 +311,13 @@ def plot(result: dict, path: pathlib.Path) -> None:
     x = range(len(rs))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
     w = 0.38
-    tfixup, stock = methods.method("tfixup").color, methods.method("postln").color
-    axes[0].bar([i - w / 2 for i in x], [r["tfixup"]["tokens_per_s"] for r in rs], w, color=tfixup, label="T-Fixup")
-    axes[0].bar([i + w / 2 for i in x], [r["stock"]["tokens_per_s"] for r in rs], w, color=stock, label="stock Post-LN")
-    axes[0].set_ylabel("target tokens / s (training step)")
-
-    def mem(r, m):
-        return r[f"{r['device']}_memory"][m]["train_peak_mib"]
-
-    axes[1].bar([i - w / 2 for i in x], [mem(r, "tfixup") for r in rs], w, color=tfixup, label="T-Fixup")
-    axes[1].bar([i + w / 2 for i in x], [mem(r, "stock") for r in rs], w, color=stock, label="stock Post-LN")
-    axes[1].set_ylabel("training peak memory (MiB)")
-    for ax in axes:
+    panels = ((lambda r, m: r[m]["tokens_per_s"], "target tokens / s (training step)"),
+              (lambda r, m: r[f"{r['device']}_memory"][m]["train_peak_mib"], "training peak memory (MiB)"))
+    for ax, (value, ylabel) in zip(axes, panels):
+        for m, dx, label in (("tfixup", -w / 2, "T-Fixup"), ("stock", w / 2, "stock Post-LN")):
+            ax.bar([i + dx for i in x], [value(r, m) for r in rs], w, color=methods.method(MODELS[m]).color,
+                   label=label)
+        ax.set_ylabel(ylabel)
         ax.set_xticks(list(x))
         ax.set_xticklabels(labels)
         ax.legend(fontsize=8)
@@ -348,7 +333,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
 def main(argv=None):
     p = common.benchmark_parser(__doc__.split("\n\n")[0], "speed.{json,md,png}",
                                 threads_help="torch threads (default 1: shared machine)", quick=True)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--device", choices=common.DEVICES, default="cpu")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), help="override the mode's sizes")
     p.add_argument("--dtypes", nargs="+", choices=list(PRECISION),
                    help="fairseq-train's precision on CUDA: fp32, fp16 (--fp16), amp (--amp); default fp32 on CPU, "
@@ -363,14 +348,11 @@ def main(argv=None):
     cfg["dtypes"] = args.dtypes or (list(PRECISION) if args.device == "cuda" else ["fp32"])
     if args.device == "cpu" and cfg["dtypes"] != ["fp32"]:
         common.die(f"--dtypes {' '.join(cfg['dtypes'])}: only fp32 on --device cpu; fp16 and amp need --device cuda")
-    for k in ("sizes", "rounds", "max_tokens"):
-        if getattr(args, k) is not None:
-            cfg[k] = getattr(args, k)
-    out = pathlib.Path(args.out)
+    cfg = runlib.with_overrides(cfg, args, ("sizes", "rounds", "max_tokens"))
     result = run(args, cfg)
     text = report(result)
     stem = "speed" + ("" if args.device == "cpu" else "-" + args.device) + args.tag
-    common.write_outputs(out, stem, result, plot, text, "speed and memory")
+    common.write_outputs(pathlib.Path(args.out), stem, result, plot, text, "speed and memory")
     print(text)
     return 0
 
