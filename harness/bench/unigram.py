@@ -81,6 +81,14 @@ def unigram_level(data: pathlib.Path, src: str, tgt: str, label_smoothing: float
     }
 
 
+def _lm_level(valid: np.ndarray, train: np.ndarray, vocab: int) -> dict:
+    """A language model's level (plain cross-entropy) on VALID's counts with q fit on VALID itself and on TRAIN."""
+    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
+    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
+            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
+            "valid_tokens": int(valid.sum())}
+
+
 def lm_unigram_level(data: pathlib.Path) -> dict:
     """The same for a language model's data-bin (fairseq-preprocess --only-source: dict.txt,
     {train,valid}.idx/.bin) and its plain cross-entropy (no label smoothing): bits per token over every
@@ -89,10 +97,7 @@ def lm_unigram_level(data: pathlib.Path) -> dict:
     data = pathlib.Path(data)
     vocab = 4 + sum(1 for line in open(data / "dict.txt", encoding="utf-8") if line.strip())
     valid, train = _token_counts(data / "valid", vocab), _token_counts(data / "train", vocab)
-    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
-    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
-            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
-            "valid_tokens": int(valid.sum())}
+    return _lm_level(valid, train, vocab)
 
 
 def hf_lm_unigram_level(data: pathlib.Path, lang: str, train_lines: int = 0, valid_lines: int = 0) -> dict:
@@ -112,7 +117,4 @@ def hf_lm_unigram_level(data: pathlib.Path, lang: str, train_lines: int = 0, val
 
     valid, train = counts("valid", valid_lines), counts("train", train_lines)
     train[(train == 0) & (valid > 0)] = 1
-    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
-    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
-            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
-            "valid_tokens": int(valid.sum())}
+    return _lm_level(valid, train, vocab)
