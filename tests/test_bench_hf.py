@@ -349,6 +349,22 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     assert q_level["stock_matched"]["best_lr"] == 1e-3 and "| 48.5 (stuck) |" in hf.llama_report(
         {**res, "llama_question": q_level})
     assert "waits for the rest" in hf.llama_verdict(q)
+    # a second seed at the best lr within a bit of the unigram level is said to be stuck
+    q_stuck = hf.llama_question({**res, "stuck_bits": 5.05})
+    stuck_rows = {r[0]: r for r in hf.llama_table(q_stuck)}
+    assert stuck_rows["T-Fixup, no warmup, the gate bounded (sigmoid)"][2] == "32.0 / 34.3 (stuck)"
+    # done: a closed grid with every seed at its best lr, or a closed grid where no lr trained (no seeds to run)
+    assert q["stock_matched"]["done"] and q["tfixup_sigmoid"]["done"] and not q["tfixup_giadam"]["done"]
+    one_seed = {**q["stock_matched"], "seeds": q["stock_matched"]["seeds"][:1]}
+    without = {k: v for k, v in records.items() if (v["arm"], v["seed"]) != ("stock_matched", 2)}
+    assert not hf.summarise(cfg, without, None, len(without), {})["llama_question"]["stock_matched"]["done"]
+    finished = {"stock_matched": q["stock_matched"], "tfixup_sigmoid": q["tfixup_sigmoid"],
+                "dyt": {**closed, "label": "DyT", "done": True}}
+    verdict = hf.llama_verdict(finished)
+    assert verdict.startswith("Lowest best valid perplexity at its own best lr: T-Fixup, no warmup, the gate bounded "
+                              "(sigmoid) (33.1, the mean of 2 seeds at lr 0.001).") and verdict.endswith(
+        "Trains at no lr of its grid: DyT."), verdict
+    assert "waits for the rest" in hf.llama_verdict({**finished, "x": {**one_seed, "done": False}})
     assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "hf.json").write_text(json.dumps(res))

@@ -62,9 +62,12 @@ def llama_question(res: dict) -> dict:
             return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"],
                     "status": "stuck" if r["status"] == "ok" and not trains(recs.get(r["id"]), stuck) else r["status"]}
 
-        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
-                    "grid": [cell(lr) for lr in grid]}
         at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
+        # done: the grid closed, and every seed ran at its best lr (nothing to run where no lr trained)
+        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
+                    "grid": [cell(lr) for lr in grid],
+                    "done": closed and (b is None or {r["seed"] for r in at_best[arm]
+                                                      if recs.get(r["id"])} >= set(g["seeds"]))}
     base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
     for arm, m in out.items():
         for r in at_best[arm]:
@@ -72,6 +75,7 @@ def llama_question(res: dict) -> dict:
             b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
             u = common.reach(recs[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
             m["seeds"].append({"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
+                               "stuck": r["status"] == "ok" and not trains(recs[r["id"]], stuck),
                                "updates": r["updates"], "to_baseline_best": u,
                                "ratio": round(u / b_at, 3) if u is not None and b_at else None,
                                "norm_modules": r["norm_modules"], "parameters": r["parameters"]})
@@ -88,19 +92,22 @@ def llama_question(res: dict) -> dict:
 def llama_verdict(q: dict) -> str:
     """One sentence from the records: the method of the lowest best valid perplexity at its best lr (mean over
     its seeds there), and whether each norm-free candidate trained at its best lr."""
-    done = {a: m for a, m in q.items() if m.get("seeds") and m["closed"]}
+    done = {a: m for a, m in q.items() if m.get("done")}
     if len(done) < len(q):
-        return (f"{len(done)} of {len(q)} methods have a closed lr grid so far; the verdict waits for the rest.")
+        return (f"{len(done)} of {len(q)} methods have a closed lr grid and every seed at its best lr so far; "
+                "the verdict waits for the rest.")
     ok = {a: statistics.mean(s["best_ppl"] for s in m["seeds"] if s["status"] == "ok")
           for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
     top = min(ok, key=ok.get)
     free = [f"{q[a]['label']}: {'trains' if all(s['status'] == 'ok' for s in q[a]['seeds']) else 'diverges'} at its "
             f"best lr ({q[a]['best_lr']:g})" if q[a]["best_lr"] else f"{q[a]['label']}: diverges at every lr of its grid"
             for a in NORM_FREE if a in q]
+    never = [q[a]["label"] for a in q if q[a]["best_lr"] is None and a not in NORM_FREE]
     n = len(q[top]["seeds"])
     return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
             f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g})."
-            + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else ""))
+            + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else "")
+            + (" Trains at no lr of its grid: " + "; ".join(never) + "." if never else ""))
 
 
 def llama_table(q: dict) -> list:
@@ -129,7 +136,8 @@ def llama_table(q: dict) -> list:
         if m.get("norm_modules") is not None:
             norms += f": {m['norm_modules']}"
         warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
-        rows.append([m["label"], lr, seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}"),
+        ppl = seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}" + " (stuck)" * bool(s.get("stuck")))
+        rows.append([m["label"], lr, ppl,
                      seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
                      norms, warm, m["extra_parameters"] if m["extra_parameters"] is not None else "-"])
     return rows
