@@ -234,7 +234,7 @@ def timing(path, t0: float, fields) -> dict:
     rec = {"wall_s": round(time.time() - t0, 1), "date": _iso(t0), **commit(), "machine": machine()}
     for kv in fields:
         k, _, v = kv.partition("=")
-        rec[k] = json.loads(v) if v in ("true", "false") or v.lstrip("-").isdigit() else v
+        rec[k] = json.loads(v) if v in ("true", "false") or v.lstrip("-").replace(".", "", 1).isdigit() else v
     atomic.write_json(path, rec)
     return rec
 

@@ -70,7 +70,8 @@ def test_publish_replaces_the_folder_whole_and_readme_takes_its_numbers(tmp_path
     (results / "main-job" / "steps.log").write_text("an older run's\n")
     suite = tmp_path / "test-suite.json"
     monkeypatch.setattr(main_job, "SUITE", suite)
-    main_job.timing(suite, time.time() - 130, ["passed=true"])
+    main_job.timing(suite, time.time() - 130, ["passed=true", "cpu_s=253.4", "workers=auto"])
+    assert json.loads(suite.read_text())["cpu_s"] == 253.4  # a number (scripts/test.sh's CPU seconds)
     assert main_job.main(["publish", str(run), "--to", str(results / "main-job")]) == 0
     names = sorted(p.name for p in (results / "main-job").iterdir())
     assert names == ["README.md", "config.resolved.json", "record.json", "results.json", "summary.txt"]
