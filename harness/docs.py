@@ -638,6 +638,18 @@ def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
             f"\n\n![each method at its best lr]({os.path.relpath(results / 'bench' / 'hf.png', doc_dir)})")
 
 
+def block_llama_verdict(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
+    """The front page's line on the LLaMA question: block_llama's verdict, linking to its table."""
+    from harness.bench import hf
+
+    res = _load(results, "hf")
+    q, grid = res.get("llama_question") or {}, res.get("config", {}).get("lm", {}).get("lr_grid") or {}
+    table = os.path.relpath(REPO / "docs" / "measurements.md", doc_dir)
+    return (f"**Each method at its own best learning rate on a {grid.get('depth', '?')}-layer Llama** "
+            f"([the table]({table}#from-the-front-page-huggingface-models-and-the-llama-question)): "
+            f"{hf.llama_verdict(q) if q else 'no run recorded yet.'}")
+
+
 def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """T-Fixup's headline ratios at two budgets or more: the convergence study's against the better Post-LN
     baseline (every run cut at each budget; the long runs to theirs) and the lr study's against each method at its
@@ -688,7 +700,7 @@ def block_main_job(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
 
 # name -> the function that makes a block from the records (RESULTS, the folder of the doc it goes in)
 BLOCKS = {"studies": block_studies, "headline": block_headline, "beyond": block_beyond, "llama": block_llama,
-          "budgets": block_budgets, "main-job": block_main_job}
+          "llama-verdict": block_llama_verdict, "budgets": block_budgets, "main-job": block_main_job}
 
 
 def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = REPO) -> str:

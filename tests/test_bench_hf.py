@@ -369,6 +369,9 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "hf.json").write_text(json.dumps(res))
     block = docs.block_llama(tmp_path, tmp_path)
+    front = docs.block_llama_verdict(tmp_path, tmp_path)  # README's line: the same verdict, the table linked
+    assert front.startswith("**Each method at its own best learning rate on a 24-layer Llama**") and front.endswith(
+        hf.llama_verdict(q))
     assert "| T-Fixup, no warmup, the gate bounded (sigmoid) | 0.001 | 32.0 / 34.3 |" in block and "hf.png" in block
 
 
