@@ -363,8 +363,11 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     verdict = hf.llama_verdict(finished)
     assert verdict.startswith("Lowest best valid perplexity at its own best lr: T-Fixup, no warmup, the gate bounded "
                               "(sigmoid) (33.1, the mean of 2 seeds at lr 0.001).") and verdict.endswith(
+        "Norm-free T-Fixup: T-Fixup, no warmup, the gate bounded (sigmoid): trains at its best lr (0.001: 33.1). "
         "Trains at no lr of its grid: DyT."), verdict
     assert "waits for the rest" in hf.llama_verdict({**finished, "x": {**one_seed, "done": False}})
+    assert "(sigmoid): stays at the unigram level on a seed at its best lr (0.001: 33.1)." in hf.llama_verdict(
+        {**finished, "tfixup_sigmoid": {**q_stuck["tfixup_sigmoid"], "done": True}})
     assert "## The LLaMA question" in hf.report(res) and "| 0.0005 | 0.001 | 0.002 |" in hf.report(res)
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "hf.json").write_text(json.dumps(res))

@@ -99,9 +99,17 @@ def llama_verdict(q: dict) -> str:
     ok = {a: statistics.mean(s["best_ppl"] for s in m["seeds"] if s["status"] == "ok")
           for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
     top = min(ok, key=ok.get)
-    free = [f"{q[a]['label']}: {'trains' if all(s['status'] == 'ok' for s in q[a]['seeds']) else 'diverges'} at its "
-            f"best lr ({q[a]['best_lr']:g})" if q[a]["best_lr"] else f"{q[a]['label']}: diverges at every lr of its grid"
-            for a in NORM_FREE if a in q]
+
+    def outcome(arm):  # a norm-free candidate at its best lr, every seed
+        m = q[arm]
+        if not m["best_lr"]:
+            return "diverges at every lr of its grid"
+        said = ("trains" if all(s["status"] == "ok" and not s.get("stuck") for s in m["seeds"]) else
+                "diverges on a seed" if any(s["status"] == "nan" for s in m["seeds"]) else
+                "stays at the unigram level on a seed")
+        return f"{said} at its best lr ({m['best_lr']:g}" + (f": {ok[arm]:.1f})" if arm in ok else ")")
+
+    free = [f"{q[a]['label']}: {outcome(a)}" for a in NORM_FREE if a in q]
     never = [q[a]["label"] for a in q if q[a]["best_lr"] is None and a not in NORM_FREE]
     n = len(q[top]["seeds"])
     return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
