@@ -361,6 +361,7 @@ def test_the_llama_question_table_comes_from_the_records(tmp_path):
     finished = {"stock_matched": q["stock_matched"], "tfixup_sigmoid": q["tfixup_sigmoid"],
                 "dyt": {**closed, "label": "DyT", "done": True}}
     verdict = hf.llama_verdict(finished)
+    assert "The warmup baseline, stock + matched warmup: 38.7 at lr 0.001." in verdict  # mean of 2^5.3, 2^5.25
     assert verdict.startswith("Lowest best valid perplexity at its own best lr: T-Fixup, no warmup, the gate bounded "
                               "(sigmoid) (33.1, the mean of 2 seeds at lr 0.001).") and verdict.endswith(
         "Norm-free T-Fixup: T-Fixup, no warmup, the gate bounded (sigmoid): trains at its best lr (0.001: 33.1). "

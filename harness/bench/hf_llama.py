@@ -112,8 +112,10 @@ def llama_verdict(q: dict) -> str:
     free = [f"{q[a]['label']}: {outcome(a)}" for a in NORM_FREE if a in q]
     never = [q[a]["label"] for a in q if q[a]["best_lr"] is None and a not in NORM_FREE]
     n = len(q[top]["seeds"])
+    base = (f" The warmup baseline, {q[BASELINE]['label']}: {ok[BASELINE]:.1f} at lr {q[BASELINE]['best_lr']:g}."
+            if BASELINE in ok and top != BASELINE else "")
     return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
-            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g})."
+            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g}).{base}"
             + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else "")
             + (" Trains at no lr of its grid: " + "; ".join(never) + "." if never else ""))
 
