@@ -48,6 +48,10 @@ def llama_question(res: dict) -> dict:
         return {}
     rows = [r for r in res["rows"] if r["family"] == "llama" and r["layers"] == g["depth"]]
     recs, stuck, out, at_best = res["records"], res.get("stuck_bits"), {}, {}
+
+    def status(r):  # a row's status, "stuck" where it finished within a bit of the unigram level
+        return "stuck" if r["status"] == "ok" and not trains(recs.get(r["id"]), stuck) else r["status"]
+
     for arm in g["arms"]:
         mine = [r for r in rows if r["arm"] == arm]
         first = {r["lr"]: r for r in mine if r["seed"] == g["seeds"][0]}
@@ -59,8 +63,7 @@ def llama_question(res: dict) -> dict:
             if lr not in first:
                 return {"lr": lr, "id": None, "status": None, "best_ppl": None}
             r = first[lr]
-            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"],
-                    "status": "stuck" if r["status"] == "ok" and not trains(recs.get(r["id"]), stuck) else r["status"]}
+            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"], "status": status(r)}
 
         at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
         # done: the grid closed, and every seed ran at its best lr (nothing to run where no lr trained)
@@ -75,7 +78,7 @@ def llama_question(res: dict) -> dict:
             b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
             u = common.reach(recs[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
             m["seeds"].append({"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
-                               "stuck": r["status"] == "ok" and not trains(recs[r["id"]], stuck),
+                               "stuck": status(r) == "stuck",
                                "updates": r["updates"], "to_baseline_best": u,
                                "ratio": round(u / b_at, 3) if u is not None and b_at else None,
                                "norm_modules": r["norm_modules"], "parameters": r["parameters"]})
