@@ -92,9 +92,22 @@ def llama_question(res: dict) -> dict:
     return out
 
 
+def per_seed(m: dict, key: str, fmt) -> str:
+    """KEY of each seed at a method's best lr, formatted by FMT, "/" between seeds (the table's cells)."""
+    vals = [fmt(s) if s["status"] == "ok" and s.get(key) is not None else
+            ("diverged" if s["status"] == "nan" else "not reached" if s["status"] == "ok" else s["status"])
+            for s in m.get("seeds", [])]
+    return " / ".join(vals) or "-"
+
+
+def ppl_per_seed(m: dict) -> str:
+    """Best valid perplexity of each seed at the best lr, "(stuck)" after one within a bit of the unigram level."""
+    return per_seed(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}" + " (stuck)" * bool(s.get("stuck")))
+
+
 def llama_verdict(q: dict) -> str:
     """One sentence from the records: the method of the lowest best valid perplexity at its best lr (mean over
-    its seeds there), and whether each norm-free candidate trained at its best lr."""
+    its seeds there), the warmup baseline, and how every other method did at its best lr (each seed)."""
     done = {a: m for a, m in q.items() if m.get("done")}
     if len(done) < len(q):
         return (f"{len(done)} of {len(q)} methods have a closed lr grid and every seed at its best lr so far; "
@@ -103,35 +116,31 @@ def llama_verdict(q: dict) -> str:
           for a, m in done.items() if any(s["status"] == "ok" for s in m["seeds"])}
     top = min(ok, key=ok.get)
 
-    def outcome(arm):  # a norm-free candidate at its best lr, every seed
+    def outcome(arm):  # a method at its best lr, every seed
         m = q[arm]
         if not m["best_lr"]:
             return "diverges at every lr of its grid"
         said = ("trains" if all(s["status"] == "ok" and not s.get("stuck") for s in m["seeds"]) else
                 "diverges on a seed" if any(s["status"] == "nan" for s in m["seeds"]) else
                 "stays at the unigram level on a seed")
-        return f"{said} at its best lr ({m['best_lr']:g}" + (f": {ok[arm]:.1f})" if arm in ok else ")")
+        return f"{said} at its best lr ({m['best_lr']:g}: {ppl_per_seed(m)})"
 
     free = [f"{q[a]['label']}: {outcome(a)}" for a in NORM_FREE if a in q]
+    others = [f"{q[a]['label']}: {outcome(a)}" for a in q
+              if a not in (*NORM_FREE, top, BASELINE) and q[a]["best_lr"] is not None]
     never = [q[a]["label"] for a in q if q[a]["best_lr"] is None and a not in NORM_FREE]
-    n = len(q[top]["seeds"])
-    base = (f" The warmup baseline, {q[BASELINE]['label']}: {ok[BASELINE]:.1f} at lr {q[BASELINE]['best_lr']:g}."
-            if BASELINE in ok and top != BASELINE else "")
-    return (f"Lowest best valid perplexity at its own best lr: {q[top]['label']} ({ok[top]:.1f}, "
-            f"{'the mean of ' + str(n) + ' seeds' if n > 1 else 'one seed'} at lr {q[top]['best_lr']:g}).{base}"
+    base = (f" The warmup baseline, {q[BASELINE]['label']}: {ppl_per_seed(q[BASELINE])} at lr "
+            f"{q[BASELINE]['best_lr']:g}." if BASELINE in ok and top != BASELINE else "")
+    return (f"Lowest best valid perplexity at its own best lr (the mean of its seeds): {q[top]['label']} "
+            f"({ppl_per_seed(q[top])} at lr {q[top]['best_lr']:g}).{base}"
             + (" Norm-free T-Fixup: " + "; ".join(free) + "." if free else "")
+            + (" The other methods: " + "; ".join(others) + "." if others else "")
             + (" Trains at no lr of its grid: " + "; ".join(never) + "." if never else ""))
 
 
 def llama_table(q: dict) -> list:
     """Rows of the table a LLaMA user reads (llama_question's): method, best lr, best valid perplexity per seed,
     updates to the warmup baseline's best (ratio), norms left, warmup, extra parameters."""
-    def seeds(m, key, fmt):
-        vals = [fmt(s) if s["status"] == "ok" and s.get(key) is not None else
-                ("diverged" if s["status"] == "nan" else "not reached" if s["status"] == "ok" else s["status"])
-                for s in m.get("seeds", [])]
-        return " / ".join(vals) or "-"
-
     rows = []
     for arm, m in q.items():
         open_ = "" if m["closed"] else " (grid open)"
@@ -149,9 +158,8 @@ def llama_table(q: dict) -> list:
         if m.get("norm_modules") is not None:
             norms += f": {m['norm_modules']}"
         warm = "yes (matched)" if m["warmup"] else ("no (GI-Adam)" if m["optimizer"] == "giadam" else "no")
-        ppl = seeds(m, "best_ppl", lambda s: f"{s['best_ppl']:.1f}" + " (stuck)" * bool(s.get("stuck")))
-        rows.append([m["label"], lr, ppl,
-                     seeds(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
+        rows.append([m["label"], lr, ppl_per_seed(m),
+                     per_seed(m, "to_baseline_best", lambda s: f"{s['to_baseline_best']} ({s['ratio']:.2f}x)"),
                      norms, warm, m["extra_parameters"] if m["extra_parameters"] is not None else "-"])
     return rows
 
