@@ -169,7 +169,7 @@ GENERATED = re.compile(r"<!-- generated: (.*?) -->\n.*?<!-- end generated -->", 
 # a block's source, on a line of its own: the records (paths under results/, globs allowed) and the keys its
 # numbers come from (not one shown in `code`, as this project's docs show the rule)
 SOURCE = re.compile(r"^[ \t]*<!-- numbers: (.*?) -->", re.S | re.M)
-_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_CODE_SPAN = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")  # Markdown's: it may wrap, within a paragraph
 _LINK_TARGET = re.compile(r"\]\([^)]*\)|https?://\S+|<!--.*?-->")
 _EXEMPT = [
     re.compile(r"\b\d{4}-\d{2}-\d{2}(?:/\d{2})?(?:T[\d:+]*)?"),  # dates (2026-11-22/23)

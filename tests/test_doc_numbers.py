@@ -95,6 +95,9 @@ def test_exemptions_are_code_dates_versions_sections_sizes_and_the_papers_consta
             "    fairseq-train --lr 123.456\n\n`--max-tokens 777` and [a link](results/x-999.md)\n")
     assert check(repo, text) == []
     assert check(repo, "lr 5e-4, from 1e-7; 3e-4\n") == ["3e-4"]  # flags' values in a record's command count
+    # a code span may wrap onto the next line of its paragraph, as Markdown's do; a blank line ends it
+    assert check(repo, "run `python x.py --jobs 1\n--threads 3` now\n") == []
+    assert check(repo, "a ` tick\n\nthen 3e-4 and ` another\n") == ["3e-4"]
 
 
 def test_a_generated_block_is_written_from_the_records_and_not_checked(repo):
