@@ -521,10 +521,13 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         lm_ = lr_methods.get(arm)
         best = lrp.get("versus", {}).get(arm, {}).get("ratio_mean")
         pg = gaps.get(name + "_matched") or gaps.get(name)
+        # a ratio of a grid still growing, or of fewer seeds at its best lr than the study plans, is partial
+        got, planned_seeds = len((lm_ or {}).get("best_lr_seeds") or []), len(lr.get("config", {}).get("seeds") or [])
+        mark = (" (open)" if lm_ and not lm_.get("grid_closed") else
+                f" ({got} of {planned_seeds} seeds)" if best is not None and got < planned_seeds else "")
         out = [(_x(ca.get("ratio_mean")), ca.get("baseline_best_valid_mean")),
                (_gap(qa.get("tfixup_gap")), qa.get("tfixup_gap")),
-               (_x(best) + (" (open)" if lm_ and not lm_.get("grid_closed") else ""),
-                lm_.get("best_valid_mean") if best is not None else None),
+               (_x(best) + mark, lm_.get("best_valid_mean") if best is not None else None),
                (_range(lm_), lm_.get("best_valid_mean") if lm_ else None),
                (" / ".join(_gap(v) for v in pg) if pg else "-", sum(pg) / len(pg) if pg else None)]
         return out, any(v is not None for v in (ca.get("ratio_mean"), qa.get("tfixup_gap"), best, pg))

@@ -33,6 +33,21 @@ def test_the_headline_compares_t_fixup_with_baselines_only():
     assert labels and not labels & {m.label for n, m in methods.METHODS.items() if methods.is_tfixup(n)}
 
 
+def test_a_headline_ratio_short_of_its_seeds_says_so(tmp_path):
+    """The lr column's ratio of a method whose best lr has fewer seeds than the study plans says how many it has."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    method = {"best_lr_seeds": [1], "grid_closed": True, "lr_range": [5e-4, 1e-3], "best_valid_mean": 8.2}
+    (bench / "lr.json").write_text(json.dumps({
+        "runs_recorded": 3, "config": {"seeds": [1, 2], "n_runs": 4},
+        "parts": {"translation": {"methods": {"tfixup": {**method, "best_lr_seeds": [1, 2]}, "dyt_matched": method,
+                                                         "rezero": {**method, "best_lr_seeds": [1, 2]}},
+                                  "versus": {"dyt_matched": {"ratio_mean": 0.5}, "rezero": {"ratio_mean": 0.6}}}}}))
+    rows = {line.split("|")[1].strip(): line.split("|")[4].strip()
+            for line in docs.block_headline(tmp_path, tmp_path).splitlines()[2:]}
+    assert rows["DyT"] == "0.50x (1 of 2 seeds)" and rows["ReZero"] == "0.60x", rows
+
+
 # ---------------------------------------------------------------- the rules, on a doc and records of a test's own
 
 
