@@ -16,11 +16,14 @@ lines) that names where its numbers come from, in a line at its end::
 
 Entries are separated by ``;``: a record (a path under results/, globs allowed: ``bench/lm/runs/*.json``), then
 after ``: `` the keys of its values (comma-separated, list indices left out, globs allowed; ``best_ppl`` is any key
-ending in it; no keys: every value of the record). A number is *recorded* when one of those values, rounded to the
-precision the doc shows, is the number (``8.22`` for 8.2237; ``1.91 %`` for 0.0191, or for 1.91 at a key naming a
-percent or in prose followed by ``%``; ``0.88M`` for 876,032;
-``10.3-10.6 min`` and ``20 min 45 s`` for seconds of a time key: wall_s, ...; a perplexity also for 2 ** a loss in
-bits), or "X of Y runs": a study's runs recorded and planned. A block whose source line also says ``derived``
+ending in it; no keys: every value of the record; with indices, the values at those only: ``arms[*].steps[0].mlp``).
+A number is *recorded* when one of those values, rounded to the precision the doc shows, is the number (``8.22`` for
+8.2237; ``1.91 %`` for 0.0191, or for 1.91 at a key naming a percent or in prose followed by ``%``; ``0.88M`` for
+876,032; ``10.3-10.6 min`` and ``20 min 45 s`` for a time key's value, read in the unit its name says: seconds
+(wall_s, s_per_update), minutes (train_wall_min), hours (train_wall_hours); a perplexity also for 2 ** a loss in
+bits), or "X of Y runs": a study's runs recorded and planned. A source that would also take every number whose last
+digit differs from the shown one by 1 to 5 (a whole trace or curve) is too wide: such a number fails until its block
+names the keys it comes from. A block whose source line also says ``derived``
 may show the difference, ratio or mean of the values behind two recorded numbers of it, at the precision shown
 (``+16.5 BLEU (30.7 vs 14.2)``; not a duration or a percentage). A number in a block
 with no such line is not recorded, whatever the records hold; so is a number its named records do not hold, an
@@ -191,9 +194,10 @@ _NUMBER = re.compile(
     r"(?P<unit>\s?(?:%|x\b|×|M\b|k\b|K\b|min\b|h\b|hours?\b|s\b))?(?![\w])")
 _MIN_S = re.compile(r"(?<![\w.])(\d+) min (\d+) s\b")
 _RUNS = re.compile(r"(?<![\w.])(\d+) of (\d+)(?: runs\b)")
-# what a record value is multiplied by to read in a unit: seconds or hours as minutes, a fraction as percent
-_SCALES = {"%": (100.0, 1.0), "M": (1e-6,), "k": (1e-3,), "K": (1e-3,), "min": (1 / 60, 60.0),
-           "h": (1 / 3600, 1.0), "hour": (1 / 3600, 1.0), "hours": (1 / 3600, 1.0)}
+# what a record value is multiplied by to read in a unit: seconds as minutes or hours, a fraction as percent
+# (a time's record values are in seconds here: Pool reads each in the unit its key names)
+_SCALES = {"%": (100.0, 1.0), "M": (1e-6,), "k": (1e-3,), "K": (1e-3,), "min": (1 / 60,),
+           "h": (1 / 3600,), "hour": (1 / 3600,), "hours": (1 / 3600,)}
 
 
 def _blank(text: str, pattern) -> str:
@@ -302,8 +306,15 @@ def shown_as(v: float, n: Number) -> bool:
     return f"{v:.{k}f}" == want or f"{half_up:.{k}f}" == want
 
 
-# a record's key that holds a time: wall_s, train_wall_hours, s_per_update, QUICKSTART_WALL (not "admin")
-_TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_min|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
+# a record's key that holds a time: wall_s, train_wall_hours, s_per_update, QUICKSTART_WALL (not "admin", not
+# ratio_min); in hours where it names them (train_wall_hours, cpu_hours), minutes (train_wall_min), else seconds
+_TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
+_HOURS_KEY, _MINUTES_KEY = re.compile(r"hours?(?![a-z])", re.I), re.compile(r"(?:minutes?|wall_min)(?![a-z])", re.I)
+
+
+def _in_seconds(v: Value) -> Value:
+    key = v.source.split(":", 1)[-1]
+    return v._replace(value=v.value * (3600.0 if _HOURS_KEY.search(key) else 60.0 if _MINUTES_KEY.search(key) else 1.0))
 
 
 # a record's key that holds a percentage as it is shown (unk_rate_percent); any other value reads as a fraction
@@ -312,7 +323,7 @@ _PERCENT_KEY = re.compile(r"percent|pct", re.I)
 
 class Pool(NamedTuple):
     """The record values a doc's numbers are looked up in, sorted by value, with their keys for bisect;
-    the same for the values that hold a time (``_TIME_KEY``)."""
+    the same for the values that hold a time (``_TIME_KEY``), in seconds."""
     values: List[Value]
     keys: List[float]
     times: List[Value]
@@ -321,7 +332,7 @@ class Pool(NamedTuple):
     @classmethod
     def of(cls, values: List[Value]) -> "Pool":
         values = sorted(values)
-        times = [v for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1])]
+        times = sorted(_in_seconds(v) for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1]))
         return cls(values, [v.value for v in values], times, [v.value for v in times])
 
     def reading(self, n: Number) -> tuple:
@@ -374,6 +385,17 @@ def _key_matches(key: str, patterns: tuple) -> bool:
     return not patterns or any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(key, "*." + p) for p in patterns)
 
 
+_INDEX_RE = re.compile(r"\[(\d+|\*)\]")
+
+
+def _at_index(v: Value, pattern: str) -> bool:
+    """Whether V's key, its list indices kept, is PATTERN's: ``arms[*].steps[0].attention`` names the first step's
+    values of every arm (a key's last index may be left out: ``steps[0].attention`` is its whole list)."""
+    raw = v.source.partition(":")[2]
+    glob = _INDEX_RE.sub(lambda m: "[[]" + m.group(1) + "[]]", pattern)
+    return any(fnmatch.fnmatchcase(k, g) for k in (raw, re.sub(r"\[\d+\]$", "", raw)) for g in (glob, "*." + glob))
+
+
 _INDEX: dict = {}  # id(records) -> [records, {record: {key: its values}}, every value's Pool once asked for]
 
 
@@ -397,7 +419,12 @@ def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
     for glob, keys in source:
         for f, by_key in _index(records).items():
             if fnmatch.fnmatchcase(f, "results/" + glob):
-                out.extend(v for k, vals in by_key.items() if _key_matches(k, keys) for v in vals)
+                plain = tuple(k for k in keys if not _INDEX_RE.search(k))
+                if not keys or plain:
+                    out.extend(v for k, vals in by_key.items() if _key_matches(k, plain) for v in vals)
+                for p in (k for k in keys if _INDEX_RE.search(k)):  # a key with list indices: at those indices only
+                    out.extend(v for k, vals in by_key.items() if _key_matches(k, (_INDEX_RE.sub("", p),))
+                               for v in vals if _at_index(v, p))
     return Pool.of(out)
 
 
@@ -420,6 +447,9 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
                                 [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
                 continue
             if held:
+                if _loose(n, pools[n.source]):
+                    out.append((n, "its block's source would take any number like it (its last digit 1 to 5 up or "
+                                   "down too): name the keys it comes from", held[:3]))
                 continue
             operands = [f for m, f in zip(nums, found) if m.para == n.para]
             if ("derived", ()) in n.source and derived(n, operands):
@@ -432,6 +462,14 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
                     f"{g}: {', '.join(k)}" if k else g for g, k in n.source) + ")"
             out.append((n, why, _suggest(elsewhere) if elsewhere else nearest(n, pools[n.source])))
     return out
+
+
+def _loose(n: Number, pool: Pool) -> bool:
+    """Whether POOL takes every number shown like N whose last digit differs from N's by 1 to 5: a source so wide
+    (every value of a long curve, a whole trace) that an invented number of this form would pass, so the block
+    must name the keys its numbers come from."""
+    step = 2 * n.error
+    return all(matches(n._replace(value=n.value + k * step), pool) for k in (-5, -4, -3, -2, -1, 1, 2, 3, 4, 5))
 
 
 def _suggest(values: List[Value], k: int = 3) -> List[Value]:

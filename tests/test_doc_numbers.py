@@ -7,6 +7,7 @@ unchanged text, fails.
 Run alone: ``python -m pytest -q tests/test_doc_numbers.py``; ``python -m harness.docs check`` lists the same."""
 
 import json
+import pathlib
 
 import pytest
 
@@ -212,3 +213,59 @@ def test_numbers_made_up_and_written_into_the_readme_fail():
             with_invented.unlink()
         flagged = [n.text for n, _, _ in found if n.line == (i + 2 if i == len(raw) else i + 1)]
         assert flagged == ["48", "44.2", "0.81x", "2.6 hours", "41.7", "3.9 h", "12 %", "47.3"], (i, flagged)
+
+
+def test_a_source_that_would_take_any_number_like_it_fails(repo):
+    """A source naming a whole long curve holds a value near almost any loss: a number it names is not tied to a
+    record, and fails until the block names where it comes from (list indices kept: ``curve[337]``)."""
+    toy = repo / "results" / "bench" / "toy.json"
+    res = json.loads(toy.read_text())
+    res["curve"] = [[i, round(5 + i * 0.01, 4)] for i in range(1000)]
+    toy.write_text(json.dumps(res))
+    assert check(repo, "It ends at 8.37 bits.\n", "<!-- numbers: bench/toy.json: curve -->") == ["8.37"]
+    assert check(repo, "It ends at 8.37 bits.\n", "<!-- numbers: bench/toy.json: curve[337] -->") == []
+    assert check(repo, "It ends at 8.38 bits.\n", "<!-- numbers: bench/toy.json: curve[337] -->") == ["8.38"]
+
+
+def test_a_time_reads_a_record_in_the_unit_its_key_names(repo):
+    """Seconds (wall_s, s_per_update) read as seconds, hours (train_wall_hours) as hours: 1.25 s per update is no
+    75 min, and 601 s is no 36060 min."""
+    toy = repo / "results" / "bench" / "toy.json"
+    res = json.loads(toy.read_text())
+    res.update(s_per_update=1.25, train_wall_hours=1.25)
+    toy.write_text(json.dumps(res))
+    assert check(repo, "A run took 75 min.\n", "<!-- numbers: bench/toy.json: s_per_update -->") == ["75 min"]
+    assert check(repo, "A run took 75 min.\n", "<!-- numbers: bench/toy.json: train_wall_hours -->") == []
+    assert check(repo, "A run took 36060 min.\n") == ["36060 min"]
+    assert check(repo, "A run took 10.0 min.\n") == []
+
+
+INVENTED = ["0.8137x", "44.27", "2.63 hours", "perplexity 47.93", "12.7 %", "3.917 h", "41.73"]
+
+
+@pytest.mark.parametrize("doc", docs.DOCS)
+def test_invented_numbers_fail_in_every_block_of_the_docs(doc):
+    """A ratio, perplexities, times and a percentage, made up and written under every block's source line of
+    each doc (one run of the check): each fails there, but for a chance value of a block's own (a ratio of two
+    of its numbers, say): at most one of them in a block, and in at most 2 % of the (block, number) pairs."""
+    raw = (docs.REPO / doc).read_text(encoding="utf-8").split("\n")
+    out, marks = [], []
+    for line in raw:
+        out.append(line)
+        if line.lstrip().startswith("<!-- numbers:"):
+            out.append("Invented: " + ", ".join(INVENTED) + ".")
+            marks.append(len(out))
+    assert marks
+    with_invented = docs.REPO / "results" / f".invented-{pathlib.Path(doc).name}"
+    try:
+        with_invented.write_text("\n".join(out), encoding="utf-8")
+        found = docs.unrecorded([str(with_invented.relative_to(docs.REPO))])
+    finally:
+        with_invented.unlink()
+    flagged = {}
+    for n, _, _ in found:
+        flagged.setdefault(n.line, set()).add(n.text)
+    shown = [i.split()[-1] if i.startswith("perplexity") else i for i in INVENTED]
+    passed = {m: [i for i in shown if i not in flagged.get(m, set())] for m in marks}
+    assert max(len(p) for p in passed.values()) <= 1, {m: p for m, p in passed.items() if len(p) > 1}
+    assert sum(map(len, passed.values())) <= 0.02 * len(marks) * len(INVENTED), {m: p for m, p in passed.items() if p}
