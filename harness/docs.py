@@ -417,9 +417,9 @@ def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
     """The values a block's source names: its records' values at its keys."""
     out = []
     for glob, keys in source:
+        plain = tuple(k for k in keys if not _INDEX_RE.search(k))
         for f, by_key in _index(records).items():
             if fnmatch.fnmatchcase(f, "results/" + glob):
-                plain = tuple(k for k in keys if not _INDEX_RE.search(k))
                 if not keys or plain:
                     out.extend(v for k, vals in by_key.items() if _key_matches(k, plain) for v in vals)
                 for p in (k for k in keys if _INDEX_RE.search(k)):  # a key with list indices: at those indices only

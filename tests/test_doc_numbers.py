@@ -195,6 +195,17 @@ def test_a_record_changed_under_an_unchanged_text_fails(repo):
     assert check(repo, text, source) == ["0.44x", "38.5", "10.0 min"]
 
 
+def unrecorded_in_copy(doc: str, lines: list) -> list:
+    """The check's findings on a copy of DOC holding LINES (written under results/, so that its records resolve as
+    the doc's own do; removed after)."""
+    copy = docs.REPO / "results" / f".invented-{pathlib.Path(doc).name}"
+    try:
+        copy.write_text("\n".join(lines), encoding="utf-8")
+        return docs.unrecorded([str(copy.relative_to(docs.REPO))])
+    finally:
+        copy.unlink()
+
+
 def test_numbers_made_up_and_written_into_the_readme_fail():
     """The numbers a maintainer made up and wrote into README (issue 50), in a paragraph of their own and inside
     the README's paragraphs that already name their records: each fails."""
@@ -204,13 +215,7 @@ def test_numbers_made_up_and_written_into_the_readme_fail():
     assert sources
     for i in [len(raw)] + sources:
         sentence = "Invented: " + ", ".join(invented) + "."
-        text = "\n".join(raw[:i] + ([""] if i == len(raw) else []) + [sentence] + raw[i:])
-        with_invented = docs.REPO / "results" / ".invented-README.md"
-        try:
-            with_invented.write_text(text, encoding="utf-8")
-            found = docs.unrecorded([str(with_invented.relative_to(docs.REPO))])
-        finally:
-            with_invented.unlink()
+        found = unrecorded_in_copy("README.md", raw[:i] + ([""] if i == len(raw) else []) + [sentence] + raw[i:])
         flagged = [n.text for n, _, _ in found if n.line == (i + 2 if i == len(raw) else i + 1)]
         assert flagged == ["48", "44.2", "0.81x", "2.6 hours", "41.7", "3.9 h", "12 %", "47.3"], (i, flagged)
 
@@ -256,14 +261,8 @@ def test_invented_numbers_fail_in_every_block_of_the_docs(doc):
             out.append("Invented: " + ", ".join(INVENTED) + ".")
             marks.append(len(out))
     assert marks
-    with_invented = docs.REPO / "results" / f".invented-{pathlib.Path(doc).name}"
-    try:
-        with_invented.write_text("\n".join(out), encoding="utf-8")
-        found = docs.unrecorded([str(with_invented.relative_to(docs.REPO))])
-    finally:
-        with_invented.unlink()
     flagged = {}
-    for n, _, _ in found:
+    for n, _, _ in unrecorded_in_copy(doc, out):
         flagged.setdefault(n.line, set()).add(n.text)
     shown = [i.split()[-1] if i.startswith("perplexity") else i for i in INVENTED]
     passed = {m: [i for i in shown if i not in flagged.get(m, set())] for m in marks}
