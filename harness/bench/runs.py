@@ -367,13 +367,18 @@ def study_parser(description: str, outputs: str, **data):
     return p
 
 
+# a study rewrites its outputs after a recorded run at most this often (and once at the end): runs of
+# minutes each update the report as they finish; quick ones (a smoke, a test) draw the figure once, not per run
+REWRITE_EVERY_S = 60.0
+
+
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
               threads: int = 1, execute=None, todo: list = None, report_only: bool = False,
               only: list = None, run_dir=None, quiet: bool = False) -> dict:
     """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
     when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
-    ``summarise(records)`` after each finished run; print the report at the end and return the
-    result (``quiet``: not printed). ``execute(run, work)`` runs one (default: ``train``)."""
+    ``summarise(records)`` after a finished run (at most every REWRITE_EVERY_S), at the end and when stopped;
+    print the report at the end and return the result (``quiet``: not printed). ``execute(run, work)`` runs one (default: ``train``)."""
     if only:
         unknown = sorted(set(only) - {r.id for r in runs})
         if unknown:
@@ -388,20 +393,28 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     ids = {r.id for r in runs}
 
     added = []  # runs recorded by this command
+    written = [time.monotonic()]  # when the outputs were last written
 
     def write():
         with locked(out / stem / ".report.lock"):  # every record on disk now, one writer at a time
             res = summarise({k: v for k, v in load_records(store).items() if k in ids})
             common.write_outputs(out, stem, res, plot, report(res), caption)
+        written[0] = time.monotonic()
         return res
 
     def recorded(_):
         added.append(1)
-        write()
+        if time.monotonic() - written[0] >= REWRITE_EVERY_S:
+            write()
 
     one = execute or (lambda r, w: train(r, w, threads))
-    run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
-            on_record=recorded, run_dir=run_dir)
+    try:
+        run_all(todo if todo is not None else runs, store, lambda r: one(r, work), work=work, jobs=jobs,
+                on_record=recorded, run_dir=run_dir)
+    except SystemExit:  # stopped: the outputs show every run recorded before it
+        if added:
+            write()
+        raise
     # the report changes only with its runs: a command that recorded nothing leaves the committed report
     # (its date, machine and command) as it is, unless asked to rewrite it or it is not there yet
     if added or report_only or not (out / f"{stem}.md").exists():
