@@ -134,13 +134,13 @@ def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_f
 
 def test_the_small_init_post_ln_is_planned_beside_post_ln_and_derf_and_gi_adam_where_their_rows_say():
     """Post-LN with transformers' initialisation runs with every seed wherever Post-LN's headline does (the
-    convergence headline, the plateau, the quality study's second seed); Derf on the warmup schedules and
+    convergence headline on every schedule, warmup or none, the plateau, the quality study's second seed); Derf on the warmup schedules and
     without warmup; GI-Adam without warmup, with its optimizer."""
     conv = {r.id: r for r in convergence.plan(IWSLT)}
     for lr in ("0.001", "0.0005"):
-        for arm in ("postln_si_warmup", "postln_si_matched"):
+        for arm in ("postln_si", "postln_si_warmup", "postln_si_matched"):
             assert {f"main-{arm}-lr{lr}-s{s}" for s in (1, 2, 3)} <= set(conv)
-        for arm in ("postln_si", "derf_warmup", "derf_matched", "derf", "postln_giadam", "preln_giadam"):
+        for arm in ("derf_warmup", "derf_matched", "derf", "postln_giadam", "preln_giadam"):
             assert f"main-{arm}-lr{lr}-s1" in conv
     assert "--optimizer" in conv["main-postln_giadam-lr0.001-s1"].args
     args = conv["main-postln_giadam-lr0.001-s1"].args

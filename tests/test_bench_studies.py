@@ -199,10 +199,11 @@ def test_convergence_methods_option_runs_only_those():
     every = convergence.make_runs(convergence.make_config(convergence.parser().parse_args(["--data", "d", "--out", "o"])),
                                   pathlib.Path("d"))
     main = [a.name for a in convergence.ARMS.values() if a.group == "main"]
-    # per lr: 6 headline arms (Post-LN with either initialisation) x 3 seeds, the other main arms once; 3 Fig. 3c
-    # Adam arms per lr, 2 SGD arms x 3 lrs; a long run per headline arm
-    assert len(convergence.HEADLINE) == 6
-    assert len(every) == 2 * (6 * 3 + len(main) - 6) + 2 * 3 + 2 * 3 + 6
+    # per lr: 7 headline arms (T-Fixup; Post-LN on each schedule with fairseq's init, on each with the small
+    # init) x 3 seeds, the other main arms once; 3 Fig. 3c Adam arms per lr, 2 SGD arms x 3 lrs; a long run per
+    # headline arm
+    assert len(convergence.HEADLINE) == 7
+    assert len(every) == 2 * (7 * 3 + len(main) - 7) + 2 * 3 + 2 * 3 + 7
 
 
 def test_a_diverged_run_counts_as_stuck(tmp_path, monkeypatch):
@@ -513,6 +514,39 @@ def test_a_study_runs_what_its_store_lacks_and_reruns_a_changed_command(tmp_path
     assert json.loads((store / "r2.json").read_text())["key"] == runs[1].key()
     assert not (store / "r3.json").exists() and not (store / "r5.json").exists()
     assert ["r1", "r2", "r4"] in reports
+
+
+def test_quick_runs_write_the_report_once_and_a_stopped_study_shows_what_it_recorded(tmp_path, monkeypatch):
+    """Runs that finish within REWRITE_EVERY_S of the last writing add no rewrite of their own: the
+    outputs are written once, at the end. A study stopped (Ctrl-C) after a recorded run writes them then, with
+    that run in them."""
+    from harness.bench import runs as runlib
+
+    monkeypatch.setenv("TFIXUP_BENCH_WORK", str(tmp_path / "work"))
+    runs = [runlib.Run(f"r{i}", {}, ["--seed", str(i)], str(tmp_path)) for i in (1, 2, 3)]
+    reports = []
+
+    def execute(run, work):
+        if run.id == stop_at:
+            raise KeyboardInterrupt
+        return {"id": run.id, "key": run.key(), "status": "ok"}
+
+    study = lambda: runlib.run_study("study", tmp_path, runs, lambda recs: {"recorded": sorted(recs)},  # noqa: E731
+                                     lambda res, path: path.write_bytes(b"png"),
+                                     lambda res: reports.append(res["recorded"]) or "report", "caption", jobs=1,
+                                     execute=execute, quiet=True)
+    stop_at = None
+    study()
+    assert reports == [["r1", "r2", "r3"]]
+    for f in (tmp_path / "study" / "runs").glob("*.json"):
+        f.unlink()
+    reports.clear()
+    stop_at = "r2"
+    with pytest.raises(SystemExit):
+        study()
+    stored = sorted(f.stem for f in (tmp_path / "study" / "runs").glob("*.json"))
+    assert "r1" in stored and "r2" not in stored  # r3 may have finished beside r2's stop
+    assert reports == [stored] and (tmp_path / "study.md").exists()
 
 
 def test_a_study_resumed_on_the_other_device_keeps_its_records():

@@ -91,8 +91,10 @@ BASELINE = "postln_warmup"
 # T-Fixup's ratio is given against each, and against the better one
 BASELINE_SCHEDULES = tuple(a for a in ("postln_warmup", "postln_matched", "postln_si_warmup", "postln_si_matched")
                            if a in ARMS)
-# every seed; the other arms the first seed
-HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched", *BASELINE_SCHEDULES[2:]]
+# every seed (and a long run): T-Fixup and Post-LN on every schedule, with and without warmup, on each
+# initialisation, since any of them may be a baseline's better setting; the other arms the first seed
+HEADLINE = ["tfixup", BASELINE, "postln", "postln_matched",
+            *(a for a in ("postln_si", *BASELINE_SCHEDULES[2:]) if a in ARMS)]
 
 MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],

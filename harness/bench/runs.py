@@ -232,6 +232,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
                f"{len(todo)} to run, {jobs} at a time")
     if not todo:
         return records
+    _stopping.clear()  # a stop of an earlier call in this process is not this one's
     old_term = signal.signal(signal.SIGTERM, _terminate)
     t0, done = time.time(), 0
 
