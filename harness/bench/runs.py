@@ -379,7 +379,8 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
     when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
     ``summarise(records)`` after a finished run (at most every REWRITE_EVERY_S), at the end and when stopped;
-    print the report at the end and return the result (``quiet``: not printed). ``execute(run, work)`` runs one (default: ``train``)."""
+    print the report at the end and return the result (``quiet``: not printed). ``execute(run, work)`` runs
+    one (default: ``train``)."""
     if only:
         unknown = sorted(set(only) - {r.id for r in runs})
         if unknown:
