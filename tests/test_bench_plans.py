@@ -134,8 +134,8 @@ def test_the_zero_bias_tfixup_row_is_planned_by_convergence_and_depth_with_its_f
 
 def test_the_small_init_post_ln_is_planned_beside_post_ln_and_derf_and_gi_adam_where_their_rows_say():
     """Post-LN with transformers' initialisation runs with every seed wherever Post-LN's headline does (the
-    convergence headline on every schedule, warmup or none, the plateau, the quality study's second seed); Derf on the warmup schedules and
-    without warmup; GI-Adam without warmup, with its optimizer."""
+    convergence headline on every schedule, warmup or none, the plateau, the quality study's second seed); Derf
+    on the warmup schedules and without warmup; GI-Adam without warmup, with its optimizer."""
     conv = {r.id: r for r in convergence.plan(IWSLT)}
     for lr in ("0.001", "0.0005"):
         for arm in ("postln_si", "postln_si_warmup", "postln_si_matched"):
