@@ -2,13 +2,13 @@
 24-layer Llama blows up, and what its gated-MLP controls change (docs/derivation.md, section 7.6).
 
     python -m harness.hf_trace --out results/hf
-    python -m harness.hf_trace --out results/hf --stem hf_trace_normfree --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam
+    python -m harness.hf_trace --out results/hf --stem hf_trace_normfree \
+        --arms tfixup,tfixup_sigmoid,tfixup_gatescale,tfixup_giadam
 
-Each arm is the hf study's run (its spec from harness/bench/hf.py; the model builder, data, batches, optimizer,
-schedule and loop of harness/bench/hf_train.py), trained for ``--updates`` updates or until its loss is not finite. Forward hooks record, on each
-update's batch, the RMS of every block's output (the stream after block l) and of its attention's and its MLP's
-output (the two branches that block adds). Writes STEM.{json,md,png} under --out (default stem hf_trace), which
-is checked before anything trains; Ctrl-C stops it with nothing written.
+Each arm is the hf study's run (harness/bench/hf.py's spec, harness/bench/hf_train.py's model, data and loop) for
+``--updates`` updates or until its loss is not finite. Forward hooks record, on each update's batch, the RMS of
+every block's output (the stream after block l) and of its attention's and its MLP's output (the two branches that
+block adds). Writes STEM.{json,md,png} under --out, checked before anything trains; Ctrl-C writes nothing.
 """
 
 import argparse
@@ -26,26 +26,20 @@ ARMS = {"llama": ("tfixup", "tfixup_nogate", "tfixup_mlpnorm", "stock"), "gpt2":
 BLOCKS = {"llama": (lambda m: m.model.layers, "self_attn", "mlp"), "gpt2": (lambda m: m.transformer.h, "attn", "mlp")}
 
 
-def rms(t) -> float:
-    """The root mean square of a module's output (its first element if a tuple), None where it is not finite."""
-    t = t[0] if isinstance(t, tuple) else t
-    v = t.detach().double().pow(2).mean().sqrt().item()
-    return v if math.isfinite(v) else None
-
-
 def trace(spec: dict, data: pathlib.Path) -> dict:
-    """SPEC's run for spec["updates"] updates (no validation); per update: train bits, and the stream's, the
-    attention branch's and the MLP branch's RMS at every block."""
+    """SPEC's run for spec["updates"] updates (no validation); per update: train bits, and the RMS of the stream,
+    the attention branch and the MLP branch at every block."""
     import torch
-
     model, made = hf_train.make_model(spec, data)
     blocks, attn, mlp = BLOCKS[spec["family"]]
     now = {}
 
-    def hook(key, i):
+    def hook(key, i):  # the RMS of a module's output (its first element if a tuple), None where not finite
         def record(module, args, output):
             if module.training:  # the update's forward pass
-                now.setdefault(key, {})[i] = rms(output)
+                t = output[0] if isinstance(output, tuple) else output
+                v = t.detach().double().pow(2).mean().sqrt().item()
+                now.setdefault(key, {})[i] = v if math.isfinite(v) else None
         return record
 
     for i, block in enumerate(blocks(model)):
@@ -104,8 +98,7 @@ def report(res: dict) -> str:
         for s in r["steps"]:
             tops = [x for k in ("stream", "attention", "mlp") for x in largest(s.get(k, []))]  # value, block of each
             rows.append([s["update"], s["bits"], (s.get("stream") or [None])[-1], *tops])
-        end = (f"not finite at update {len(r['steps'])}" if r["status"] == "nan"
-               else f"{r['updates']} updates, finite")
+        end = f"not finite at update {len(r['steps'])}" if r["status"] == "nan" else f"{r['updates']} updates, finite"
         text += (f"## {r['label']} (`{r['id']}`): {end}\n\n" + common.md_table(
             ["update", "train bits", "stream RMS after the last block", "largest stream RMS", "at block",
              "largest attention branch RMS", "at block", "largest MLP branch RMS", "at block"], rows) + "\n\n")
@@ -113,17 +106,11 @@ def report(res: dict) -> str:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
-
-    cols = min(2, len(res["arms"]))
-    rows = math.ceil(len(res["arms"]) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 3.8 * rows), squeeze=False)
-    for ax in axes.flat[len(res["arms"]):]:
-        ax.axis("off")
-    for ax, r in zip(axes.flat, res["arms"]):
+    fig, axes = common.panel_grid(len(res["arms"]), 2, 5.5, 3.8)
+    for ax, r in zip(axes, res["arms"]):
         steps = r["steps"]
         picks = sorted({1, *range(5, len(steps), 5), len(steps)} & set(range(1, len(steps) + 1)))
-        cmap = plt.get_cmap("viridis")
+        cmap = common.pyplot().get_cmap("viridis")
         for k, u in enumerate(picks):
             s = steps[u - 1]
             colour = cmap(k / max(1, len(picks) - 1))
@@ -179,7 +166,6 @@ def main(argv=None) -> dict:
     arms = a.arms.split(",") if a.arms else ARMS[a.family]
     specs = [spec_of(a.mode, a.family, a.layers, arm, a.seed, a.updates, a.lr) for arm in arms]
     import torch
-
     torch.set_num_threads(1)
     t0 = time.time()
     res = {"command": "python -m harness.hf_trace " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -3,28 +3,15 @@
 
 Data: Multi30k as the quality study has it (the BPE'd De-En data-bin of ``scripts/prepare-corpus.sh --lowercase
 --bpe-merges 8000``), exported once by ``export`` (needs fairseq) into a folder that the runs read with numpy and
-torch alone (harness/bench/hf_train.py: the data, models, loop and decoder); copy it to a GPU machine.
-
-  translation  MarianMTModel at the quality study's size and recipe (128-256-4, 6+6 layers, 4096 tokens per
-               update, dropout 0.3, label smoothing 0.1, lr 5e-4, 10 epochs): T-Fixup without warmup against
-               stock Marian on the matched warmup (W = 400), T-Fixup with q, k and the attention biases drawn as
-               fairseq draws them, and the stock model drawn as fairseq draws its transformer; test: the final
-               model, beam 4, length penalty 0.3, tokenized BLEU and sacreBLEU as harness/score.py scores
-               fairseq's output, beside the quality study's fairseq runs.
-  causal LM    GPT2LMHeadModel and LlamaForCausalLM at 6 and 24 layers on the English side (blocks of 64
-               tokens, 1024 tokens per update, as harness/bench/lm.py): T-Fixup without warmup, the stock model
-               with and without the matched warmup; two seeds at 24 layers. Llama also: DyT and Derf in place of
-               every RMSNorm, GI-Adam, the norm-free T-Fixup candidates for its gated MLP (docs/derivation.md,
-               section 7.7); at 24 layers each method on an lr grid grown from the records with a second seed at
-               its best lr ("the LLaMA question"); at 48 layers the candidates, T-Fixup, keep_mlp_norm and the
-               warmup baseline. A run's id names its lr where it is not the mode's (llama-L24-dyt-lr0.002-s1).
-  masked LM    BertForMaskedLM, 6 layers: the same three arms; perplexity of the masked valid tokens.
+torch alone; copy it to a GPU machine. Each family's recipe and arms: MODES below, the report's text and
+docs/beyond-fairseq.md ("The evidence study"); the arms, data, models, loop and decoder: harness/bench/hf_train.py;
+the LLaMA question (each method on an lr grid at 24 layers, a second seed at its best lr): harness/bench/hf_llama.py.
 
 Every run: Adam (0.9, 0.98), decoupled weight decay 1e-4, no clipping; no warmup is lr*sqrt(P/(P+t)), P = 4000;
 the matched warmup rises linearly over W updates onto that curve. Each run is a subprocess (``one``), its record
 OUT/hf/runs/RUN.json when it ends; a failed run leaves OUT/hf/failed/RUN.json and is tried again on the next
 start. The lr grid grows from the records, so a command runs in rounds (--rounds); --select GLOB runs the
-planned runs whose ids match.
+planned runs whose ids match; a run's id names its lr where it is not the mode's (llama-L24-dyt-lr0.002-s1).
 
     python -m harness.bench.hf export --out work/hf-data        # here, once (fairseq)
     python -m harness.bench.hf --estimate --data work/hf-data   # CPU seconds per update of each run type
@@ -97,25 +84,20 @@ MODES = {
 }
 
 
-# ---------------------------------------------------------------- the plan
-
-
 def make_config(mode: str) -> dict:
     return {**json.loads(json.dumps(MODES[mode])), "mode": mode, "decay_period": DECAY_PERIOD,
             "weight_decay": WEIGHT_DECAY}
 
 
 def run_id(spec: dict) -> str:
-    """e.g. marian-L6-tfixup-s1, llama-L24-dyt-lr0.002-s1: the lr is named where it is not the mode's (``lr_in_id``:
-    a run of an lr grid), so the runs at the mode's lr keep their first ids."""
+    """e.g. marian-L6-tfixup-s1, llama-L24-dyt-lr0.002-s1: the lr named only on a run of an lr grid (``lr_in_id``)."""
     lr = f"-lr{spec['lr']:g}" if spec.get("lr_in_id") else ""
     return f"{spec['family']}-L{spec['layers']}-{spec['arm']}{lr}-s{spec['seed']}"
 
 
 def arm_settings(spec: dict) -> dict:
-    """SPEC with what its arm sets beyond the study's recipe, so that the record's config says it: apply_tfixup's
-    input multiplier where the family has none of its own, the gated-MLP option, the optimizer, the element-wise
-    norms' constants, the initialisation."""
+    """SPEC with what its arm sets beyond the study's recipe, so that the record's config says it (apply_tfixup's
+    input multiplier where the family has none, gated MLP, optimizer, element-wise norms' constants, init)."""
     arm = ARMS[spec["arm"]]
     if spec["family"] in NO_MULTIPLIER and arm.tfixup:
         spec["input_scale"] = arm.input_scale
@@ -133,10 +115,9 @@ def arm_settings(spec: dict) -> dict:
 
 
 def make_specs(cfg: dict, records: dict = None, stuck_bits: float = None) -> list:
-    """Every run's resolved config, the longest first (so that --jobs N packs them well): Marian, then the causal
-    LMs deepest first, then BERT; then Llama's lr grid as RECORDS (id -> record) call for it: each arm's grid at its
-    first seed, then, once the grid is closed, its other seeds at its best lr (without records: the first grid);
-    a run whose best valid loss is not below STUCK_BITS (``stuck_bits``) does not count as trained there."""
+    """Every run's resolved config, the longest first (for --jobs): Marian, the causal LMs deepest first, BERT;
+    then Llama's lr grid as RECORDS (id -> record) call for it (hf_llama.grid_of; STUCK_BITS: its ``stuck_bits``):
+    each arm's grid at its first seed, then, once the grid is closed, its other seeds at its best lr."""
     m, lm, bert, g = cfg["marian"], cfg["lm"], cfg["bert"], cfg["lm"].get("lr_grid")
     lm_keys = {k: v for k, v in lm.items() if k not in LM_PLAN_KEYS}
 
@@ -173,8 +154,8 @@ def make_specs(cfg: dict, records: dict = None, stuck_bits: float = None) -> lis
 
 
 def unigram_level(cfg: dict, data: pathlib.Path):
-    """The Llama runs' unigram level (unigram.hf_lm_unigram_level) on the exported DATA, with ``stuck_bits`` (the
-    level less MARGIN_BITS); without the data, the one the committed report of this mode computed; else None."""
+    """The Llama runs' unigram level on the exported DATA with ``stuck_bits`` (the level less MARGIN_BITS); without
+    the data, the one the committed report of this mode computed; else None."""
     lm = cfg["lm"]
     if (pathlib.Path(data) / "valid.npz").is_file():
         u = hf_lm_unigram_level(data, TGT, lm["train_lines"], lm["valid_lines"])
@@ -191,14 +172,10 @@ def make_runs(cfg: dict, data: pathlib.Path, records: dict = None) -> list:
 
 
 def plan(data, mode: str = "default", records: dict = None) -> list:
-    """The study's runs on the exported folder DATA, the lr grid as RECORDS call for it (default: the committed
-    records, results/bench/hf/runs; tests/test_bench_plans.py checks them)."""
+    """The study's runs on the exported folder DATA, the lr grid as RECORDS (default: the committed ones) say."""
     if records is None:
         records = runlib.load_records(common.REPO / "results" / "bench" / STEM / "runs")
     return make_runs(make_config(mode), pathlib.Path(data), records)
-
-
-# ---------------------------------------------------------------- summary, report, figure
 
 
 def fairseq_run(path: pathlib.Path) -> dict:
@@ -341,11 +318,16 @@ def report(res: dict) -> str:
              f"(T-Fixup otherwise as above), and **the MLP without its gate** (each MLP computes down(silu(up x)), "
              f"gate_proj unused, T-Fixup as above): diagnoses, not baselines. Llama's arms of the LLaMA question "
              f"(below) at the study's lr are in this table too; its lr grid's other runs are there.\n\n")
-    cols = ["model", "layers", "arm", "status", "best valid ppl", "at update", "updates to the baseline's best", "ratio",
-            "largest rise of valid loss (bits)"]
-    text += common.md_table(cols, [[FAMILIES[r["family"]].split(" (")[0], r["layers"], label(r), r["status"],
-                                    r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"], r["largest_rise"]]
-                                   for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
+    tail = ["at update", "updates to the baseline's best", "ratio", "largest rise of valid loss (bits)"]
+
+    def cells(r):  # from the arm to the largest rise
+        reached = r["updates_to_baseline_best"]
+        reached = "not reached" if reached is None and r["baseline_best_ppl"] is not None else reached
+        return [label(r), r["status"], r["best_ppl"], r["best_at"], reached, r["ratio_to_baseline"], r["largest_rise"]]
+
+    text += common.md_table(["model", "layers", "arm", "status", "best valid ppl", *tail],
+                            [[FAMILIES[r["family"]].split(" (")[0], r["layers"], *cells(r)]
+                             for r in res["rows"] if r["family"] in ("gpt2", "llama")]) + "\n\n"
     text += llama_report(res)
     text += ("## Masked language model: BERT\n\n"
              f"BertForMaskedLM {bert['d']}-{bert['ffn']}-{bert['heads']}, {bert['layers']} layers, dropout "
@@ -355,10 +337,8 @@ def report(res: dict) -> str:
              "masks of valid for every run; perplexity of the masked valid tokens. The head (dense, GELU, "
              "LayerNorm, then the tied output projection) has no counterpart in the paper's model; **the masked-LM "
              "head's LayerNorm kept** is T-Fixup otherwise as above: a diagnosis, not a baseline.\n\n")
-    text += common.md_table(["arm", "status", "best masked-token ppl", "at update", "updates to the baseline's best",
-                             "ratio", "largest rise of valid loss (bits)"],
-                            [[label(r), r["status"], r["best_ppl"], r["best_at"], _reached(r), r["ratio_to_baseline"],
-                              r["largest_rise"]] for r in res["rows"] if r["family"] == "bert"]) + "\n\n"
+    text += common.md_table(["arm", "status", "best masked-token ppl", *tail],
+                            [cells(r) for r in res["rows"] if r["family"] == "bert"]) + "\n\n"
     text += "## Every run\n\n" + common.md_table(
         ["run", "status", "device", "parameters", "norm modules left", "weights T-Fixup scaled", "updates",
          "s/update", "train wall s"],
@@ -368,12 +348,6 @@ def report(res: dict) -> str:
         text += "\n**Failed runs** (no result; the next start runs them again):\n\n" + "".join(
             f"- {k}: {' | '.join(v['error_tail'])}\n" for k, v in sorted(res["failed"].items()))
     return text
-
-
-def _reached(r: dict):
-    if r["updates_to_baseline_best"] is not None:
-        return r["updates_to_baseline_best"]
-    return "not reached" if r["baseline_best_ppl"] is not None else None
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
@@ -410,18 +384,13 @@ def plot(res: dict, path: pathlib.Path) -> None:
     common.save_titled_figure(path, fig, "T-Fixup in transformers models on Multi30k: valid loss against updates")
 
 
-# ---------------------------------------------------------------- command line
-
-
 def parser():
     p = runlib.study_parser(__doc__.split("\n\n")[0], "hf.{json,md,png}, hf/runs/")
-    for action in p._actions:
-        if action.dest == "data":
-            action.help = "the exported data folder (python -m harness.bench.hf export --out DIR); default work/hf-data"
-        if action.dest == "data_root":
-            action.help = argparse.SUPPRESS
-        if action.dest == "out":
-            action.required = False  # not with --estimate
+    actions = {a.dest: a for a in p._actions}
+    actions["data"].help = ("the exported data folder (python -m harness.bench.hf export --out DIR); "
+                            "default work/hf-data")
+    actions["data_root"].help = argparse.SUPPRESS
+    actions["out"].required = False  # not with --estimate
     p.epilog = ("first, where fairseq is: python -m harness.bench.hf export --out DIR (the data folder --data "
                 "reads; export --help). 'python -m harness.bench.hf one' runs a single run (the study starts these).")
     p.add_argument("--device", default="cpu", help="torch device of every run: cpu (default) or cuda")
@@ -463,16 +432,12 @@ def main(argv=None) -> int:
             if not only:
                 common.log(f"--select {' '.join(args.select)}: no planned run matches (yet); nothing to run")
                 break
-
-        def summary(records, n=len(all_runs)):
-            return summarise(cfg, records, data, n, runlib.load_records(failed_dir))
-
-        def execute(r, work):
-            return hf_train.execute(r, work, failed_dir, args.device, args.threads, args.in_process)
-
-        runlib.run_study(STEM + args.tag, out, all_runs, summary, plot, report, "valid loss against updates, every run",
-                         1 if args.in_process else args.jobs, execute=execute, report_only=args.report_only, only=only,
-                         quiet=round_ > 0)
+        runlib.run_study(STEM + args.tag, out, all_runs,
+                         lambda recs, n=len(all_runs): summarise(cfg, recs, data, n, runlib.load_records(failed_dir)),
+                         plot, report, "valid loss against updates, every run", 1 if args.in_process else args.jobs,
+                         execute=lambda r, work: hf_train.execute(r, work, failed_dir, args.device, args.threads,
+                                                                  args.in_process),
+                         report_only=args.report_only, only=only, quiet=round_ > 0)
         grown = {r.id for r in make_runs(cfg, data, runlib.load_records(store))} - {r.id for r in all_runs}
         if args.report_only or args.only or not grown:
             break

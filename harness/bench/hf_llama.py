@@ -1,6 +1,5 @@
-"""The LLaMA question of the HuggingFace study (harness/bench/hf.py): on the 24-layer Llama, each method on an lr
-grid grown from the records (doubled or halved while its best lr is at an edge), a second seed at its best lr;
-its table (what a LLaMA user reads; README's generated block), verdict, report section and figure panels."""
+"""The LLaMA question of the HuggingFace study (harness/bench/hf.py): each method on an lr grid on the 24-layer Llama,
+a second seed at its best lr; its table (README's generated block too), verdict, report section and figure panels."""
 
 import statistics
 
@@ -8,21 +7,19 @@ from harness.bench import common
 from harness.bench.hf_train import ARMS, BASELINE, DERF_ALPHA0, DERF_SHIFT0, DYT_ALPHA0, NORM_FREE
 
 
-MARGIN_BITS = 1.0  # the other studies' --margin: a run trains once its best valid loss is this far below the unigram level
+MARGIN_BITS = 1.0  # the other studies' --margin: a run trains once its best is this far below the unigram level
 
 
 def trains(rec: dict, stuck_bits) -> bool:
-    """RECORD finished without diverging and left the unigram stage: its best valid loss is below STUCK_BITS (the
-    data's unigram level less MARGIN_BITS; None: any finite best counts)."""
+    """RECORD finished without diverging and its best valid loss is below STUCK_BITS (None: any finite best)."""
     best = common.best((rec or {}).get("valid_curve") or [])[1] if (rec or {}).get("status") == "ok" else None
     return best is not None and (stuck_bits is None or best < stuck_bits)
 
 
 def grid_of(g: dict, record_at, stuck_bits=None) -> tuple:
-    """An arm's lr grid as the records make it (RECORD_AT(lr): the first seed's record there, or None): the starting
-    lrs, doubled while the best is the largest (up to max_lr), halved while it is the smallest or nothing trained
-    (down to min_lr); the best among the runs that train (``trains``). (grid, best lr, closed): closed once every
-    run is in and the best is inside or at a bound."""
+    """(grid, best lr, closed): an arm's lr grid as RECORD_AT(lr) (the first seed's record, or None) makes it: the
+    starting lrs, doubled while the best of the runs that train is the largest (up to max_lr), halved while it is
+    the smallest or none trains (down to min_lr); closed once every run is in and the best is inside or at a bound."""
     grid = sorted(g["lrs"])
     while True:
         got = {lr: record_at(lr) for lr in grid}
@@ -38,11 +35,9 @@ def grid_of(g: dict, record_at, stuck_bits=None) -> tuple:
 
 
 def llama_question(res: dict) -> dict:
-    """Llama's lr grid (config lm.lr_grid) as recorded: per method (arm), its grid (lr -> the first seed's row), its
-    best lr (the first seed's lowest best valid loss among runs that did not diverge), whether the grid is closed,
-    its rows at the best lr (every seed), and against the warmup baseline at ITS best lr (the same seed): the
-    updates to that baseline's best and their ratio to the baseline's own; norms left, warmup, extra parameters
-    (against the stock model). {} without a grid."""
+    """Llama's lr grid (config lm.lr_grid) as recorded, per method: its grid (the first seed's cells), best lr,
+    whether closed and done, every seed at the best lr against the warmup baseline at ITS best lr (the same seed:
+    updates to its best, their ratio to its own), norms left, warmup, extra parameters. {} without a grid."""
     g = res["config"]["lm"].get("lr_grid")
     if not g:
         return {}
@@ -58,19 +53,13 @@ def llama_question(res: dict) -> dict:
         grid, b, closed = grid_of(g, lambda lr: recs.get(first[lr]["id"]) if lr in first else None, stuck)
         if not closed:  # the best so far, said to be provisional ("grid open")
             b = common.best_lr({lr: recs.get(r["id"]) for lr, r in first.items() if trains(recs.get(r["id"]), stuck)})
-
-        def cell(lr):
-            if lr not in first:
-                return {"lr": lr, "id": None, "status": None, "best_ppl": None}
-            r = first[lr]
-            return {"lr": lr, "id": r["id"], "best_ppl": r["best_ppl"], "status": status(r)}
-
         at_best[arm] = sorted((r for r in mine if r["lr"] == b), key=lambda r: r["seed"])
+        cells = [{"lr": lr, "id": None, "status": None, "best_ppl": None} if lr not in first else
+                 {"lr": lr, "id": first[lr]["id"], "best_ppl": first[lr]["best_ppl"], "status": status(first[lr])}
+                 for lr in grid]
         # done: the grid closed, and every seed ran at its best lr (nothing to run where no lr trained)
-        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [],
-                    "grid": [cell(lr) for lr in grid],
-                    "done": closed and (b is None or {r["seed"] for r in at_best[arm]
-                                                      if recs.get(r["id"])} >= set(g["seeds"]))}
+        done = closed and (b is None or {r["seed"] for r in at_best[arm] if recs.get(r["id"])} >= set(g["seeds"]))
+        out[arm] = {"label": ARMS[arm].label, "best_lr": b, "closed": closed, "seeds": [], "grid": cells, "done": done}
     base = {r["seed"]: r for r in at_best.get(BASELINE, [])}
     for arm, m in out.items():
         for r in at_best[arm]:
@@ -78,8 +67,7 @@ def llama_question(res: dict) -> dict:
             b_at, b_best = (b_row["best_at"], b_row["best_valid"]) if b_row and b_row["status"] == "ok" else (None, None)
             u = common.reach(recs[r["id"]].get("valid_curve", []), b_best) if r["status"] == "ok" else None
             m["seeds"].append({"id": r["id"], "seed": r["seed"], "status": r["status"], "best_ppl": r["best_ppl"],
-                               "stuck": status(r) == "stuck",
-                               "updates": r["updates"], "to_baseline_best": u,
+                               "stuck": status(r) == "stuck", "updates": r["updates"], "to_baseline_best": u,
                                "ratio": round(u / b_at, 3) if u is not None and b_at else None,
                                "norm_modules": r["norm_modules"], "parameters": r["parameters"]})
         # norms and parameters do not depend on the lr: any run of the arm when none is at a best lr
@@ -194,7 +182,9 @@ def llama_report(res: dict) -> str:
             f"gated_mlp=\"sigmoid\")` (the gate bounded), `gated_mlp=\"scaled\"` (each gated MLP's output times "
             f"1/N), and plain T-Fixup with GI-Adam.\n\n")
     text += common.md_table(LLAMA_COLUMNS, llama_table(q)) + "\n\n" + llama_verdict(q) + "\n\n"
-    text += "Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN; stuck: at the unigram level):\n\n"
+    text += ("Best valid perplexity of the first seed at each lr of the grid (- not run; diverged: NaN; stuck: at the "
+             "unigram level):\n\n")
+
     def cell(m, x):
         c = next((c for c in m["grid"] if c["lr"] == x and c["status"]), None)
         return ("-" if c is None else "diverged" if c["status"] == "nan" else
@@ -206,8 +196,7 @@ def llama_report(res: dict) -> str:
 
 
 def plot_llama_question(res: dict, q: dict, curves, by_lr) -> None:
-    """Two panels of the Llama lr grid: each method's valid perplexity at its best lr (every seed there), and the
-    first seed's best valid perplexity against lr (a cross: diverged)."""
+    """Two panels: each method's valid perplexity at its best lr (every seed), the first seed's best against lr."""
     depth = res["config"]["lm"]["lr_grid"]["depth"]
     for arm, m in q.items():
         for r in m["seeds"]:

@@ -1,11 +1,13 @@
-"""The HuggingFace study's runs (harness/bench/hf.py plans them): its arms, rows of one table (ARMS: what each
-does to the model and its training, its label and colour); its data, exported once from the Multi30k data-bin
-(``export``, which needs fairseq) into token-id arrays read with numpy and torch alone; its models, built from
-transformers configs and changed as a run's arm says; the plain PyTorch loop every family shares, which keeps
-its curves (lists of (update, value)) and prints progress lines in fairseq's shape (the study's heartbeat reads
-the last); Marian's beam search and its scores; one run in its own process (``hf one``)."""
+"""The HuggingFace study's runs (harness/bench/hf.py plans them): its arms (ARMS, a row each); its data, exported
+once from the Multi30k data-bin (``export``, needs fairseq) as token-id arrays read with numpy and torch alone; its
+models, built from transformers configs and changed as an arm says; the PyTorch loop every family shares (curves of
+(update, value), progress lines in fairseq's shape, which the study's heartbeat reads); Marian's beam search and
+scores; one run in its own process (``hf one``)."""
 
 import argparse
+import contextlib
+import importlib.metadata
+import itertools
 import json
 import math
 import os
@@ -15,8 +17,11 @@ import shutil
 import statistics
 import sys
 import time
+import traceback
 import types
 from typing import NamedTuple, Optional
+
+import numpy as np
 
 from harness.bench import common, runs as runlib
 from tfixup import atomic, methods
@@ -32,20 +37,15 @@ DECAY_PERIOD = 4000
 WEIGHT_DECAY = 1e-4
 
 
-# ---------------------------------------------------------------- the arms
-
-
 FAMILIES = {"marian": "Marian (translation)", "gpt2": "GPT-2 (causal LM)", "llama": "Llama (causal LM)",
             "bert": "BERT (masked LM)"}
 NO_MULTIPLIER = ("gpt2", "llama", "bert")  # families that get apply_tfixup's input multiplier
 
 
 class Arm(NamedTuple):
-    """A training arm: the stock model (as built, or changed) or T-Fixup on it (``tfixup``: apply_tfixup with these
-    options), its schedule ("nowarmup": T-Fixup's curve; "matched": a warmup onto it), optimizer ("adam": AdamW;
-    "giadam": its second moment starts at the first gradient squared), norms ("kept": as built or as apply_tfixup
-    leaves them; "dyt", "derf": in place of every RMSNorm), a change of the model (hf_train.CHANGES), its colour,
-    and whether it is a norm-free T-Fixup candidate and on the 24-layer Llama's lr grid."""
+    """A training arm: the stock model (as built, or changed: CHANGES) or T-Fixup on it (apply_tfixup with these
+    options); schedule: "nowarmup" (T-Fixup's curve) or "matched" (a warmup onto it); optimizer "giadam": Adam's
+    second moment starts at the first gradient squared; norms "dyt", "derf": in place of every RMSNorm."""
     label: str
     schedule: str
     color: str
@@ -70,8 +70,7 @@ ARMS = {
     # them (transformers: N(0, 0.02) and zeros; fairseq: Xavier-uniform, gain 2^-1/2, and nn.Linear's biases)
     "tfixup_fsqk": Arm("T-Fixup, no warmup, q/k as fairseq draws them", NW, "tab:pink", tfixup=True,
                        change="fairseq_qk"),
-    # the causal LMs' control for apply_tfixup's sqrt(d) input multiplier (fairseq's embed_scale, which GPT-2 and
-    # Llama lack)
+    # the causal LMs' control for apply_tfixup's sqrt(d) input multiplier (fairseq's embed_scale; GPT-2, Llama lack it)
     "tfixup_noscale": Arm("T-Fixup, no warmup, without the sqrt(d) input multiplier", NW, "tab:orange", tfixup=True,
                           input_scale=False),
     # Llama's controls for its gated MLP, of degree 2 in its input (docs/derivation.md, section 7.6)
@@ -104,16 +103,11 @@ DYT_ALPHA0 = {"attention": 0.8, "mlp": 0.2, "final": 0.2}
 DERF_ALPHA0, DERF_SHIFT0 = 0.5, 0.0  # Derf's defaults (gamma * erf(alpha x + s) + beta), at every place
 
 
-# ---------------------------------------------------------------- the data: exported here, read with numpy
-
-
 def export(data_bin: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
-    """The data-bin's token ids (fairseq's own reader) as OUT/{train,valid,test}.npz (per language: the ids of all
-    sentences in a row, ``LANG``, and where each starts, ``LANG_offsets``), the dictionaries as symbol lists
-    (OUT/vocab.LANG.txt, line i = id i), the raw test references and meta.json; published whole or not at all."""
-    import numpy as np
+    """The data-bin's token ids (fairseq's reader) as OUT/SPLIT.npz (per language: every sentence's ids in a row,
+    LANG, and where each starts, LANG_offsets), OUT/vocab.LANG.txt (line i = id i), the raw test references and
+    meta.json; published whole or not at all."""
     from fairseq.data import Dictionary, data_utils
-
     for f in (f"dict.{SRC}.txt", f"dict.{TGT}.txt", f"test.raw.{TGT}"):
         if not (data_bin / f).is_file():
             common.die(f"{data_bin}: no {f}, not the Multi30k De-En data-bin; make it with: {PREPARE}")
@@ -152,8 +146,6 @@ def check_data(path: pathlib.Path) -> pathlib.Path:
 
 def read_split(data: pathlib.Path, split: str, lang: str, lines: int = 0) -> list:
     """A split's sentences as int64 numpy arrays (each ending with </s>), the first LINES (0: all)."""
-    import numpy as np
-
     with np.load(data / f"{split}.npz") as z:
         ids, offsets = z[lang].astype(np.int64), z[f"{lang}_offsets"]
     n = len(offsets) - 1 if not lines else min(lines, len(offsets) - 1)
@@ -167,16 +159,9 @@ def read_vocab(data: pathlib.Path, lang: str) -> list:
 def to_text(ids, vocab: list, escape_unk: bool = False) -> str:
     """fairseq's ``Dictionary.string`` with --remove-bpe: symbols up to </s>, "@@ " joins removed; ESCAPE_UNK:
     <unk> as fairseq-generate writes a reference's (<<unk>>)."""
-    words = []
-    for i in map(int, ids):
-        if i == EOS:
-            break
-        if i not in (BOS, PAD):
-            words.append("<<unk>>" if escape_unk and i == UNK else vocab[i])
+    ids = itertools.takewhile(lambda i: i != EOS, map(int, ids))
+    words = ["<<unk>>" if escape_unk and i == UNK else vocab[i] for i in ids if i not in (BOS, PAD)]
     return (" ".join(words) + " ").replace("@@ ", "").rstrip()
-
-
-# ---------------------------------------------------------------- models (transformers, from configs)
 
 
 def build_model(spec: dict, vocab: dict):
@@ -185,7 +170,6 @@ def build_model(spec: dict, vocab: dict):
     if f not in FAMILIES:
         raise ValueError(f"unknown model family {f!r}: one of {', '.join(FAMILIES)}")
     import transformers as hf
-
     if f == "marian":  # fairseq's transformer as the quality study trains it: ReLU, sinusoidal positions,
         # embeddings scaled by sqrt(d), decoder input = output embedding, dictionaries apart, </s> starts the decoder
         return hf.MarianMTModel(hf.MarianConfig(
@@ -215,7 +199,6 @@ def fairseq_qk_(model) -> int:
     """What T-Fixup leaves of each attention drawn again as fairseq's MultiheadAttention draws it: q and k weights
     Xavier-uniform with gain 2^-1/2, the q, k and v biases nn.Linear's uniform (+-fan_in^-1/2); how many."""
     import torch
-
     n = 0
     with torch.no_grad():
         for m in model.modules():
@@ -229,12 +212,10 @@ def fairseq_qk_(model) -> int:
 
 
 def fairseq_init_(model) -> int:
-    """Marian drawn as fairseq 0.12 draws its Post-LN transformer: token embeddings N(0, d^-1/2) with the padding
-    row zero; q, k, v weights Xavier-uniform with gain 2^-1/2 and nn.Linear's uniform biases; out_proj
-    Xavier-uniform (gain 1), zero bias; fc1 and fc2 nn.Linear's own draw. LayerNorms and the sinusoidal positions
-    are the same in both; the output projection is the decoder's embedding (tied). How many attentions."""
+    """Marian drawn as fairseq 0.12 draws its Post-LN transformer: token embeddings N(0, d^-1/2), padding row zero;
+    q, k, v as fairseq_qk_; out_proj Xavier-uniform, zero bias; fc1, fc2 nn.Linear's draw (LayerNorms, sinusoidal
+    positions and the tied output projection are the same in both). How many attentions."""
     import torch
-
     n = fairseq_qk_(model)  # q, k weights; q, k, v biases
     with torch.no_grad():
         for stack in (model.base_model.encoder, model.base_model.decoder):
@@ -276,7 +257,6 @@ def make_model(spec: dict, data: pathlib.Path):
     import torch
     from tfixup import apply_tfixup
     from tfixup.hf_norms import pointwise_norms_
-
     arm = ARMS[spec["arm"]]
     torch.manual_seed(spec["seed"])
     model = build_model(spec, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
@@ -294,12 +274,8 @@ def make_model(spec: dict, data: pathlib.Path):
     return model, out
 
 
-# ---------------------------------------------------------------- batches (fairseq's)
-
-
 def pad_rows(rows: list, pad: int = PAD):
     import torch
-
     out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
     for i, r in enumerate(rows):
         out[i, :len(r)] = torch.as_tensor(r)
@@ -309,8 +285,6 @@ def pad_rows(rows: list, pad: int = PAD):
 def translation_batches(src: list, tgt: list, max_tokens: int, seed: int, epoch: int) -> list:
     """fairseq's batching of a language pair: sentences by source then target length (ties at random), greedily
     into batches of at most MAX_TOKENS (longest side x sentences), in a random order per epoch."""
-    import numpy as np
-
     rng = np.random.RandomState(seed + epoch)
     slen, tlen = np.array([len(s) for s in src]), np.array([len(t) for t in tgt])
     order = rng.permutation(len(src))
@@ -331,8 +305,6 @@ def translation_batches(src: list, tgt: list, max_tokens: int, seed: int, epoch:
 
 def translation_tensors(src: list, tgt: list, idx: list) -> dict:
     """Source with its mask; decoder input </s> + target without its </s> (fairseq's prev_output_tokens)."""
-    import numpy as np
-
     s, t = pad_rows([src[i] for i in idx]), pad_rows([tgt[i] for i in idx])
     prev = pad_rows([np.concatenate([[EOS], tgt[i][:-1]]) for i in idx])
     return {"input_ids": s, "attention_mask": (s != PAD).long(), "decoder_input_ids": prev, "labels": t}
@@ -341,62 +313,34 @@ def translation_tensors(src: list, tgt: list, idx: list) -> dict:
 def lm_blocks(sents: list, block: int, pad_tail: bool):
     """One stream of the sentences in rows of BLOCK tokens and their next tokens; PAD_TAIL: the last part-filled
     row too, its missing targets PAD (valid: every token is scored)."""
-    import numpy as np
     import torch
-
     stream = np.concatenate(sents)
-    n = (len(stream) - 1) // block
-    x, y = stream[:n * block].reshape(n, block), stream[1:n * block + 1].reshape(n, block)
-    rest = len(stream) - 1 - n * block
-    if pad_tail and rest:
-        tx, ty = np.full((1, block), PAD), np.full((1, block), PAD)
-        tx[0, :rest], ty[0, :rest] = stream[n * block:-1], stream[n * block + 1:]
-        x, y = np.concatenate([x, tx]), np.concatenate([y, ty])
-    return torch.as_tensor(x), torch.as_tensor(y)
-
-
-def bert_masked(ids, vocab_size: int, prob: float, generator):
-    """BERT's masking of the ordinary tokens: PROB of them are targets, of which 80 % become [MASK] (id
-    VOCAB_SIZE), 10 % a random ordinary token, 10 % stay. (inputs, labels with -100 off the targets)."""
-    import torch
-
-    target = (ids > UNK) & (torch.rand(ids.shape, generator=generator) < prob)
-    labels = torch.where(target, ids, torch.full_like(ids, -100))
-    r = torch.rand(ids.shape, generator=generator)
-    inputs = ids.clone()
-    inputs[target & (r < 0.8)] = vocab_size
-    rand = target & (r >= 0.8) & (r < 0.9)
-    inputs[rand] = torch.randint(UNK + 1, vocab_size, ids.shape, generator=generator)[rand]
-    return inputs, labels
+    n = len(stream) - 1  # tokens that have a next one
+    rows = -(-n // block) if pad_tail else n // block
+    x, y = np.full((2, rows * block), PAD)
+    k = min(n, rows * block)
+    x[:k], y[:k] = stream[:k], stream[1:k + 1]
+    return torch.as_tensor(x.reshape(rows, block)), torch.as_tensor(y.reshape(rows, block))
 
 
 def batches_of(n: int, size: int, gen) -> list:
     """A random order of N rows in full batches of SIZE (an epoch)."""
     import torch
-
     perm = torch.randperm(n, generator=gen)
     return [perm[k:k + size] for k in range(0, n - size + 1, size)] or [perm]
 
 
-# ---------------------------------------------------------------- the loop
-
-
-def smoothed_loss(logits, target, eps: float):
-    """fairseq's label_smoothed_cross_entropy, summed over the non-pad targets: (loss, tokens)."""
+def marian_sums(model, b, eps):
+    """fairseq's label_smoothed_cross_entropy of batch B, summed over the non-pad targets: (loss, tokens)."""
     import torch
-
-    lprobs = torch.log_softmax(logits.float(), dim=-1).flatten(0, -2)
-    keep = target.flatten() != PAD
-    lprobs, target = lprobs[keep], target.flatten()[keep]
+    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=b["decoder_input_ids"])
+    lprobs = torch.log_softmax(out.logits.float(), dim=-1).flatten(0, -2)
+    keep = b["labels"].flatten() != PAD
+    lprobs, target = lprobs[keep], b["labels"].flatten()[keep]
     nll = -lprobs.gather(1, target[:, None]).squeeze(1)
     eps_i = eps / (lprobs.size(-1) - 1)
     loss = (1.0 - eps - eps_i) * nll + eps_i * -lprobs.sum(-1)
     return loss.sum(), int(keep.sum())
-
-
-def marian_sums(model, b, eps):
-    out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], decoder_input_ids=b["decoder_input_ids"])
-    return smoothed_loss(out.logits, b["labels"], eps)
 
 
 def marian_loss(model, b, eps):
@@ -422,7 +366,6 @@ class Trainer:
 
     def __init__(self, model, spec: dict, device):
         import torch
-
         self.model, self.spec, self.device, self.arm = model.to(device), spec, device, ARMS[spec["arm"]]
         self.opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"], betas=(0.9, 0.98), eps=1e-8,
                                      weight_decay=WEIGHT_DECAY)
@@ -432,7 +375,6 @@ class Trainer:
         """One update on BATCH (``loss_fn(model, batch) -> (loss, bits per token)``); False once not finite."""
         import torch
         from tfixup.optim import gi_adam_init_
-
         t0 = time.time()
         self.model.train()
         for g in self.opt.param_groups:
@@ -462,7 +404,6 @@ class Trainer:
     def validate(self, batches, sums) -> None:
         """The valid loss in bits per token over BATCHES (``sums(model, batch) -> (summed loss, tokens)``)."""
         import torch
-
         self.model.eval()
         total, tokens = 0.0, 0
         with torch.no_grad():
@@ -477,9 +418,8 @@ class Trainer:
 
 
 def loop(tr: Trainer, epoch_batches, loss_fn, valid: tuple, epochs=math.inf, updates=math.inf, every=0) -> int:
-    """Epochs of EPOCH_BATCHES(epoch) until EPOCHS or UPDATES, validating on VALID (Trainer.validate's batches and
-    sums) every EVERY updates and at the last, or (EVERY 0) after each epoch, a progress line every 50 updates;
-    how many epochs."""
+    """Epochs of EPOCH_BATCHES(epoch) until EPOCHS or UPDATES, validating on VALID (Trainer.validate's arguments)
+    every EVERY updates and at the last, or (EVERY 0) after each epoch; how many epochs."""
     epoch = 0
     while epoch < epochs and tr.updates < updates and tr.status == "ok":
         epoch += 1
@@ -499,8 +439,9 @@ def loop(tr: Trainer, epoch_batches, loss_fn, valid: tuple, epochs=math.inf, upd
 
 
 def train_marian(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
-    """Epochs of fairseq's batches, validating after each (fairseq's valid_loss: label-smoothed); then the final
-    model's test translation."""
+    """Epochs of fairseq's batches, validating (label-smoothed) after each; then the final model's beam search on
+    the test sources (shortest first, 100 at a time), BPE removed, scored."""
+    import torch
     lines = {"train": spec["train_lines"], "valid": spec["valid_lines"], "test": spec["test_lines"]}
     pairs = {s: (read_split(data, s, SRC, n), read_split(data, s, TGT, n)) for s, n in lines.items()}
     (src, tgt), (vsrc, vtgt), eps = pairs["train"], pairs["valid"], spec["label_smoothing"]
@@ -509,36 +450,28 @@ def train_marian(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
                                      translation_batches(src, tgt, spec["max_tokens"], spec["seed"], epoch)),
                   lambda m, b: marian_loss(m, b, eps), (valid, lambda m, b: marian_sums(m, b, eps)),
                   epochs=spec["epochs"], updates=spec["max_updates"] or math.inf)
-    test = translate_test(tr.model, pairs["test"][0], spec, data, tr.device) if tr.status == "ok" else None
-    return {"epochs": epochs, **({"test": test} if test else {})}
-
-
-def translate_test(model, src: list, spec: dict, data: pathlib.Path, device) -> dict:
-    """Beam search on the test sources (shortest first, 100 at a time), BPE removed, scored."""
-    import torch
-
-    vocab, hyps, t0 = read_vocab(data, TGT), [None] * len(src), time.time()
-    order = sorted(range(len(src)), key=lambda i: len(src[i]))
-    model.eval()
+    if tr.status != "ok":
+        return {"epochs": epochs}
+    src, vocab, t0 = pairs["test"][0], read_vocab(data, TGT), time.time()
+    hyps, order = [None] * len(src), sorted(range(len(src)), key=lambda i: len(src[i]))
+    tr.model.eval()
     with torch.no_grad():
         for k in range(0, len(order), 100):
             idx = order[k:k + 100]
-            s = pad_rows([src[i] for i in idx]).to(device)
-            gen = model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
-                                 length_penalty=spec["lenpen"], max_new_tokens=spec["max_len_b"], early_stopping=True,
-                                 do_sample=False, suppress_tokens=[BOS, PAD])
+            s = pad_rows([src[i] for i in idx]).to(tr.device)
+            gen = tr.model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
+                                    length_penalty=spec["lenpen"], max_new_tokens=spec["max_len_b"],
+                                    early_stopping=True, do_sample=False, suppress_tokens=[BOS, PAD])
             for i, row in zip(idx, gen.tolist()):
                 hyps[i] = to_text(row[1:], vocab)  # after the </s> that starts the decoder
-    return {**test_scores(hyps, data), "beam": spec["beam"], "lenpen": spec["lenpen"],
-            "decode_wall_s": round(time.time() - t0, 1), "hypotheses": hyps}
+    return {"epochs": epochs, "test": {**test_scores(hyps, data), "beam": spec["beam"], "lenpen": spec["lenpen"],
+                                       "decode_wall_s": round(time.time() - t0, 1), "hypotheses": hyps}}
 
 
 def test_scores(hyps: list, data: pathlib.Path) -> dict:
-    """harness/score.py's scores of the test hypotheses (tokenized, BPE removed): tokenized BLEU against the
-    data-bin's references, detokenized sacreBLEU (lowercased) against the raw test text; without sacremoses (a GPU
-    machine) the latter is None, filled in by --report-only where it is installed."""
+    """harness/score.py's tokenized BLEU of the hypotheses (BPE removed) and detokenized, lowercased sacreBLEU;
+    without sacremoses (a GPU machine) the latter is None, filled in by --report-only where it is installed."""
     from harness import score
-
     vocab = read_vocab(data, TGT)
     refs = [to_text(t, vocab, escape_unk=True) for t in read_split(data, "test", TGT, len(hyps))]
     raw = (data / f"test.raw.{TGT}").read_text(encoding="utf-8").splitlines()[:len(hyps)]
@@ -556,7 +489,6 @@ def train_lm(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
     """GPT-2, Llama: rows of one stream, next-token loss; valid on every valid token."""
     import torch
     import torch.nn.functional as F
-
     block = spec["tokens_per_sample"]
     x, y = lm_blocks(read_split(data, "train", TGT, spec["train_lines"]), block, pad_tail=False)
     vx, vy = lm_blocks(read_split(data, "valid", TGT, spec["valid_lines"]), block, pad_tail=True)
@@ -579,18 +511,22 @@ def train_lm(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
 
 def train_bert(spec: dict, data: pathlib.Path, tr: Trainer) -> dict:
     """BERT: <s> (as [CLS]) + each sentence with its </s>, cut to max_len, masked; the same valid masks every run."""
-    import numpy as np
     import torch
     import torch.nn.functional as F
-
     vocab = len(read_vocab(data, TGT))
     train, valid = ([np.concatenate([[BOS], s])[:spec["max_len"]] for s in read_split(data, split, TGT, n)]
                     for split, n in (("train", spec["train_lines"]), ("valid", spec["valid_lines"])))
     gen, fixed = torch.Generator().manual_seed(spec["seed"]), torch.Generator().manual_seed(12345)
 
-    def batch(rows, generator):
+    def batch(rows, generator):  # mask_prob of ordinary tokens are targets: 80 % [MASK] (id vocab), 10 % random
         ids = pad_rows(rows)
-        inputs, labels = bert_masked(ids, vocab, spec["mask_prob"], generator)
+        target = (ids > UNK) & (torch.rand(ids.shape, generator=generator) < spec["mask_prob"])
+        labels = torch.where(target, ids, torch.full_like(ids, -100))
+        r = torch.rand(ids.shape, generator=generator)
+        inputs = ids.clone()
+        inputs[target & (r < 0.8)] = vocab
+        rand = target & (r >= 0.8) & (r < 0.9)
+        inputs[rand] = torch.randint(UNK + 1, vocab, ids.shape, generator=generator)[rand]
         return {"inputs": inputs, "labels": labels, "mask": (ids != PAD).long()}
 
     def masked_sums(model, b):
@@ -616,10 +552,7 @@ TRAIN = {"marian": train_marian, "gpt2": train_lm, "llama": train_lm, "bert": tr
 def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
     """Build, change as its arm says, train and evaluate one run in this process; what it measured, its curves
     (valid; train in windows of 10 updates, mean bits per token)."""
-    import importlib.metadata
-
     import torch
-
     torch.set_num_threads(threads)
     dev = torch.device(device)
     model, out = make_model(spec, data)
@@ -636,12 +569,8 @@ def run_one(spec: dict, data: pathlib.Path, device: str, threads: int) -> dict:
 
 def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: str, threads: int,
             in_process: bool = False) -> dict:
-    """One run in its own process (``python -m harness.bench.hf one``; IN_PROCESS: in this one, for the tests), its
-    output in WORK/ID/train.log; its record. A run that fails leaves FAILED/ID.json (its error, the log's tail),
-    which is no result."""
-    import contextlib
-    import traceback
-
+    """One run in its own process (``hf one``; IN_PROCESS: in this one, for the tests), its output in WORK/ID/train.log;
+    its record. A run that fails leaves FAILED/ID.json (its error, the log's tail), which is no result."""
     rundir = work / run.id
     shutil.rmtree(rundir, ignore_errors=True)
     rundir.mkdir(parents=True)
@@ -675,21 +604,17 @@ def execute(run: runlib.Run, work: pathlib.Path, failed: pathlib.Path, device: s
     return record
 
 
-def estimate(specs: list, data: pathlib.Path, run_id, updates: int = 3):
-    """Seconds per update of each run type of SPECS here (the stock model, 1 thread, the runs' batches)
-    after one untimed update; with each run's updates, its CPU time: a row per run."""
-    import numpy as np
+def estimate_main(specs: list, data: pathlib.Path, run_id, jobs: int, updates: int = 3) -> int:
+    """--estimate: the seconds per update of each run type of SPECS here (the stock model, 1 thread, the runs'
+    batches) after one untimed update; with each run's updates, its CPU time: a table and the total."""
     import torch
-
     torch.set_num_threads(1)
-    timed = {}
+    timed, rows = {}, []
     for spec in specs:
         kind = (spec["family"], spec["layers"])
         if kind not in timed:
             spec1 = {**spec, "arm": BASELINE, "updates": updates + 1, "valid_every": 10 ** 9, "valid_lines": 8}
-            torch.manual_seed(1)
-            model = build_model(spec1, {lang: len(read_vocab(data, lang)) for lang in (SRC, TGT)})
-            tr = Trainer(model, spec1, torch.device("cpu"))
+            tr = Trainer(make_model(spec1, data)[0], spec1, torch.device("cpu"))
             per_epoch, decode_s = None, 0.0
             if spec["family"] == "marian":  # the training part only; the test decoding timed on 20 sentences
                 src, tgt = read_split(data, "train", SRC), read_split(data, "train", TGT)
@@ -700,18 +625,22 @@ def estimate(specs: list, data: pathlib.Path, run_id, updates: int = 3):
                 t0 = time.time()
                 with torch.no_grad():
                     s = pad_rows(read_split(data, "test", SRC, 20))
-                    model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
-                                   max_new_tokens=30, min_new_tokens=15)
+                    tr.model.generate(input_ids=s, attention_mask=(s != PAD).long(), num_beams=spec["beam"],
+                                      max_new_tokens=30, min_new_tokens=15)
                 decode_s = (time.time() - t0) / 20 * len(read_split(data, "test", SRC))
             else:
                 TRAIN[spec["family"]](spec1, data, tr)
             timed[kind] = (float(np.median(tr.times[1:])), per_epoch, decode_s)
         s_upd, per_epoch, decode_s = timed[kind]
         n = per_epoch * spec["epochs"] if spec["family"] == "marian" else spec["updates"]
-        yield {"run": run_id(spec), "s_per_update": round(s_upd, 3), "updates": n, "cpu_s": round(s_upd * n + decode_s)}
-
-
-# ---------------------------------------------------------------- ``hf export``, ``hf one``, ``hf --estimate``
+        rows.append([run_id(spec), round(s_upd, 3), n, round(s_upd * n + decode_s)])
+    print(common.md_table(["run", "s/update (1 CPU thread)", "updates", "CPU s"], rows))
+    total, longest = sum(r[3] for r in rows), max(r[3] for r in rows)
+    print(f"\nall {len(rows)} runs: {total / 3600:.1f} CPU hours; with --jobs {jobs} on as many free cores at "
+          f"least {max(total / max(jobs, 1), longest) / 3600:.1f} h (the longest run: {longest / 60:.0f} min). "
+          f"Measured on {common.machine()['cpu']}, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f} at the end: a busy machine's seconds are longer")
+    return 0
 
 
 def one_main(argv) -> int:
@@ -738,15 +667,3 @@ def export_main(argv) -> int:
     print(f"wrote {out}: {common.data_description(out)}")
     return 0
 
-
-def estimate_main(specs: list, data: pathlib.Path, run_id, jobs: int) -> int:
-    """--estimate: each run's CPU time here (``estimate``), a table and the total."""
-    rows = list(estimate(specs, data, run_id))
-    print(common.md_table(["run", "s/update (1 CPU thread)", "updates", "CPU s"],
-                          [[r["run"], r["s_per_update"], r["updates"], r["cpu_s"]] for r in rows]))
-    total, longest = sum(r["cpu_s"] for r in rows), max(r["cpu_s"] for r in rows)
-    print(f"\nall {len(rows)} runs: {total / 3600:.1f} CPU hours; with --jobs {jobs} on as many free cores at "
-          f"least {max(total / max(jobs, 1), longest) / 3600:.1f} h (the longest run: {longest / 60:.0f} min). "
-          f"Measured on {common.machine()['cpu']}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.1f} at the end: a busy machine's seconds are longer")
-    return 0
