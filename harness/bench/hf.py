@@ -90,7 +90,8 @@ def make_config(mode: str) -> dict:
 
 
 def run_id(spec: dict) -> str:
-    """e.g. marian-L6-tfixup-s1, llama-L24-dyt-lr0.002-s1: the lr named only on a run of an lr grid (``lr_in_id``)."""
+    """e.g. marian-L6-tfixup-s1, llama-L24-dyt-lr0.002-s1: the lr named only on a run of an lr grid (``lr_in_id``),
+    so that the runs at the mode's lr keep their first ids."""
     lr = f"-lr{spec['lr']:g}" if spec.get("lr_in_id") else ""
     return f"{spec['family']}-L{spec['layers']}-{spec['arm']}{lr}-s{spec['seed']}"
 
@@ -172,7 +173,7 @@ def make_runs(cfg: dict, data: pathlib.Path, records: dict = None) -> list:
 
 
 def plan(data, mode: str = "default", records: dict = None) -> list:
-    """The study's runs on the exported folder DATA, the lr grid as RECORDS (default: the committed ones) say."""
+    """The study's runs on the exported DATA, the lr grid as RECORDS (default: the committed ones) call for it."""
     if records is None:
         records = runlib.load_records(common.REPO / "results" / "bench" / STEM / "runs")
     return make_runs(make_config(mode), pathlib.Path(data), records)

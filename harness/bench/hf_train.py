@@ -419,7 +419,7 @@ class Trainer:
 
 def loop(tr: Trainer, epoch_batches, loss_fn, valid: tuple, epochs=math.inf, updates=math.inf, every=0) -> int:
     """Epochs of EPOCH_BATCHES(epoch) until EPOCHS or UPDATES, validating on VALID (Trainer.validate's arguments)
-    every EVERY updates and at the last, or (EVERY 0) after each epoch; how many epochs."""
+    every EVERY updates and at the last, or (EVERY 0) after each epoch and a progress line every 50; how many epochs."""
     epoch = 0
     while epoch < epochs and tr.updates < updates and tr.status == "ok":
         epoch += 1
