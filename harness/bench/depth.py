@@ -64,8 +64,7 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """The paper's three methods at every depth first, then the others at every depth they are planned at: from
-    ``ln_free_from`` layers per side on, only the LayerNorm-free ones."""
+    """The paper's three methods at every depth first, then the others (from ``ln_free_from`` on: LayerNorm-free)."""
     arms = cfg["methods"] or list(ARMS)  # None: every method of the study
     rest = [m for m in arms if m not in CORE]
     return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in arms if m in CORE]

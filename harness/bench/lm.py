@@ -201,8 +201,9 @@ def report(res: dict) -> str:
         f"({lv['oracle']} bits = {lv['oracle_ppl']} for the best unigram model fit on valid itself). A run is "
         f"**stuck** when its best valid loss is not at least {res['margin_bits']} bit below {lv['train_fit']}, "
         f"i.e. above {res['stuck_threshold']} bits (perplexity {2 ** res['stuck_threshold']:.1f}).\n\n"))
-    text += common.mean_lr_text([(label, kind, cfg["warmup"], cfg["decay_period"]) for label, kind in
-                                 (("no warmup", "nowarmup"), ("matched warmup", "matched"))], cfg["updates"], cfg["lr"])
+    text += common.mean_lr_text([("no warmup", "nowarmup", cfg["warmup"], cfg["decay_period"]),
+                                 ("matched warmup", "matched", cfg["warmup"], cfg["decay_period"])],
+                                cfg["updates"], cfg["lr"])
     if res["headline"]:
         text += ("## Headline: updates to reach the warmup baseline's best valid perplexity\n\n"
                  f"Baseline: {ARMS[BASELINE].label}. Ratio: an arm's updates to the baseline's best / the updates "

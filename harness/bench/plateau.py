@@ -57,8 +57,7 @@ def make_runs(cfg: dict, qcfg: dict, data: dict) -> list:
 
 
 def configs(mode: str) -> tuple:
-    """(this study's config, the quality study's config its runs start from) of ``mode``: the wide mode
-    is the default quality config at its own model size."""
+    """(this study's config, the quality config its runs start from: for ``wide``, the default at its model size)."""
     cfg = dict(MODES[mode], mode=mode)
     return cfg, dict(quality.MODES["smoke" if mode == "smoke" else "default"], **cfg.get("model", {}), mode=mode)
 

@@ -34,8 +34,7 @@ SIZES = {
     "base": dict(embed=512, ffn=2048, heads=8, layers=6),  # transformer (wmt_en_de)
     "big": dict(embed=1024, ffn=4096, heads=16, layers=6),  # transformer_vaswani_wmt_en_de_big
 }
-# name -> method of tfixup/methods.py
-MODELS = {"tfixup": "tfixup", "stock": "postln"}
+MODELS = {"tfixup": "tfixup", "stock": "postln"}  # name -> method of tfixup/methods.py
 # --dtypes -> fairseq-train's precision flags on CUDA. No bf16: fairseq 0.12's --bf16 implies --tpu
 # (fairseq/options.py), so fairseq-train cannot train in bf16 on a GPU.
 PRECISION = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}

@@ -59,8 +59,7 @@ def _loss_bits(counts_eval: np.ndarray, counts_fit: np.ndarray, eps: float) -> f
 
 
 def _level(valid: np.ndarray, train: np.ndarray, vocab: int, eps: float = 0.0, ppl: bool = True) -> dict:
-    """The level on VALID's counts with q fit on VALID itself and on TRAIN; ``ppl``: with the perplexities 2^bits
-    (a language model's plain cross-entropy)."""
+    """The level on VALID's counts, q fit on VALID itself and on TRAIN; ``ppl``: with the perplexities 2^bits."""
     bits = {"oracle": _loss_bits(valid, valid, eps), "train_fit": _loss_bits(valid, train, eps)}
     out = {k: round(v, 4) for k, v in bits.items()}
     if ppl:
