@@ -7,9 +7,13 @@ FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.
 (their numbers, list lengths, the numbers of their prose fields, the flag values of their commands), the count of
 records in each folder (key ``(count)``), and what a job printed at its end (``results/**/summary.txt``).
 
-A number written by hand sits in a *block* (lines between blank lines: a paragraph, a table, a list) that names where
-its numbers come from in a line at its end, ``<!-- numbers: bench/lm.json: headline.*.best_ppl, config.depths -->``:
-entries separated by ``;``, each a record (a path under results/, globs allowed: ``bench/lm/runs/*.json``), then
+A number written by hand sits in a *block* (lines between blank lines: a paragraph, a table, a list without blank
+lines) that names where its numbers come from, in a line at its end::
+
+    T-Fixup reaches valid perplexity 39.3, ReZero 41.8 and DyT 52 at 24 layers.
+    <!-- numbers: bench/lm.json: headline.*.best_ppl, config.depths -->
+
+Entries are separated by ``;``: a record (a path under results/, globs allowed: ``bench/lm/runs/*.json``), then
 after ``: `` the keys of its values (comma-separated, list indices left out, globs allowed; ``best_ppl`` is any key
 ending in it; no keys: every value of the record; with indices, the values at those only: ``arms[*].steps[0].mlp``).
 A number is *recorded* when one of those values, rounded to the precision the doc shows, is the number (``8.22`` for
