@@ -1,9 +1,6 @@
-"""Average the parameters of the last K checkpoints, K chosen on the valid set.
-
-fairseq's ``scripts/average_checkpoints.py`` is not in the pip package; this is
-the same computation (element-wise mean of every model tensor, the rest of the
-state taken from the newest checkpoint) on top of ``fairseq.checkpoint_utils``.
-"""
+"""Average the parameters of the last K checkpoints, K chosen on the valid set: what fairseq's
+``scripts/average_checkpoints.py`` (not in the pip package) computes, element-wise mean of every model tensor and
+the rest of the state taken from the newest checkpoint, on top of ``fairseq.checkpoint_utils``."""
 
 import collections
 import errno
@@ -13,34 +10,28 @@ import re
 import shutil
 from typing import Dict, List, Sequence
 
-import torch
-
 from fairseq import checkpoint_utils
 
 from tfixup import atomic, checkpoints
 from harness import fairseq_log, recover
 
-EPOCH_PATTERN = r"checkpoint(\d+)\.pt"
 UPDATE_PATTERN = r"checkpoint_\d+_(\d+)\.pt"
 
 
 def _updates(path: str) -> int:
     m = re.fullmatch(UPDATE_PATTERN, os.path.basename(path))
-    return int(m.group(1)) if m else num_updates(path)
+    return int(m.group(1)) if m else recover.num_updates(path)
 
 
-def last_checkpoints(ckpt_dir: str, k: int) -> List[str]:
-    """The newest k checkpoints, newest first: numbered by update (checkpoint_E_U.pt)
-    when training saved them, else by epoch (checkpointE.pt). checkpoint_last.pt
-    counts as the newest when training stopped between two numbered saves (e.g. at
-    a --max-update that is no multiple of --save-interval-updates)."""
+def last_checkpoints(ckpt_dir: str) -> List[str]:
+    """The checkpoints, newest first: numbered by update (checkpoint_E_U.pt) when training saved them, else by
+    epoch (checkpointE.pt). checkpoint_last.pt counts as the newest when training stopped between two numbered
+    saves (e.g. at a --max-update that is no multiple of --save-interval-updates)."""
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
-    for pattern in (UPDATE_PATTERN, EPOCH_PATTERN):
+    for pattern in (UPDATE_PATTERN, r"checkpoint(\d+)\.pt"):
         paths = checkpoint_utils.checkpoint_paths(ckpt_dir, pattern=pattern)
         if paths:
-            if os.path.exists(last) and num_updates(last) > _updates(paths[0]):
-                paths = [last] + paths
-            return paths[:k]
+            return [last] + paths if os.path.exists(last) and recover.num_updates(last) > _updates(paths[0]) else paths
     # training that stopped before the first epoch end / save interval has only checkpoint_last.pt
     if os.path.exists(last):
         return [last]
@@ -51,25 +42,22 @@ def average_checkpoints(paths: Sequence[str]) -> Dict:
     """fairseq state of the newest checkpoint with its model replaced by the mean over ``paths``."""
     if not paths:
         raise ValueError("nothing to average")
-    summed: "collections.OrderedDict[str, torch.Tensor]" = collections.OrderedDict()
-    newest = None
+    summed, newest = collections.OrderedDict(), None
     for path in paths:
         # as saved (weights_only): fairseq's loader would turn the config into omegaconf
         # objects, which averaged.pt would then need torch to unpickle
         state = checkpoints.load(path, check_crc=True)
         newest = newest or state
-        model = state["model"]
-        if summed and set(model) != set(summed):
+        if summed and set(state["model"]) != set(summed):
             raise ValueError(f"{path} has other parameters than {paths[0]}")
-        for name, tensor in model.items():
+        for name, tensor in state["model"].items():
             # sum in float32/64 (fp16 checkpoints would lose precision)
             value = tensor.double() if tensor.is_floating_point() else tensor.clone()
             summed[name] = summed[name] + value if name in summed else value
-    averaged = collections.OrderedDict()
-    for name, total in summed.items():
-        ref = newest["model"][name]
-        averaged[name] = (total / len(paths)).to(ref.dtype) if ref.is_floating_point() else ref
-    newest["model"] = averaged
+    model = newest["model"]
+    newest["model"] = collections.OrderedDict(
+        (name, (total / len(paths)).to(model[name].dtype) if model[name].is_floating_point() else model[name])
+        for name, total in summed.items())
     return newest
 
 
@@ -88,9 +76,9 @@ def save_state(state: Dict, out: str, shown: str = None) -> None:
         folder = os.path.dirname(os.path.abspath(out))
         need = sum(t.numel() * t.element_size() for t in state["model"].values())
         free = shutil.disk_usage(folder).free
-        raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {shown or out}: {free / 2 ** 20:.0f} MiB free on "
-                       f"the disk of {folder}, the model needs about {need / 2 ** 20:.0f} MiB; free some space, "
-                       "then rerun the same command") from None
+        raise DiskFull(f"disk full (ENOSPC) writing the averaged checkpoint {shown or out}: {free / 2 ** 20:.0f} "
+                       f"MiB free on the disk of {folder}, the model needs about {need / 2 ** 20:.0f} MiB; free "
+                       "some space, then rerun the same command") from None
 
 
 @functools.lru_cache(maxsize=4)
@@ -107,12 +95,9 @@ def _validate_config(argv: tuple):
 
 
 def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> float:
-    """Label-smoothed loss of ``checkpoint`` on the valid subset: fairseq-validate's own code,
-
-        fairseq-validate DATA --path CHECKPOINT --valid-subset valid VALIDATE_ARGS
-
-    run in this process (fairseq is imported here already; a fairseq-validate process per
-    candidate K paid its ~5 s import again). Its log goes to stdout; the loss is read from it."""
+    """Label-smoothed loss of CHECKPOINT on the valid subset: ``fairseq-validate DATA --path CHECKPOINT
+    --valid-subset valid VALIDATE_ARGS``'s own code in this process (fairseq is imported here already; a process
+    per candidate K paid its ~5 s import again), its log on stdout, the loss read from it."""
     from fairseq_cli import validate
 
     from tfixup import literals
@@ -132,12 +117,10 @@ def valid_loss(checkpoint: str, data: str, validate_args: Sequence[str]) -> floa
 
 def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out: str,
                        validate_args: Sequence[str]) -> Dict:
-    """Average the last K checkpoints for each K in ``candidates`` and keep the
-    one with the lowest VALID loss (the test set is never looked at)."""
+    """Average the last K checkpoints for each K in ``candidates`` and keep the one with the lowest VALID loss
+    (the test set is never looked at)."""
     tried, best, kept = [], None, None
-    # Listed once, newest first; each candidate K averages the first K (listing may load
-    # checkpoint_last.pt to compare its update count).
-    every = last_checkpoints(ckpt_dir, 10 ** 9)
+    every = last_checkpoints(ckpt_dir)  # once (it may load checkpoint_last.pt); each K averages the first K
     with atomic.temp_file(out) as tmp:  # each candidate validated from here; a failure leaves nothing
         for k in sorted({min(int(c), len(every)) for c in candidates}):
             state = average_checkpoints(every[:k])
@@ -149,6 +132,3 @@ def choose_and_average(ckpt_dir: str, candidates: Sequence[int], data: str, out:
     save_state(kept, out)
     # the newest's update count, in every average: the averaged model's
     return {"chosen": best, "tried": tried, "num_updates": _updates(every[0])}
-
-
-num_updates = recover.num_updates

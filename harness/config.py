@@ -1,18 +1,11 @@
 """Experiment configs: the one reader of ``configs/``.
 
-Format: ``KEY=value``, one per line; the value is the rest of the line as
-written (no quotes, no expansion, no inline comments); ``#`` starts a comment
-line. ``configs/defaults.conf`` names every key with its default. An experiment
-file (``configs/NAME.conf``) or a shared base (``configs/base/NAME.conf``) may
-start with ``BASE=NAME`` to build on ``configs/base/NAME.conf`` and then states
-only what differs. Later wins: defaults < base chain < the file < environment
-variable of the same name < ``--set KEY=VALUE``.
-
-Bash never reads configs: ``scripts/*.sh`` ask this module for values and for
-the fairseq-train argument list (NUL-separated, for ``mapfile -d ''``), and
-``train.sh`` records the resolved config and the exact command in
-``OUT/config.resolved.json``, which evaluation reads instead of looking the
-experiment up again.
+``KEY=value`` lines (the value as written: no quotes, expansion or inline comments; ``#`` starts a comment line).
+``configs/defaults.conf`` names every key with its default; ``configs/NAME.conf`` (or a base,
+``configs/base/NAME.conf``) may start with ``BASE=NAME`` to build on ``configs/base/NAME.conf``. Later wins:
+defaults < base chain < the file < environment variable < ``--set``. Bash never reads configs: scripts/*.sh ask
+this module for values and arguments (NUL-separated, for ``mapfile -d ''``); train.sh records the resolved config
+and the command in ``OUT/config.resolved.json``, which evaluation reads.
 
     python -m harness.config get EXPERIMENT [--set K=V]... --keys KEY...
     python -m harness.config get --run OUT_DIR [--set K=V]... --keys KEY...
@@ -77,7 +70,16 @@ class Config(NamedTuple):
     sources: Dict[str, str] = {}  # where a key's value came from, when not the file (the environment, --set)
 
 
-def parse(text: str, where: str) -> Dict[str, str]:
+def _read(path: pathlib.Path) -> Dict[str, str]:
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): "
+                          "save the file as UTF-8") from None
     values, lines = {}, {}
     for n, line in enumerate(text.splitlines(), 1):
         stripped = line.strip()
@@ -85,25 +87,12 @@ def parse(text: str, where: str) -> Dict[str, str]:
             continue
         m = _LINE.match(stripped)
         if not m:
-            raise ConfigError(f"{where}:{n}: expected KEY=value, got {stripped!r}")
+            raise ConfigError(f"{path}:{n}: expected KEY=value, got {stripped!r}")
         key = m.group(1)
         if key in values:
-            raise ConfigError(f"{where}:{n}: {key} is set twice (lines {lines[key]} and {n}): keep one")
+            raise ConfigError(f"{path}:{n}: {key} is set twice (lines {lines[key]} and {n}): keep one")
         values[key], lines[key] = m.group(2).strip(), n
     return values
-
-
-def _read(path: pathlib.Path) -> Dict[str, str]:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x}): save the file as UTF-8") from None
-    return parse(text, str(path))
 
 
 def experiment_path(name: str) -> pathlib.Path:
@@ -133,13 +122,10 @@ def _chain(path: pathlib.Path, seen=()) -> Dict[str, str]:
 
 
 def parse_sets(sets: Sequence[str]) -> Dict[str, str]:
-    out = {}
-    for s in sets:
-        key, _, value = s.partition("=")
-        if not _LINE.match(s):
-            raise ConfigError(f"--set expects KEY=VALUE with an upper-case KEY, got {s!r}")
-        out[key] = value
-    return out
+    bad = [s for s in sets if not _LINE.match(s)]
+    if bad:
+        raise ConfigError(f"--set expects KEY=VALUE with an upper-case KEY, got {bad[0]!r}")
+    return dict(s.split("=", 1) for s in sets)
 
 
 def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
@@ -148,10 +134,8 @@ def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[M
     defaults = _read(CONFIG_DIR / "defaults.conf")
     path = experiment_path(experiment)
     values = {**defaults, **_chain(path)}
-    sources = {}
-    for key in values:
-        if key in environ:
-            values[key], sources[key] = environ[key], f"{path} ({key} from the environment)"
+    sources = {key: f"{path} ({key} from the environment)" for key in values if key in environ}
+    values.update({key: environ[key] for key in sources})
     values.update(sets or {})
     sources.update({key: f"{path} (--set {key})" for key in sets or {}})
     unknown = sorted(set(values) - set(defaults))
@@ -162,14 +146,12 @@ def resolve(experiment: str, sets: Mapping[str, str] = None, environ: Optional[M
 
 
 def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, str]] = None) -> None:
-    """Every value that reaches a command, a path or a fairseq ``eval()`` is of its kind, or one
-    ``ConfigError`` line naming WHERE (or, for a value from elsewhere, SOURCES[key]), the key and
-    what it must be."""
+    """Every value that reaches a command, a path or a fairseq ``eval()`` is of its kind, or one ``ConfigError``
+    line naming WHERE (or, for a value from elsewhere, SOURCES[key]), the key and what it must be."""
     def at(key):
         return (sources or {}).get(key, where)
 
-    def refuse(key, must, got=None):
-        """KEY must be MUST; GOT: its value as the message shows it (default: quoted)."""
+    def refuse(key, must, got=None):  # GOT: the value as the message shows it (default: quoted)
         raise ConfigError(f"{at(key)}: {key} must be {must}, got {repr(values[key]) if got is None else got}")
 
     for key in INT_KEYS:
@@ -194,7 +176,13 @@ def check(values: Mapping[str, str], where: str, sources: Optional[Mapping[str, 
     candidates = values["AVG_CANDIDATES"].split()
     if not candidates or not all(re.fullmatch(r"[1-9]\d*", k) for k in candidates):
         refuse("AVG_CANDIDATES", "whole numbers >= 1 separated by spaces (e.g. 1 5 10)")
-    adam_betas(values["ADAM_BETAS"], at("ADAM_BETAS"))
+    try:  # what fairseq's Adam eval()s: a literal pair of numbers in [0, 1)
+        betas = literals.literal(values["ADAM_BETAS"], "ADAM_BETAS")
+    except ValueError as e:
+        raise ConfigError(f"{at('ADAM_BETAS')}: {e}") from None
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2
+            and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+        refuse("ADAM_BETAS", "two numbers in [0, 1) such as (0.9,0.98)")
     prepare_words(values["PREPARE"], at("PREPARE"))
     extra_where = f"{at('EXTRA_TRAIN_ARGS')}: EXTRA_TRAIN_ARGS"
     try:
@@ -221,8 +209,6 @@ OWNED_FLAGS = {
                      "--local-rank", "--nprocs-per-node"),
                     "is set by train.sh from its --cpu/--nproc/--nnodes options and the FP16 key"),
 }
-
-
 # The config key behind a flag of the command train_args builds: EXTRA_TRAIN_ARGS naming the flag again
 # would override the key while config.resolved.json still recorded the key's value.
 KEY_FLAGS = {
@@ -235,18 +221,17 @@ KEY_FLAGS = {
     "ATTENTION_DROPOUT": ("--attention-dropout",), "ACTIVATION_DROPOUT": ("--activation-dropout",),
     "WEIGHT_DECAY": ("--weight-decay",), "LABEL_SMOOTHING": ("--label-smoothing",), "MAX_TOKENS": ("--max-tokens",),
     "BATCH_SHARDS": ("--update-freq",), "MAX_EPOCH": ("--max-epoch",), "MAX_UPDATE": ("--max-update",),
-    "SAVE_INTERVAL_UPDATES": ("--save-interval-updates",), "KEEP_LAST": ("--keep-last-epochs", "--keep-interval-updates"),
-    "SEED": ("--seed",), "LOG_INTERVAL": ("--log-interval",), "SRC": ("--source-lang", "-s"), "TGT": ("--target-lang", "-t"),
+    "SAVE_INTERVAL_UPDATES": ("--save-interval-updates",), "SEED": ("--seed",), "LOG_INTERVAL": ("--log-interval",),
+    "KEEP_LAST": ("--keep-last-epochs", "--keep-interval-updates"), "SRC": ("--source-lang", "-s"),
+    "TGT": ("--target-lang", "-t"),
 }
 KEY_OF = {flag: key for key, flags in KEY_FLAGS.items() for flag in flags}
 
 
 def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -> None:
-    """WORDS (EXTRA_TRAIN_ARGS) name no flag of OWNED_FLAGS, nor one COMMAND (the arguments the config
-    makes) has already, as --flag or --flag=value."""
+    """WORDS (EXTRA_TRAIN_ARGS) name no flag of OWNED_FLAGS, nor one COMMAND (the config's command) has."""
     given = {w for w in command if w.startswith("-")}
-    for word in words:
-        flag = word.split("=", 1)[0]
+    for flag in (word.split("=", 1)[0] for word in words):
         if flag in OWNED_FLAGS:
             raise ConfigError(f"{where}: {flag} {OWNED_FLAGS[flag]}: remove it from EXTRA_TRAIN_ARGS")
         if flag in given:
@@ -255,60 +240,36 @@ def owned_flags(words: Sequence[str], where: str, command: Sequence[str] = ()) -
             raise ConfigError(f"{where}: {flag} is already in the command the config makes: {how}")
 
 
-def adam_betas(text: str, where: str) -> None:
-    """ADAM_BETAS must be what fairseq's Adam eval()s: a literal pair of numbers in [0, 1)."""
-    try:
-        betas = literals.literal(text, "ADAM_BETAS")
-    except ValueError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    if not (isinstance(betas, (tuple, list)) and len(betas) == 2
-            and all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
-        raise ConfigError(f"{where}: ADAM_BETAS must be two numbers in [0, 1) such as (0.9,0.98), got {text!r}")
-
-
 def evaluated_flags(words: Sequence[str], where: str) -> None:
     """fairseq flags whose value fairseq eval()s (``--adam-betas``, ``--adaptive-softmax-cutoff``, ...:
     literals.EVALUATED) must hold literals, of the type and range their field takes (literals.SHAPES)."""
     for i, word in enumerate(words):
-        if not word.startswith("--"):
-            continue
         name, eq, value = word[2:].partition("=")
-        if name.replace("-", "_") not in literals.EVALUATED:
-            continue
-        if not eq:
-            if i + 1 >= len(words):
-                continue  # fairseq's parser names the missing value
-            value = words[i + 1]
-        try:
-            literals.field_value(value, name.replace("-", "_"), f"--{name}")
-        except ValueError as e:
-            raise ConfigError(f"{where}: {e}") from None
-
-
-def prepare_scripts() -> List[str]:
-    """The data scripts a config may name: scripts/prepare-*.sh that run on their own (not the
-    bodies they source, which start with a comment instead of a shebang)."""
-    return sorted(p.name for p in (REPO / "scripts").glob("prepare-*.sh")
-                  if _PREPARE_SCRIPT.fullmatch(p.name) and p.read_text(encoding="utf-8").startswith("#!"))
+        field = name.replace("-", "_")
+        # a flag without its value is left to fairseq's parser, which names the missing value
+        if word.startswith("--") and field in literals.EVALUATED and (eq or i + 1 < len(words)):
+            try:
+                literals.field_value(value if eq else words[i + 1], field, f"--{name}")
+            except ValueError as e:
+                raise ConfigError(f"{where}: {e}") from None
 
 
 def prepare_words(text: str, where: str = "PREPARE") -> List[str]:
-    """PREPARE as words: a script scripts/prepare-*.sh, then plain-word arguments."""
+    """PREPARE as words: a script scripts/prepare-*.sh that runs on its own (not the bodies they source, which
+    start with a comment instead of a shebang), then plain-word arguments."""
     words = text.split()
     if not words:
         return words
-    scripts = prepare_scripts()
+    scripts = sorted(p.name for p in (REPO / "scripts").glob("prepare-*.sh")
+                     if _PREPARE_SCRIPT.fullmatch(p.name) and p.read_text(encoding="utf-8").startswith("#!"))
     if words[0] not in scripts:
-        names = ", ".join(scripts)
-        raise ConfigError(f"{where}: PREPARE must start with a script of scripts/ ({names}), got {words[0]!r}")
+        raise ConfigError(f"{where}: PREPARE must start with a script of scripts/ ({', '.join(scripts)}), "
+                          f"got {words[0]!r}")
     for word in words[1:]:
         if not _PLAIN_WORD.fullmatch(word):
-            raise ConfigError(f"{where}: PREPARE's arguments must be plain words (letters, digits and _ . , : = + @ % / -), "
-                              f"got {word!r}")
+            raise ConfigError(f"{where}: PREPARE's arguments must be plain words (letters, digits and "
+                              f"_ . , : = + @ % / -), got {word!r}")
     return words
-
-
-# ---------------------------------------------------------------- a trained run's record
 
 
 def read_record(run_dir) -> Dict:
@@ -322,9 +283,8 @@ def read_record(run_dir) -> Dict:
 
 
 def resolve_run(run_dir, sets: Mapping[str, str] = None, environ: Optional[Mapping[str, str]] = None) -> Config:
-    """The config a run trained with, plus evaluation overrides (EVAL_KEYS) from the
-    environment or ``sets``. Overriding anything else is refused: it would describe
-    another run than the one that happened."""
+    """The config a run trained with, plus evaluation overrides (EVAL_KEYS) from the environment or ``sets``.
+    Overriding anything else is refused: it would describe another run than the one that happened."""
     environ = os.environ if environ is None else environ
     record = read_record(run_dir)
     values = dict(record["values"])
@@ -342,44 +302,31 @@ def resolve_run(run_dir, sets: Mapping[str, str] = None, environ: Optional[Mappi
     return Config(record["experiment"], record["config_file"], values)
 
 
-# ---------------------------------------------------------------- fairseq-train arguments
-
-
-def batch(values: Mapping[str, str], world: int, per_process_batch: bool):
-    """(max_tokens, update_freq) that keep MAX_TOKENS x BATCH_SHARDS tokens per update on ``world``
-    processes (or, per process batch, MAX_TOKENS per process and no accumulation)."""
-    tokens, shards = int(values["MAX_TOKENS"]), int(values["BATCH_SHARDS"])
-    if per_process_batch:
-        return tokens, 1
-    update_freq = -(-shards // world)
-    return tokens * shards // (world * update_freq), update_freq
-
-
-def recipe(v: Mapping[str, str], max_tokens) -> methods.Recipe:
-    """The config's training recipe (V: its values), for the project's one fairseq-train argument builder."""
-    return methods.Recipe(
-        v["METHOD"], v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"], v["LR"],
-        schedule=v["SCHEDULE"], warmup=v["WARMUP_UPDATES"], decay_period=v["DECAY_PERIOD"],
-        warmup_init_lr=v["WARMUP_INIT_LR"], arch=v["ARCH"], share=v["SHARE_EMBED"], optimizer=v["OPTIMIZER"],
-        adam_betas=v["ADAM_BETAS"], clip_norm=v["CLIP_NORM"], dropout=v["DROPOUT"],
-        attention_dropout=v["ATTENTION_DROPOUT"], activation_dropout=v["ACTIVATION_DROPOUT"],
-        weight_decay=v["WEIGHT_DECAY"], label_smoothing=v["LABEL_SMOOTHING"], max_tokens=max_tokens,
-        max_update=v["MAX_UPDATE"], max_epoch=v["MAX_EPOCH"], seed=v["SEED"])
-
-
 def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "cpu",
                per_process_batch: bool = False) -> List[str]:
-    """fairseq-train's arguments for this config (after the program name; no distributed flags).
+    """fairseq-train's arguments for this config (after the program name; no distributed flags): MAX_TOKENS x
+    BATCH_SHARDS tokens per update on WORLD processes (PER_PROCESS_BATCH: MAX_TOKENS each, no accumulation).
     ``device``: cpu or cuda (fp16 when FP16=1; fairseq 0.12's --bf16 means TPU, so no bf16 here)."""
     v = cfg.values
     if not (v["SRC"] and v["TGT"]):
         raise ConfigError(f"{cfg.path}: set SRC and TGT")
     if v["MAX_EPOCH"] == "0" and v["MAX_UPDATE"] == "0":
         raise ConfigError(f"{cfg.path}: set MAX_EPOCH or MAX_UPDATE")
-    tokens, update_freq = batch(v, world, per_process_batch)
-    args = [data, *methods.train_args(recipe(v, tokens), log_format="simple"),
+    tokens, shards = int(v["MAX_TOKENS"]), int(v["BATCH_SHARDS"])
+    update_freq = 1 if per_process_batch else -(-shards // world)
+    tokens = tokens if per_process_batch else tokens * shards // (world * update_freq)
+    recipe = methods.Recipe(  # the project's one fairseq-train argument builder
+        v["METHOD"], v["EMBED_DIM"], v["FFN_DIM"], v["HEADS"], v["ENCODER_LAYERS"], v["DECODER_LAYERS"], v["LR"],
+        schedule=v["SCHEDULE"], warmup=v["WARMUP_UPDATES"], decay_period=v["DECAY_PERIOD"],
+        warmup_init_lr=v["WARMUP_INIT_LR"], arch=v["ARCH"], share=v["SHARE_EMBED"], optimizer=v["OPTIMIZER"],
+        adam_betas=v["ADAM_BETAS"], clip_norm=v["CLIP_NORM"], dropout=v["DROPOUT"],
+        attention_dropout=v["ATTENTION_DROPOUT"], activation_dropout=v["ACTIVATION_DROPOUT"],
+        weight_decay=v["WEIGHT_DECAY"], label_smoothing=v["LABEL_SMOOTHING"], max_tokens=tokens,
+        max_update=v["MAX_UPDATE"], max_epoch=v["MAX_EPOCH"], seed=v["SEED"])
+    args = [data, *methods.train_args(recipe, log_format="simple"),
             "--source-lang", v["SRC"], "--target-lang", v["TGT"], "--update-freq", str(update_freq),
-            "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"], "--log-interval", v["LOG_INTERVAL"],
+            "--save-dir", f"{out}/checkpoints", "--keep-last-epochs", v["KEEP_LAST"],
+            "--log-interval", v["LOG_INTERVAL"],
             # fairseq's default multiple of 8 drops the last sentences of the valid set (fairseq
             # issue #5036): checkpoint_best would be chosen on fewer sentences than K is
             "--required-batch-size-multiple", "1"]
@@ -390,22 +337,17 @@ def train_args(cfg: Config, data: str, out: str, world: int = 1, device: str = "
     where = f"{cfg.sources.get('EXTRA_TRAIN_ARGS', cfg.path)}: EXTRA_TRAIN_ARGS"
     owned_flags(extra, where, args)
     if extra:
-        extra_flags(args, extra, where)
+        # parsed by fairseq-train's own parser for the command ARGS, so that every spelling of a flag (-s en,
+        # -sen, --source-lang=en) is the one setting it is: each must be a setting of the allow-list
+        # (tfixup/allowlist.py) that neither train.sh nor the config's command sets (imports fairseq)
+        from fairseq_tfixup import command_checks
+        from tfixup import errors
+
+        try:
+            command_checks.check_extra_train_args(list(args), list(extra), OWNED_FLAGS, KEY_OF)
+        except errors.Refused as e:
+            raise ConfigError(f"{where}: {e}") from None
     return args + extra
-
-
-def extra_flags(args: Sequence[str], extra: Sequence[str], where: str) -> None:
-    """EXTRA (EXTRA_TRAIN_ARGS) parsed by fairseq-train's own parser for the command ARGS, so that every
-    spelling of a flag (-s en, -sen, --source-lang=en) is the one setting it is: each must be a setting of the
-    allow-list (tfixup/allowlist.py) that neither train.sh nor the config's command sets. Imports fairseq,
-    hence only for a config that has EXTRA_TRAIN_ARGS."""
-    from fairseq_tfixup import command_checks
-    from tfixup import errors
-
-    try:
-        command_checks.check_extra_train_args(list(args), list(extra), OWNED_FLAGS, KEY_OF)
-    except errors.Refused as e:
-        raise ConfigError(f"{where}: {e}") from None
 
 
 def data_identity(data) -> Dict:
@@ -425,17 +367,16 @@ def check_data(run_dir, data) -> str:
     ours, theirs = now["dictionaries"], trained["dictionaries"]
     differ = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))
     if differ:
-        raise ConfigError(f"{data}: {differ[0]} differs from the dictionary {run_dir} was trained with "
-                          f"(in {trained['path']}): evaluate on that data-bin, or on one made with the same dictionaries")
+        raise ConfigError(f"{data}: {differ[0]} differs from the dictionary {run_dir} was trained with (in "
+                          f"{trained['path']}): evaluate on that data-bin, or on one made with the same dictionaries")
     if now["path"] == trained["path"]:
         return f"evaluating on {now['path']} (the data-bin the run trained on)"
     return f"evaluating on {now['path']} (the dictionaries of the data-bin the run trained on, {trained['path']})"
 
 
 def record(cfg: Config, commands: Sequence[str], path, data=None) -> None:
-    """Write OUT/config.resolved.json: the resolved config, the exact command(s) and the data-bin's
-    identity (``data_identity``). Once the run has a checkpoint it is bound to its config: a rerun
-    (resume) may change only how long it trains. Before that (a start that failed), anything may."""
+    """Write OUT/config.resolved.json: the resolved config, the exact command(s) and the data-bin's identity
+    (``data_identity``). Once the run has a checkpoint, a rerun (resume) may change only how long it trains."""
     from tfixup import atomic
 
     path = pathlib.Path(path)
@@ -446,20 +387,11 @@ def record(cfg: Config, commands: Sequence[str], path, data=None) -> None:
         changed = sorted(k for k in cfg.values if k not in may_change and old.get(k) != cfg.values[k])
         if changed:
             k = changed[0]
-            raise ConfigError(f"{path.parent} holds checkpoints trained with {k}={old.get(k)}, now {k}={cfg.values[k]}: "
-                              "use a new OUT_DIR (a resumed run must keep its config)")
+            raise ConfigError(f"{path.parent} holds checkpoints trained with {k}={old.get(k)}, now "
+                              f"{k}={cfg.values[k]}: use a new OUT_DIR (a resumed run must keep its config)")
     content = {"experiment": cfg.name, "config_file": cfg.path, "values": cfg.values,
-               "train_commands": list(commands)}
-    if data is not None:
-        content["data"] = data_identity(data)
+               "train_commands": list(commands), **({} if data is None else {"data": data_identity(data)})}
     atomic.write_json(path, content, sort_keys=False)
-
-
-# ---------------------------------------------------------------- command line (for scripts/*.sh)
-
-
-def _nul(items: Sequence[str]) -> None:
-    sys.stdout.write("".join(f"{x}\0" for x in items))
 
 
 def main(argv=None) -> int:
@@ -488,14 +420,17 @@ def main(argv=None) -> int:
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     a = p.parse_args(argv)
     try:
+        sets = parse_sets(getattr(a, "set", []))
         if a.cmd == "list":
             print("\n".join(experiment_names()))
-            return 0
-        if a.cmd == "check-data":
+        elif a.cmd == "check-data":
             print(check_data(a.run, a.data), file=sys.stderr)
-            return 0
-        sets = parse_sets(a.set)
-        if a.cmd == "get":
+        elif a.cmd == "record":
+            commands = pathlib.Path(a.commands).read_text().splitlines()
+            record(resolve(a.experiment, sets), commands, a.out, a.data)
+        elif a.cmd == "train-args":
+            out = train_args(resolve(a.experiment, sets), a.data, a.out, a.world, a.device, a.per_process_batch)
+        else:  # get
             if a.experiment:
                 experiment_path(a.experiment)  # unknown names first
             cfg = resolve_run(a.run, sets) if a.run else resolve(a.experiment, sets)
@@ -505,12 +440,9 @@ def main(argv=None) -> int:
                 raise ConfigError(f"unknown key {missing[0]}")
             if a.run and a.experiment and experiment_path(a.experiment).stem != cfg.name:
                 raise ConfigError(f"{a.run} was trained as {cfg.name}, not {a.experiment}")
-            _nul([values[k] for k in a.keys])
-        elif a.cmd == "train-args":
-            _nul(train_args(resolve(a.experiment, sets), a.data, a.out, a.world, a.device, a.per_process_batch))
-        elif a.cmd == "record":
-            commands = pathlib.Path(a.commands).read_text().splitlines()
-            record(resolve(a.experiment, sets), commands, a.out, a.data)
+            out = [values[k] for k in a.keys]
+        if a.cmd in ("get", "train-args"):  # NUL-separated
+            sys.stdout.write("".join(f"{x}\0" for x in out))
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,8 +1,5 @@
-"""Small text steps of fairseq's examples/translation/prepare-*.sh recipes that
-Moses does in perl, here in Python so that only pip tools are needed.
-
-``python -m harness.corpus clean|segs|nonprint ...``
-"""
+"""Small text steps of fairseq's examples/translation/prepare-*.sh recipes that Moses does in perl, here in
+Python so that only pip tools are needed: ``python -m harness.corpus clean|segs|nonprint|... ARGS``."""
 
 import argparse
 import re
@@ -12,23 +9,17 @@ import unicodedata
 _SEG = re.compile(r"<seg[^>]*>\s*(.*?)\s*</seg>")
 
 
-def clean_pair_ok(src: str, tgt: str, min_len: int, max_len: int, ratio: float) -> bool:
-    """Moses clean-corpus-n.perl: both sides min..max tokens, length ratio <= ratio."""
-    s, t = len(src.split()), len(tgt.split())
-    if s < min_len or t < min_len or s > max_len or t > max_len:
-        return False
-    return s / t <= ratio and t / s <= ratio
-
-
 def clean(args) -> None:
+    """Moses clean-corpus-n.perl: keep the pairs whose sides both have MIN..MAX tokens, with a length ratio
+    <= RATIO (whitespace squeezed, as clean-corpus-n does)."""
     kept = total = 0
     with open(args.src_in, encoding="utf-8") as fs, open(args.tgt_in, encoding="utf-8") as ft, \
             open(args.src_out, "w", encoding="utf-8") as os_, open(args.tgt_out, "w", encoding="utf-8") as ot:
         for s, t in zip(fs, ft):
             total += 1
-            # clean-corpus-n also squeezes whitespace
             s, t = " ".join(s.split()), " ".join(t.split())
-            if clean_pair_ok(s, t, args.min, args.max, args.ratio):
+            ns, nt = len(s.split()), len(t.split())
+            if args.min <= min(ns, nt) and max(ns, nt) <= args.max and max(ns / nt, nt / ns) <= args.ratio:
                 os_.write(s + "\n")
                 ot.write(t + "\n")
                 kept += 1
@@ -36,14 +27,12 @@ def clean(args) -> None:
 
 
 def segs(args) -> None:
-    """Text of the <seg> elements of mteval XML/SGML files, in order (fairseq's grep+sed,
-    including its replacement of the right single quote by ASCII ')."""
+    """Text of the <seg> elements of mteval XML/SGML files, in order (fairseq's grep+sed, including its
+    replacement of the right single quote by ASCII ')."""
     for path in args.files:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                m = _SEG.search(line)
-                if m:
-                    sys.stdout.write(m.group(1).replace("\u2019", "'") + "\n")
+            for m in filter(None, map(_SEG.search, f)):
+                sys.stdout.write(m.group(1).replace("\u2019", "'") + "\n")
 
 
 def nonprinting_to_space(line: str) -> str:
@@ -51,30 +40,24 @@ def nonprinting_to_space(line: str) -> str:
     return "".join(c if c == "\t" or unicodedata.category(c)[0] != "C" else " " for c in line)
 
 
-def nonprint(_args) -> None:
-    for line in sys.stdin:
-        sys.stdout.write(nonprinting_to_space(line.rstrip("\n")) + "\n")
-
-
-def lower(_args) -> None:
-    """Moses lowercase.perl (perl lc on UTF-8 text)."""
-    for line in sys.stdin:
-        sys.stdout.write(line.lower())
-
-
-def strip_talk_tags(_args) -> None:
+def strip_talk_tags(line: str) -> str:
     """fairseq prepare-iwslt14.sh: drop <url>/<talkid>/<keywords> lines, unwrap <title>/<description>."""
-    for line in sys.stdin:
-        if "<url>" in line or "<talkid>" in line or "<keywords>" in line:
-            continue
-        for tag in ("<title>", "</title>", "<description>", "</description>"):
-            line = line.replace(tag, "")
-        sys.stdout.write(line)
+    if "<url>" in line or "<talkid>" in line or "<keywords>" in line:
+        return ""
+    for tag in ("<title>", "</title>", "<description>", "</description>"):
+        line = line.replace(tag, "")
+    return line
+
+
+# the stdin -> stdout steps: a function of each line (its newline included)
+FILTERS = {"nonprint": ("remove non-printing characters (stdin -> stdout)",
+                        lambda line: nonprinting_to_space(line.rstrip("\n")) + "\n"),
+           "lower": ("lowercase (stdin -> stdout)", str.lower),  # Moses lowercase.perl (perl lc on UTF-8 text)
+           "strip-talk-tags": ("IWSLT train.tags -> text", strip_talk_tags)}
 
 
 def git_blob_sha1(args) -> None:
-    """Git's blob id of a file (sha1 of "blob <size>\0" + content), to check a file whose
-    only published identity is its git blob id."""
+    """Git's blob id of a file (sha1 of "blob <size>\0" + content): some files' only published identity."""
     import hashlib
     import os
 
@@ -98,15 +81,16 @@ def main(argv=None) -> None:
     s = sub.add_parser("segs", help="<seg> text of mteval XML/SGML files")
     s.add_argument("files", nargs="+")
     s.set_defaults(func=segs)
-    n = sub.add_parser("nonprint", help="remove non-printing characters (stdin -> stdout)")
-    n.set_defaults(func=nonprint)
-    sub.add_parser("lower", help="lowercase (stdin -> stdout)").set_defaults(func=lower)
-    sub.add_parser("strip-talk-tags", help="IWSLT train.tags -> text").set_defaults(func=strip_talk_tags)
+    for name, (help_, _) in FILTERS.items():
+        sub.add_parser(name, help=help_)
     g = sub.add_parser("git-blob-sha1", help="git blob id of a file")
     g.add_argument("file")
     g.set_defaults(func=git_blob_sha1)
     args = p.parse_args(argv)
-    args.func(args)
+    if args.cmd in FILTERS:
+        sys.stdout.writelines(map(FILTERS[args.cmd][1], sys.stdin))
+    else:
+        args.func(args)
 
 
 if __name__ == "__main__":

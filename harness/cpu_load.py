@@ -2,12 +2,11 @@
 
     python3 -m harness.cpu_load threads N [--chosen-by-user]
 
-prints the threads a training should take (N, or fewer when fewer cores are free now) and the cores busy now
-(for the main job's record; none without /proc/stat) and, on a second line,
-what to tell the user when the machine is oversubscribed: scripts/lib.sh's set_threads counts the trainings already running, but other
-work takes cores too, and a training whose threads outnumber the free cores runs many times slower. The work is measured from /proc/stat over half a
-second: the cores' worth of CPU time spent neither idle nor waiting on I/O.
-"""
+prints the threads a training should take (N, or fewer when fewer cores are free now) and the cores busy now (for
+the main job's record; none without /proc/stat), and on a second line what to tell the user when the machine is
+oversubscribed: set_threads (scripts/lib.sh) counts the trainings running, but other work takes cores too, and a
+training whose threads outnumber the free cores runs many times slower. The work is the cores' worth of CPU time
+spent neither idle nor waiting on I/O over half a second (/proc/stat)."""
 
 import argparse
 import os
@@ -25,19 +24,16 @@ def _times(stat: str) -> list:
 
 def busy_cores(interval: float = 0.5, stat: str = "/proc/stat", cores: int = None) -> float:
     """Cores' worth of CPU time the machine spent working (not idle, not waiting on I/O) over INTERVAL s."""
-    cores = cores or os.cpu_count() or 1
     a = _times(stat)
     time.sleep(interval)
     b = _times(stat)
-    total = sum(b) - sum(a)
-    idle = sum(b[3:5]) - sum(a[3:5])  # idle, iowait
-    return cores * (total - idle) / total if total > 0 else 0.0
+    total, idle = sum(b) - sum(a), sum(b[3:5]) - sum(a[3:5])  # idle, iowait
+    return (cores or os.cpu_count() or 1) * (total - idle) / total if total > 0 else 0.0
 
 
 def threads(wanted: int, busy: float, cores: int, chosen_by_user: bool = False) -> tuple:
     """(threads, a line or "") for a training that would take WANTED threads with BUSY of CORES in use."""
-    free = max(1, int(cores - busy + 0.5))
-    n = wanted if chosen_by_user else min(wanted, free)
+    n = wanted if chosen_by_user else min(wanted, max(1, int(cores - busy + 0.5)))
     if busy + n <= cores + 0.5:
         return n, ""
     what = "OMP_NUM_THREADS as set" if chosen_by_user else "the fewest"
@@ -71,9 +67,7 @@ def main(argv=None) -> int:
         print(a.wanted)
         return 0
     n, line = threads(a.wanted, busy, cores, a.chosen_by_user)
-    print(n, f"{busy:.2f}")
-    if line:
-        print(line)
+    print(f"{n} {busy:.2f}" + (f"\n{line}" if line else ""))
     return 0
 
 

@@ -3,10 +3,9 @@
     python -m harness.docs check [FILE ...]   list each number of the docs that its paragraph's records do not hold
     python -m harness.docs write [FILE ...]   rewrite each generated block of the docs from the records
 
-FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.md. The records are
-``results/**/*.json`` (their numbers, list lengths, the numbers of their prose fields, the flag values of their
-commands), the count of records in each folder (key ``(count)``), and what a job printed at its end
-(``results/**/summary.txt``).
+FILE defaults to README.md, docs/measurements.md and results/diagnostics/README.md. The records: ``results/**/*.json``
+(their numbers, list lengths, the numbers of their prose fields, the flag values of their commands), the count of
+records in each folder (key ``(count)``), and what a job printed at its end (``results/**/summary.txt``).
 
 A number written by hand sits in a *block* (lines between blank lines: a paragraph, a table, a list without blank
 lines) that names where its numbers come from, in a line at its end::
@@ -23,26 +22,18 @@ A number is *recorded* when one of those values, rounded to the precision the do
 (wall_s, s_per_update), minutes (train_wall_min), hours (train_wall_hours); a perplexity also for 2 ** a loss in
 bits), or "X of Y runs": a study's runs recorded and planned. A source that would also take every number whose last
 digit differs from the shown one by 1 to 5 (a whole trace or curve) is too wide: such a number fails until its block
-names the keys it comes from. A block whose source line also says ``derived``
-may show the difference, ratio or mean of the values behind two recorded numbers of it, at the precision shown
-(``+16.5 BLEU (30.7 vs 14.2)``; not a duration or a percentage). A number in a block
-with no such line is not recorded, whatever the records hold; so is a number its named records do not hold, an
-invented one, or one whose record changed under it.
+names the keys it comes from. A block whose source line also says ``derived`` may show the difference, ratio or mean
+of the values behind two recorded numbers of it, at the precision shown (``+16.5 BLEU (30.7 vs 14.2)``; not a
+duration or a percentage). Any other number is not recorded, whatever the records hold: one in a block with no
+source line, one its named records do not hold, an invented one, one whose record changed under it.
 
-A generated block is written from the records by ``write`` (atomically, in place) and not checked number by
-number::
-
-    <!-- generated: python -m harness.docs write (studies) -->
-    ...
-    <!-- end generated -->
-
-Exempt, and nothing else: code (fenced and indented blocks, `spans`: commands, flags, paths), link targets,
-comments, dates and times of day, version numbers, years of citations, section/table/figure numbers, a model's
-sizes written D-F-H (128-256-4), the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the
-exponents of its rules (``^-1/4``).
-
-tests/test_doc_numbers.py runs ``check`` on the docs and fails with each unrecorded number, its file:line, why,
-and the record values near it.
+A generated block, ``<!-- generated: python -m harness.docs write (studies) -->`` ... ``<!-- end generated -->``, is
+written from the records by ``write`` (atomically, in place) and not checked number by number. Exempt, and nothing
+else: code (fenced and indented blocks, `spans`: commands, flags, paths), link targets, comments, dates and times of
+day, version numbers, years of citations, section/table/figure numbers, a model's sizes written D-F-H (128-256-4),
+the 95 % of an interval, the paper's constants (``PAPER_CONSTANTS``) and the exponents of its rules (``^-1/4``).
+tests/test_doc_numbers.py runs ``check`` on the docs: each unrecorded number, its file:line, why, and the record
+values near it.
 """
 
 import argparse
@@ -70,87 +61,74 @@ DOCS = ("README.md", "docs/measurements.md", "results/diagnostics/README.md")
 PAPER_CONSTANTS = {tfixup_init.ENCODER_CONSTANT, 9, 6, 4000, 2}
 
 
-# ---------------------------------------------------------------- records
-
-
 class Value(NamedTuple):
     value: float
     source: str  # file:key path
 
 
-def _walk(obj, path: str, out: list) -> None:
+def _walk(obj, path: str):
+    """(|number|, its key path) of each number of a record: its numbers and list lengths, the numbers of its prose
+    and the flag values of its commands."""
     if isinstance(obj, bool) or obj is None:
         return
     if isinstance(obj, (int, float)):
         if math.isfinite(obj):
-            out.append(Value(abs(float(obj)), path))
+            yield abs(float(obj)), path
     elif isinstance(obj, str):
         if path.rsplit(".", 1)[-1].endswith("command"):  # a command: the values of its flags (--lr 5e-4)
             found = [(num, "") for num in re.findall(r"--[\w-]+[ =]'?\(?([-+]?\d[\d.]*(?:e[-+]?\d+)?)", obj)]
-        elif " " in obj or re.fullmatch(r"\d+(?:\.\d+)?(?:/\d+)?", obj.strip()):
-            # prose ("29000 lines ... 1.91% of valid tokens"), a count as text ("0/3"), a number as text;
-            # not ids, hashes or paths
-            found = re.findall(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)( ?%)?", obj)
-        else:
-            found = []
-        for num, pct in found:  # a number of prose followed by "%" is a percentage as it is shown (1.91% of tokens)
-            out.append(Value(abs(float(num)), path + (" (percent)" if pct else "")))
+        else:  # prose ("29000 lines ... 1.91% of valid tokens"), a count as text ("0/3"), a number as text; not ids,
+            # hashes or paths
+            found = (re.findall(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)( ?%)?", obj)
+                     if " " in obj or re.fullmatch(r"\d+(?:\.\d+)?(?:/\d+)?", obj.strip()) else [])
+        # a number of prose followed by "%" is a percentage as it is shown (1.91% of tokens)
+        yield from ((abs(float(num)), path + (" (percent)" if pct else "")) for num, pct in found)
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _walk(v, f"{path}.{k}" if path else str(k), out)
+            yield from _walk(v, f"{path}.{k}" if path else str(k))
     elif isinstance(obj, list):
-        out.append(Value(float(len(obj)), f"{path} (length)"))
+        yield float(len(obj)), f"{path} (length)"
         for i, v in enumerate(obj):
-            _walk(v, f"{path}[{i}]", out)
+            yield from _walk(v, f"{path}[{i}]")
 
 
-_RECORDS: dict = {}  # results folder -> (the stat of its records, their values): read again when one changes
+_RECORDS: dict = {}  # results folder -> [the stat of its records, their values, a pool of them all once asked for]
 
 
-def record_values(results: pathlib.Path = RESULTS) -> Dict[str, List[Value]]:
-    """record file (relative to the repo) -> its numbers; a folder of records also has their count
-    (under FOLDER/*.json)."""
+def record_values(results: pathlib.Path = RESULTS, every: bool = False):
+    """record file (relative to the repo) -> key (list indices left out) -> its numbers (a folder of records also has
+    their count: FOLDER/*.json, key (count)), read again when a record changes; EVERY: a pool of all of them."""
     files = sorted([*results.rglob("*.json"), *results.rglob("summary.txt")])
     stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
     if _RECORDS.get(results, (None,))[0] != stamp:
-        _RECORDS[results] = (stamp, _read_records(results, files))
-    return _RECORDS[results][1]
-
-
-def _read_records(results: pathlib.Path, files: List[pathlib.Path]) -> Dict[str, List[Value]]:
-    out = {}
-    for f in files:
-        rel = str(f.relative_to(results.parent))
-        if f.name == "summary.txt":  # what a job printed at its end (the main job's wall time)
-            out[rel] = [Value(float(m.group()), f"{rel}:{line.strip()[:60]}") for line in f.read_text().splitlines()
+        out: Dict[str, Dict[str, List[Value]]] = {}
+        for f in files:
+            rel = str(f.relative_to(results.parent))
+            if f.name == "summary.txt":  # what a job printed at its end (the main job's wall time)
+                vals = [Value(float(m.group()), f"{rel}:{line.strip()[:60]}") for line in f.read_text().splitlines()
                         for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", line)]
-            continue
-        try:
-            data = json.loads(f.read_text())
-        except ValueError:
-            continue
-        vals = []
-        _walk(data, "", vals)
-        out[rel] = [Value(v.value, f"{rel}:{v.source}") for v in vals]
-    for folder in sorted({f.parent for f in files if f.suffix == ".json"}):
-        rel = f"{folder.relative_to(results.parent)}/*.json"
-        out[rel] = [Value(float(len(list(folder.glob("*.json")))), f"{rel}:(count)")]
-    return out
-
-
-def study_counts(results: pathlib.Path = RESULTS) -> List[tuple]:
-    """(runs recorded, runs planned) of every study report (results/bench/STUDY.json)."""
-    reports = [json.loads(p.read_text()) for p in sorted((results / "bench").glob("*.json"))]
-    return [(res["runs_recorded"], planned(res)) for res in reports if "runs_recorded" in res]
+            else:
+                try:
+                    data = json.loads(f.read_text())
+                except ValueError:
+                    continue
+                vals = [Value(v, f"{rel}:{key}") for v, key in _walk(data, "")]
+            for v in vals:
+                out.setdefault(rel, {}).setdefault(key_of(v), []).append(v)
+        for folder in sorted({f.parent for f in files if f.suffix == ".json"}):
+            rel = f"{folder.relative_to(results.parent)}/*.json"
+            out[rel] = {"(count)": [Value(float(len(list(folder.glob("*.json")))), f"{rel}:(count)")]}
+        _RECORDS[results] = [stamp, out, None]
+    held = _RECORDS[results]
+    if every and held[2] is None:
+        held[2] = pool_of([v for by_key in held[1].values() for vals in by_key.values() for v in vals])
+    return held[2] if every else held[1]
 
 
 def planned(res: dict) -> int:
     """The runs a study report plans: its own count, in whichever field the study keeps it."""
     return (res.get("runs_planned") or res.get("config", {}).get("n_runs") or res.get("n_runs")
             or res["runs_recorded"])
-
-
-# ---------------------------------------------------------------- the docs' numbers
 
 
 class Number(NamedTuple):
@@ -195,7 +173,7 @@ _NUMBER = re.compile(
 _MIN_S = re.compile(r"(?<![\w.])(\d+) min (\d+) s\b")
 _RUNS = re.compile(r"(?<![\w.])(\d+) of (\d+)(?: runs\b)")
 # what a record value is multiplied by to read in a unit: seconds as minutes or hours, a fraction as percent
-# (a time's record values are in seconds here: Pool reads each in the unit its key names)
+# (a time's record values are in seconds here: pool_of reads each in the unit its key names)
 _SCALES = {"%": (100.0, 1.0), "M": (1e-6,), "k": (1e-3,), "K": (1e-3,), "min": (1 / 60,),
            "h": (1 / 3600,), "hour": (1 / 3600,), "hours": (1 / 3600,)}
 
@@ -206,11 +184,8 @@ def _blank(text: str, pattern) -> str:
 
 
 def doc_text(text: str) -> str:
-    """The prose of a Markdown text, positions kept: code, link targets, comments, generated blocks and the
-    exempt numbers blanked out."""
-    text = _blank(text, GENERATED)
-    text = _blank(text, SOURCE)
-    lines, fence, prev_blank, indented = text.split("\n"), False, True, False
+    """The prose of a Markdown text, positions kept: code, links, comments, generated blocks, exempt numbers blanked."""
+    lines, fence, prev_blank, indented = _blank(_blank(text, GENERATED), SOURCE).split("\n"), False, True, False
     for i, line in enumerate(lines):
         if line.lstrip().startswith("```"):
             fence = not fence
@@ -227,72 +202,55 @@ def doc_text(text: str) -> str:
     return text
 
 
-def _decimals(num: str) -> int:
-    return len(num.split(".")[1]) if "." in num else 0
-
-
 def parse_source(spec: str) -> tuple:
     """'bench/lm.json: best_ppl, ratio_to_baseline; main-job/summary.txt' -> ((record glob, key patterns), ...):
     records are paths under results/ (globs allowed); no keys: every value of the record."""
     out = []
-    for entry in spec.split(";"):
-        entry = " ".join(entry.split())
-        if not entry:
-            continue
+    for entry in filter(None, (" ".join(e.split()) for e in spec.split(";"))):
         path, _, keys = entry.partition(": ")
-        path = re.sub(r"^results/", "", path.strip().rstrip(":"))
-        out.append((path, tuple(k.strip() for k in keys.split(",") if k.strip())))
+        out.append((re.sub(r"^results/", "", path.strip().rstrip(":")),
+                    tuple(k.strip() for k in keys.split(",") if k.strip())))
     return tuple(out)
 
 
 def numbers(path: pathlib.Path, rel: str) -> List[Number]:
     """The numbers of a doc (REL: its name in messages) that need a record, each with its block's source."""
-    raw_text = path.read_text(encoding="utf-8")
-    raw = raw_text.split("\n")
-    text = doc_text(raw_text).split("\n")
+    raw = path.read_text(encoding="utf-8")
     # blocks: runs of lines that are not blank in the doc as written; a source line (anywhere in a block, usually
     # its last line) names the block's records
     block_of, block, prev_blank = [], 0, True
-    for line in raw:
-        blank = not line.strip()
-        if not blank and prev_blank:
-            block += 1
+    for line in raw.split("\n"):
+        block += bool(line.strip()) and prev_blank  # a line after a blank one starts a block
         block_of.append(block)
-        prev_blank = blank
+        prev_blank = not line.strip()
     sources: Dict[int, tuple] = {}
-    for m in SOURCE.finditer(raw_text):
-        b = block_of[raw_text.count("\n", 0, m.start())]
+    for m in SOURCE.finditer(raw):
+        b = block_of[raw.count("\n", 0, m.start())]
         sources[b] = sources.get(b, ()) + parse_source(m.group(1))
     out = []
-    for i, line in enumerate(text):
+    for i, line in enumerate(doc_text(raw).split("\n")):
         keep = dict(file=rel, line=i + 1, para=block_of[i], source=sources.get(block_of[i], ()))
-        for m in _RUNS.finditer(line):  # 33 of 55 runs: a study's count
-            out.append(Number(text=m.group(), value=float(m.group(2)), error=0.5, scale=(1.0,),
-                              runs=(int(m.group(1)), int(m.group(2))), **keep))
-        line = _blank(line, _RUNS)
-        for m in _MIN_S.finditer(line):  # 20 min 45 s: seconds
-            out.append(Number(text=m.group(), value=60.0 * int(m.group(1)) + int(m.group(2)), error=0.5,
-                              scale=(1.0,), time=True, **keep))
-        line = _blank(line, _MIN_S)
+        for pattern in (_RUNS, _MIN_S):  # 33 of 55 runs: a study's count; 20 min 45 s: seconds
+            for m in pattern.finditer(line):
+                a, b = int(m.group(1)), int(m.group(2))
+                out.append(Number(text=m.group(), error=0.5, scale=(1.0,), **keep, **(
+                    dict(value=float(b), runs=(a, b)) if pattern is _RUNS else dict(value=60.0 * a + b, time=True))))
+            line = _blank(line, pattern)
         found = list(_NUMBER.finditer(line))
-        for j, m in enumerate(found):
+        for m, nxt in zip(found, found[1:] + [None]):
             num, unit = m.group("num"), (m.group("unit") or "").strip()
-            nxt = found[j + 1] if j + 1 < len(found) else None
             if not unit and nxt and nxt.group("unit") and re.fullmatch(r" ?[-–] ?", line[m.end():nxt.start()]):
                 unit = nxt.group("unit").strip()  # a range, 10.3-10.6 min: the unit of both ends
             value = float(num.replace(",", ""))
             if value in PAPER_CONSTANTS:
                 continue
-            ppl = bool(re.search(r"perplexit(?:y|ies)(?: of)? ?(?:[\d.]+ ?[-–] ?)?$", line[max(0, m.start() - 30):m.start()]))
+            ppl = re.search(r"perplexit(?:y|ies)(?: of)? ?(?:[\d.]+ ?[-–] ?)?$", line[:m.start()][-30:])
             mantissa, _, exp = num.partition("e")  # 5e-4, 2.8e-4: half a unit of the mantissa's last digit
-            error = 0.5 * 10 ** (int(exp or 0) - _decimals(mantissa))
+            error = 0.5 * 10 ** (int(exp or 0) - len(mantissa.partition(".")[2]))
             out.append(Number(text=m.group().strip(), value=value, error=error, scale=_SCALES.get(unit, (1.0,)),
-                              perplexity=ppl, time=unit in ("s", "min", "h", "hour", "hours"), percent=unit == "%",
-                              **keep))
+                              perplexity=bool(ppl), time=unit in ("s", "min", "h", "hour", "hours"),
+                              percent=unit == "%", **keep))
     return out
-
-
-# ---------------------------------------------------------------- matching
 
 
 def shown_as(v: float, n: Number) -> bool:
@@ -310,51 +268,37 @@ def shown_as(v: float, n: Number) -> bool:
 # ratio_min); in hours where it names them (train_wall_hours, cpu_hours), minutes (train_wall_min), else seconds
 _TIME_KEY = re.compile(r"(?:wall|times?|seconds?|hours?|minutes?|_s|(?:^|[._])s_per|duration)(?![a-z])", re.I)
 _HOURS_KEY, _MINUTES_KEY = re.compile(r"hours?(?![a-z])", re.I), re.compile(r"(?:minutes?|wall_min)(?![a-z])", re.I)
-
-
-def _in_seconds(v: Value) -> Value:
-    key = v.source.split(":", 1)[-1]
-    return v._replace(value=v.value * (3600.0 if _HOURS_KEY.search(key) else 60.0 if _MINUTES_KEY.search(key) else 1.0))
-
-
 # a record's key that holds a percentage as it is shown (unk_rate_percent); any other value reads as a fraction
 _PERCENT_KEY = re.compile(r"percent|pct", re.I)
 
 
-class Pool(NamedTuple):
-    """The record values a doc's numbers are looked up in, sorted by value, with their keys for bisect;
-    the same for the values that hold a time (``_TIME_KEY``), in seconds."""
-    values: List[Value]
-    keys: List[float]
-    times: List[Value]
-    time_keys: List[float]
-
-    @classmethod
-    def of(cls, values: List[Value]) -> "Pool":
-        values = sorted(values)
-        times = sorted(_in_seconds(v) for v in values if _TIME_KEY.search(v.source.split(":", 1)[-1]))
-        return cls(values, [v.value for v in values], times, [v.value for v in times])
-
-    def reading(self, n: Number) -> tuple:
-        """(values, keys) N may show: a time (s, min, h) only from a record of time."""
-        return (self.times, self.time_keys) if n.time else (self.values, self.keys)
+def pool_of(values: List[Value]) -> dict:
+    """The record values a doc's numbers are looked up in: {False: (them sorted by value, their values for bisect),
+    True: the same of the values that hold a time (``_TIME_KEY``), in seconds}; a number reads pool[n.time]."""
+    values, times = sorted(values), []
+    for v in values:
+        key = v.source.split(":", 1)[-1]
+        if _TIME_KEY.search(key):
+            times.append(v._replace(value=v.value * (3600.0 if _HOURS_KEY.search(key) else
+                                                     60.0 if _MINUTES_KEY.search(key) else 1.0)))
+    times.sort()
+    return {False: (values, [v.value for v in values]), True: (times, [v.value for v in times])}
 
 
-def matches(n: Number, pool: Pool) -> List[Value]:
+def matches(n: Number, pool: dict) -> List[Value]:
     """The record values (sorted by value) that N shows, in any of its unit readings; a time (s, min, h) only
     from a record of time (its key names it: wall_s, train_wall_hours, ...)."""
-    values, keys = pool.reading(n)
-    out = []
-    for scale in n.scale:
-        lo, hi = (n.value - n.error * 1.01) / scale - 1e-12, (n.value + n.error * 1.01) / scale + 1e-12
-        out += [values[i] for i in range(bisect.bisect_left(keys, lo), bisect.bisect_right(keys, hi))
-                if shown_as(keys[i] * scale, n)
-                and (scale != 1.0 or not n.percent or _PERCENT_KEY.search(values[i].source))]
-    if n.perplexity and n.value > n.error:  # perplexity = 2 ** (loss in bits), fairseq's definition
-        lo, hi = math.log2(n.value - n.error * 1.01) - 1e-12, math.log2(n.value + n.error * 1.01) + 1e-12
-        out += [values[i] for i in range(bisect.bisect_left(keys, lo), bisect.bisect_right(keys, hi))
-                if shown_as(2 ** keys[i], n)]
-    return out
+    values, keys = pool[n.time]
+    tol = n.error * 1.01
+    # (scale, the range of record values it reads as N): each unit's; a perplexity's, None: 2 ** (a loss in bits),
+    # fairseq's definition
+    readings = [(s, (n.value - tol) / s, (n.value + tol) / s) for s in n.scale]
+    if n.perplexity and n.value > n.error:
+        readings.append((None, math.log2(n.value - tol), math.log2(n.value + tol)))
+    return [values[i] for s, lo, hi in readings
+            for i in range(bisect.bisect_left(keys, lo - 1e-12), bisect.bisect_right(keys, hi + 1e-12))
+            if shown_as(2 ** keys[i] if s is None else keys[i] * s, n)
+            and (s != 1.0 or not n.percent or _PERCENT_KEY.search(values[i].source))]
 
 
 def derived(n: Number, operands: List[List[Value]]) -> bool:
@@ -368,12 +312,6 @@ def derived(n: Number, operands: List[List[Value]]) -> bool:
     near = lambda x: abs(x - n.value) <= n.error * 1.01 + 1e-12 and shown_as(x, n)  # noqa: E731
     return any(a != b and (near(abs(a - b)) or (b and near(a / b)) or (mean and near((a + b) / 2)))
                for a in vals for b in vals)
-
-
-def nearest(n: Number, pool: Pool, k: int = 3) -> List[Value]:
-    values, keys = pool.reading(n)
-    i = bisect.bisect_left(keys, n.value)
-    return sorted(values[max(0, i - k):i + k], key=lambda v: abs(v.value - n.value))[:k]
 
 
 def key_of(v: Value) -> str:
@@ -396,99 +334,71 @@ def _at_index(v: Value, pattern: str) -> bool:
     return any(fnmatch.fnmatchcase(k, g) for k in (raw, re.sub(r"\[\d+\]$", "", raw)) for g in (glob, "*." + glob))
 
 
-_INDEX: dict = {}  # id(records) -> [records, {record: {key: its values}}, every value's Pool once asked for]
-
-
-def _index(records: Dict[str, List[Value]], every: bool = False):
-    """{record: {key: its values}}; EVERY: a Pool of every value (for the message of a number its source lacks)."""
-    if _INDEX.get(id(records), [None])[0] is not records:
-        index: Dict[str, Dict[str, List[Value]]] = {}
-        for f, vals in records.items():
-            for v in vals:
-                index.setdefault(f, {}).setdefault(key_of(v), []).append(v)
-        _INDEX[id(records)] = [records, index, None]
-    held = _INDEX[id(records)]
-    if every and held[2] is None:
-        held[2] = Pool.of([v for vals in records.values() for v in vals])
-    return held[2] if every else held[1]
-
-
-def source_pool(records: Dict[str, List[Value]], source: tuple) -> Pool:
+def source_pool(records: Dict[str, Dict[str, List[Value]]], source: tuple) -> dict:
     """The values a block's source names: its records' values at its keys."""
     out = []
     for glob, keys in source:
         plain = tuple(k for k in keys if not _INDEX_RE.search(k))
-        for f, by_key in _index(records).items():
+        for f, by_key in records.items():
             if fnmatch.fnmatchcase(f, "results/" + glob):
                 if not keys or plain:
                     out.extend(v for k, vals in by_key.items() if _key_matches(k, plain) for v in vals)
                 for p in (k for k in keys if _INDEX_RE.search(k)):  # a key with list indices: at those indices only
                     out.extend(v for k, vals in by_key.items() if _key_matches(k, (_INDEX_RE.sub("", p),))
                                for v in vals if _at_index(v, p))
-    return Pool.of(out)
+    return pool_of(out)
 
 
 def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
-    """(number, why, nearest record values) for every number of FILES that its block's source does not hold
-    (no source, or not among the named records' values at the named keys)."""
-    records, counts = record_values(repo / "results"), study_counts(repo / "results")
-    pools: Dict[tuple, Pool] = {}
+    """(number, why, nearest record values) for every number of FILES that its block's source does not hold."""
+    records = record_values(repo / "results")
+    reports = [json.loads(p.read_text()) for p in sorted((repo / "results" / "bench").glob("*.json"))]
+    counts = [(res["runs_recorded"], planned(res)) for res in reports if "runs_recorded" in res]  # of every study
+    pools: Dict[tuple, dict] = {}
     out = []
     for rel in files:
         nums = numbers(repo / rel, str(rel))
-        for n in nums:
-            if n.source not in pools:
-                pools[n.source] = source_pool(records, n.source)
+        for source in {n.source for n in nums} - pools.keys():
+            pools[source] = source_pool(records, source)
         found = [[] if n.runs else matches(n, pools[n.source]) for n in nums]
         for n, held in zip(nums, found):
+            pool = pools[n.source]
             if n.runs:
                 if n.runs not in counts:
                     out.append((n, "no study has these counts",
                                 [Value(float(c[1]), f"a study: {c[0]} of {c[1]} runs") for c in counts]))
                 continue
-            if held:
-                if _loose(n, pools[n.source]):
-                    out.append((n, "its block's source would take any number like it (its last digit 1 to 5 up or "
-                                   "down too): name the keys it comes from", held[:3]))
+            if held and _loose(n, pool):
+                out.append((n, "its block's source would take any number like it (its last digit 1 to 5 up or "
+                               "down too): name the keys it comes from", held[:3]))
+            if held or (("derived", ()) in n.source
+                        and derived(n, [f for m, f in zip(nums, found) if m.para == n.para])):
                 continue
-            operands = [f for m, f in zip(nums, found) if m.para == n.para]
-            if ("derived", ()) in n.source and derived(n, operands):
-                continue
-            elsewhere = matches(n, _index(records, every=True))
             if not n.source:
                 why = "its block has no <!-- numbers: RECORD: KEY --> line"
             else:
                 why = "not in its block's source (" + "; ".join(
                     f"{g}: {', '.join(k)}" if k else g for g, k in n.source) + ")"
-            out.append((n, why, _suggest(elsewhere) if elsewhere else nearest(n, pools[n.source])))
+            seen: dict = {}  # a few of the values it shows elsewhere, from different records and keys
+            for v in matches(n, record_values(repo / "results", every=True)):
+                seen.setdefault((v.source.split(":", 1)[0], key_of(v)), v)
+            values, keys = pool[n.time]  # else the 3 values of its source nearest it
+            i = bisect.bisect_left(keys, n.value)
+            near = sorted(values[max(0, i - 3):i + 3], key=lambda v: abs(v.value - n.value))[:3]
+            out.append((n, why, list(seen.values())[:3] or near))
     return out
 
 
-def _loose(n: Number, pool: Pool) -> bool:
+def _loose(n: Number, pool: dict) -> bool:
     """Whether POOL takes every number shown like N whose last digit differs from N's by 1 to 5: a source so wide
-    (every value of a long curve, a whole trace) that an invented number of this form would pass, so the block
-    must name the keys its numbers come from."""
+    (a long curve, a whole trace) that an invented number would pass; the block must name the keys instead."""
     step = 2 * n.error
     return all(matches(n._replace(value=n.value + k * step), pool) for k in (-5, -4, -3, -2, -1, 1, 2, 3, 4, 5))
 
 
-def _suggest(values: List[Value], k: int = 3) -> List[Value]:
-    """A few of VALUES from different records and keys, for the message."""
-    seen, out = set(), []
-    for v in values:
-        where = (v.source.split(":", 1)[0], key_of(v))
-        if where not in seen:
-            seen.add(where)
-            out.append(v)
-    return out[:k]
-
-
 def report(found: List[tuple]) -> str:
-    lines = []
-    for n, why, near in found:
-        cands = "; ".join(f"{v.value:g} ({v.source})" for v in near)
-        lines.append(f"{n.file}:{n.line}: {n.text}: {why}; records with values near it: {cands or 'none'}")
-    return "\n".join(lines)
+    return "\n".join(f"{n.file}:{n.line}: {n.text}: {why}; records with values near it: "
+                     + ("; ".join(f"{v.value:g} ({v.source})" for v in near) or "none") for n, why, near in found)
 
 
 FIX = ("name the record and key each number comes from in a line '<!-- numbers: bench/STUDY.json: KEY, KEY; "
@@ -497,12 +407,8 @@ FIX = ("name the record and key each number comes from in a line '<!-- numbers: 
        "number in a generated block ('python -m harness.docs write' fills it), or take it out")
 
 
-# ---------------------------------------------------------------- generated blocks
-
-
 def block_studies(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
-    """Each study's report (a study: results/bench/STUDY.json beside STUDY/runs/): runs recorded, runs planned,
-    complete or PARTIAL."""
+    """Each study (results/bench/STUDY.json beside STUDY/runs/): runs recorded, runs planned, complete or PARTIAL."""
     rows = []
     for p in sorted((results / "bench").glob("*.json")):
         if (results / "bench" / p.stem / "runs").is_dir():
@@ -518,20 +424,15 @@ def _load(results: pathlib.Path, stem: str) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def _x(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
-
-
-def _gap(v) -> str:
-    return "-" if v is None else f"{v:+.1f}"
+def _x(v, fmt: str = "{:.2f}x") -> str:
+    """V as a ratio (or in FMT: a gap is "{:+.1f}"); '-' for none."""
+    return "-" if v is None else fmt.format(v)
 
 
 def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
-    """T-Fixup against each baseline in every study, each baseline on its better schedule: the convergence
-    study at the paper's lr (updates ratio), the 10-epoch quality study (BLEU gap), every method at its own
-    best lr (updates ratio; the lrs it trains at) and the plateau (sacreBLEU gap, per seed)."""
+    """T-Fixup against each baseline (on its better schedule) in every study: convergence at the paper's lr (updates
+    ratio), 10-epoch quality (BLEU gap), each at its own best lr (updates ratio, lrs) and plateau (sacreBLEU gaps)."""
     from tfixup import methods
-
     conv, qual, lr, plat = (_load(results, s) for s in ("convergence", "quality", "lr", "plateau"))
     c5 = conv.get("per_method", {}).get("main lr 0.0005", {})
     q = qual.get("per_method", {}).get("multi30k", {})
@@ -564,10 +465,10 @@ def block_headline(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         mark = (" (open)" if lm_ and not lm_.get("grid_closed") else
                 f" ({got} of {planned_seeds} seeds)" if best is not None and got < planned_seeds else "")
         out = [(_x(ca.get("ratio_mean")), ca.get("baseline_best_valid_mean")),
-               (_gap(qa.get("tfixup_gap")), qa.get("tfixup_gap")),
+               (_x(qa.get("tfixup_gap"), "{:+.1f}"), qa.get("tfixup_gap")),
                (_x(best) + mark, lm_.get("best_valid_mean") if best is not None else None),
                (_range(lm_), lm_.get("best_valid_mean") if lm_ else None),
-               (" / ".join(_gap(v) for v in pg) if pg else "-", sum(pg) / len(pg) if pg else None)]
+               (" / ".join(_x(v, "{:+.1f}") for v in pg) if pg else "-", sum(pg) / len(pg) if pg else None)]
         return out, any(v is not None for v in (ca.get("ratio_mean"), qa.get("tfixup_gap"), best, pg))
 
     def better_of(own, small):
@@ -608,12 +509,10 @@ def _range(m) -> str:
 
 
 def block_beyond(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
-    """One line per HuggingFace family of the hf study (results/bench/hf.json): T-Fixup against the stock
-    model, translation in test BLEU beside the fairseq plugin, the language models at each recorded depth in
-    best valid perplexity (every seed; a diverged run says so) and T-Fixup's updates to the warmup baseline's
-    best."""
+    """One line per HuggingFace family of the hf study (results/bench/hf.json): T-Fixup against the stock model,
+    translation in test BLEU beside the fairseq plugin, the language models at each recorded depth in best valid
+    perplexity (every seed; a diverged run says so) and T-Fixup's updates to the warmup baseline's best."""
     from harness.bench import hf
-
     res = _load(results, "hf")
     planned_ = collections.Counter(s["family"] for s in hf.make_specs(res["config"])  # the lr grid: block_llama's
                                    if not s.get("lr_in_id")) if res else {}
@@ -669,7 +568,6 @@ def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """The table a LLaMA user reads: each method at its own best lr on the hf study's 24-layer Llama
     (harness/bench/hf.py's llama_question, kept in results/bench/hf.json), its verdict and the figure."""
     from harness.bench import hf
-
     res = _load(results, "hf")
     q = res.get("llama_question") or {}
     report = os.path.relpath(results / "bench" / "hf.md", doc_dir)
@@ -682,7 +580,6 @@ def block_llama(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
 def block_llama_verdict(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """The front page's line on the LLaMA question: block_llama's verdict, linking to its table."""
     from harness.bench import hf
-
     res = _load(results, "hf")
     q, grid = res.get("llama_question") or {}, res.get("config", {}).get("lm", {}).get("lr_grid") or {}
     table = os.path.relpath(REPO / "docs" / "measurements.md", doc_dir)
@@ -692,10 +589,10 @@ def block_llama_verdict(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
 
 
 def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
-    """T-Fixup's headline ratios at two budgets or more: the convergence study's against the better Post-LN
-    baseline (every run cut at each budget; the long runs to theirs) and the lr study's against each method at its
-    best lr (both runs cut at half the budget), each with how many of the baseline's runs were still improving at
-    the end of the budget."""
+    """T-Fixup's headline ratios at two budgets or more: the convergence study's against the better Post-LN baseline
+    (every run cut at each budget; the long runs to theirs) and the lr study's against each method at its best lr
+    (both runs cut at half the budget), each with how many of the baseline's runs were still improving at its end."""
+    from harness.bench import convergence
     conv, lr = _load(results, "convergence"), _load(results, "lr")
     rows = []
     for key, h in conv.get("headline", {}).items():
@@ -706,7 +603,7 @@ def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         cells = "; ".join(f"{n}: {_x(v['per_baseline'][b].get('ratio_mean'))}" for n, v in at.items()
                           if b in v["per_baseline"])
         pb = h["per_baseline"][b]
-        rows.append([f"convergence, {key}", _arm_label(b),
+        rows.append([f"convergence, {key}", convergence.ARMS[b].label if b in convergence.ARMS else b,
                      f"{pb.get('baseline_still_improving', '-')}/{pb['baseline_seeds']}", cells or "-"])
     for part, p in lr.get("parts", {}).items():
         for arm, v in p.get("versus", {}).items():
@@ -725,17 +622,9 @@ def block_budgets(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
                             "T-Fixup's ratio at each budget (updates: ratio)"], rows)
 
 
-def _arm_label(arm: str) -> str:
-    """A study arm's label (a method's row label and its schedule), from the convergence study's arms."""
-    from harness.bench import convergence
-
-    return convergence.ARMS[arm].label if arm in convergence.ARMS else arm
-
-
 def block_main_job(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
     """The main job's time and results, from the record it wrote itself (results/main-job/record.json)."""
     from harness import main_job
-
     return main_job.readme_block(results, doc_dir)
 
 
@@ -754,30 +643,30 @@ def render(text: str, results: pathlib.Path = RESULTS, doc_dir: pathlib.Path = R
     return GENERATED.sub(one, text)
 
 
-def stale(files=DOCS, repo: pathlib.Path = REPO) -> List[str]:
-    """The FILES whose generated blocks differ from what the records make now."""
-    return [str(rel) for rel in files
-            if render((text := (repo / rel).read_text(encoding="utf-8")), repo / "results", (repo / rel).parent) != text]
-
-
-def write(files=DOCS, repo: pathlib.Path = REPO) -> List[str]:
-    """Rewrite the generated blocks of FILES in place (atomically); the files that changed."""
+def write(files=DOCS, repo: pathlib.Path = REPO, dry_run: bool = False) -> List[str]:
+    """Rewrite the generated blocks of FILES in place (atomically; not on a DRY_RUN); the files that changed."""
     changed = []
     for rel in files:
-        path = repo / rel
-        text = path.read_text(encoding="utf-8")
-        new = render(text, repo / "results", path.parent)
+        text = (repo / rel).read_text(encoding="utf-8")
+        new = render(text, repo / "results", (repo / rel).parent)
         if new != text:
-            atomic.write_text(path, new)
             changed.append(str(rel))
+            if not dry_run:
+                atomic.write_text(repo / rel, new)
     return changed
+
+
+def stale(files=DOCS, repo: pathlib.Path = REPO) -> List[str]:
+    """The FILES whose generated blocks differ from what the records make now."""
+    return write(files, repo, dry_run=True)
 
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.docs", description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=("check", "write"),
                    help="check: list the numbers no record holds; write: rewrite the generated blocks")
-    p.add_argument("files", nargs="*", default=list(DOCS), help=f"docs, relative to the repo (default {' '.join(DOCS)})")
+    p.add_argument("files", nargs="*", default=list(DOCS),
+                   help=f"docs, relative to the repo (default {' '.join(DOCS)})")
     a = p.parse_args(argv)
     if a.action == "write":
         for f in write(a.files, REPO):

@@ -1,17 +1,10 @@
 """Large batch without warmup (paper Fig. 4c): T-Fixup at 1x, 2x, 4x and 8x the batch.
 
-The batch grows with ``--update-freq`` (gradients of k batches of ``max_tokens``
-summed into one update, as k GPUs would); everything else is fixed: model
-(128-256-4, 6+6 layers), lr (the paper's 5e-4), schedule (lr*sqrt(P/(P+t)),
-P = 4000, no warmup), seed. The paper reports that convergence speed scales
-with the batch multiplier; we measure, for each k, the updates needed to reach
-a fixed valid loss: the loss the 1x run reaches at half its budget (so that
-1x reaches it by construction and every larger batch has the same target).
-Perfect scaling halves the updates per doubling: the report gives the measured
-factor per doubling (updates at 2k / updates at k) and says whether any size
-diverged. Larger batches get proportionally fewer updates, with 2x slack.
-
-Resumable: finished runs are recorded under OUT/batch/runs/.
+The batch grows with ``--update-freq`` (k batches of ``max_tokens`` summed into one update, as k GPUs would); model,
+lr, schedule (no warmup) and seed are fixed. The paper reports that convergence speed scales with the batch: for
+each k we measure the updates to reach the valid loss the 1x run reaches at half its budget (the same, reachable
+target for all); perfect scaling halves them per doubling. Larger batches get proportionally fewer updates, with 2x
+slack (``budget``). Resumable: finished runs are recorded under OUT/batch/runs/.
 
     python -m harness.bench.batch --smoke --out /tmp/batch
     python -m harness.bench.batch --out results/bench
@@ -52,32 +45,25 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path) -> dict:
-    base = records.get("tfixup-x1")
-    target = None
+    base, target = records.get("tfixup-x1"), None
     if base and base["valid_curve"] and base["status"] == "ok":
-        half = cfg["updates"] // 2
-        target = common.best([p for p in base["valid_curve"] if p[0] <= half])[1]
+        target = common.best([p for p in base["valid_curve"] if p[0] <= cfg["updates"] // 2])[1]
     rows = [{"multiplier": rec["multiplier"], "updates": rec["updates"], "status": rec["status"],
              "diverged": rec["status"] == "nan", "updates_to_target": common.reach(rec["valid_curve"], target),
              "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
              "tokens_per_update": cfg["max_tokens"] * rec["multiplier"], "wall_s": rec["wall_s"]}
             for rec in sorted(records.values(), key=lambda r: r["multiplier"])]
-    factors = []
-    for a, b in zip(rows, rows[1:]):
-        if a["updates_to_target"] and b["updates_to_target"] and b["multiplier"] == 2 * a["multiplier"]:
-            factors.append(round(b["updates_to_target"] / a["updates_to_target"], 3))
-    return {
-        **common.study_result("batch", cfg, data, records, unigram_level=level, target_valid_loss=target),
-        "rows": rows,
-        "factor_per_doubling": factors,
-        "factor_per_doubling_mean": round(statistics.mean(factors), 3) if factors else None,
-        "any_diverged": any(r["diverged"] for r in rows), "records": records,
-    }
+    factors = [round(b["updates_to_target"] / a["updates_to_target"], 3) for a, b in zip(rows, rows[1:])
+               if a["updates_to_target"] and b["updates_to_target"] and b["multiplier"] == 2 * a["multiplier"]]
+    return {**common.study_result("batch", cfg, data, records, unigram_level=level, target_valid_loss=target),
+            "rows": rows, "factor_per_doubling": factors,
+            "factor_per_doubling_mean": round(statistics.mean(factors), 3) if factors else None,
+            "any_diverged": any(r["diverged"] for r in rows), "records": records}
 
 
 def report(res: dict) -> str:
     cfg = res["config"]
-    text = runlib.report_head("Large batch without warmup (paper Fig. 4c), T-Fixup", res, cfg["n_runs"], (
+    return runlib.report_head("Large batch without warmup (paper Fig. 4c), T-Fixup", res, cfg["n_runs"], (
         f"T-Fixup {cfg['embed']}-{cfg['ffn']}-{cfg['heads']}, {cfg['layers']}+{cfg['layers']} layers, lr {cfg['lr']}, "
         f"lr*sqrt(P/(P+t)), P = {cfg['decay_period']}, no warmup; batch = update-freq k x {cfg['max_tokens']} tokens. "
         f"Target: valid loss {res['target_valid_loss']} bits (the 1x run's best by update {cfg['updates'] // 2}); "
@@ -88,12 +74,10 @@ def report(res: dict) -> str:
                             r["updates_to_target"], r["final_valid"], r["wall_s"]] for r in res["rows"]])
         + f"\n\nUpdates to the target, 2k / k (perfect scaling: 0.5): {res['factor_per_doubling'] or 'n/a'}; "
         f"mean {res['factor_per_doubling_mean']}. Diverged: {'yes' if res['any_diverged'] else 'none'}.\n"))
-    return text
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = common.pyplot().subplots(1, 2, figsize=(10, 4))
     for rec in sorted(res["records"].values(), key=lambda r: r["multiplier"]):
         if rec["valid_curve"]:
             u, l = zip(*rec["valid_curve"])

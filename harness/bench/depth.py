@@ -1,30 +1,13 @@
 """Depth (paper Fig. 4b): 64-128-2 models with 6 to 200 layers per side, no warmup.
 
-6, 20, 50 and 100 layers per side for every method of the study; 200 (``ln_free_from``) for the
-paper's three methods and the LayerNorm-free ones (their rows' ``layernorm_free``: T-Fixup, DyT,
-ReZero), the depth that asks whether a method without LayerNorm still trains.
-
-  tfixup   transformer_tfixup 64-128-2 (no LayerNorm, T-Fixup init)
-  postln   stock fairseq ``transformer`` 64-128-2, Post-LN
-  preln    stock fairseq ``transformer`` 64-128-2, Pre-LN
-
-Same data, lr (the paper's 5e-4), schedule (lr*sqrt(P/(P+t)), P = 4000: no
-warmup for anyone) and batch for all. Each run is ``fairseq-train --user-dir
-fairseq_tfixup --cpu`` (1 thread) with valid loss every ``--valid-every``
-updates. A run counts as **trained** when its final valid loss ends at least
-``--margin`` bits below the unigram level of the valid set (harness/bench/unigram.py,
-computed from the data), not when its loss merely dropped: every model leaves
-its random start quickly, and a model at the unigram level has learnt word
-frequencies only. The budget is set so that the shallow models leave the
-unigram stage; the deepest runs get fewer updates (``--deep-updates``), and the
-report says so.
-
-On CPU the study runs every method up to ``cpu_depth`` (50) layers per side and
-only the paper's three deeper: a 100-layer run costs about an hour of one core,
-a 200-layer one up to two, and the other methods' deep runs would add about ten
-CPU-hours. The report lists those runs with their estimated cost; ``--device
-cuda`` runs them (as does naming one in ``--only``).
-
+Every method of the study at 6, 20, 50 and 100 layers per side; at 200 (``ln_free_from``) the paper's three and
+the LayerNorm-free ones, the depth that asks whether a method without LayerNorm still trains. Same data, lr (5e-4),
+schedule (lr*sqrt(P/(P+t)), P = 4000: no warmup for anyone) and batch for all. A run is **trained** when its final
+valid loss is at least ``--margin`` bits below the unigram level (harness/bench/unigram.py), not when its loss
+merely dropped: every model leaves its random start quickly, and one at the unigram level has learnt word
+frequencies only. The deepest runs get fewer updates (``--deep-updates``). On CPU only the paper's three methods run
+past ``cpu_depth`` (50) layers (a 100-layer run takes about an hour of one core, the other methods' deep runs about
+ten CPU-hours more): the report lists the rest with their estimated cost; ``--device cuda`` or ``--only`` runs them.
 Resumable: finished runs are recorded under OUT/depth/runs/.
 
     python -m harness.bench.depth --smoke --out /tmp/depth
@@ -48,17 +31,10 @@ CORE = ["tfixup", "postln", "preln"]  # the paper's comparison: run first, at ev
 
 MODES = {
     "smoke": dict(depths=[2], methods=["tfixup", "postln"], updates=8, deep_updates=8, deep_from=1000,
-                  ln_free_from=1000, cpu_depth=1000, valid_every=4, max_tokens=512, valid_lines=50,
-                  test_lines=10),
-    "default": dict(depths=[6, 20, 50, 100, 200], methods=None, updates=600, deep_updates=300,
-                    deep_from=200, ln_free_from=200, cpu_depth=50, valid_every=50, max_tokens=1024,
-                    valid_lines=1000, test_lines=0),
+                  ln_free_from=1000, cpu_depth=1000, valid_every=4, max_tokens=512, valid_lines=50, test_lines=10),
+    "default": dict(depths=[6, 20, 50, 100, 200], methods=None, updates=600, deep_updates=300, deep_from=200,
+                    ln_free_from=200, cpu_depth=50, valid_every=50, max_tokens=1024, valid_lines=1000, test_lines=0),
 }
-
-
-def planned(cfg: dict, m: str, depth: int) -> bool:
-    """From ``ln_free_from`` layers per side on, only the paper's three methods and the LayerNorm-free ones."""
-    return depth < cfg["ln_free_from"] or m in CORE or methods.method(ARMS[m].method).layernorm_free
 
 
 def cpu_budget(cfg: dict, runs: list, recorded: set, only: list = None) -> tuple:
@@ -79,12 +55,8 @@ def estimated_hours(records: dict, depth: int, updates: int):
     return round(walls[len(walls) // 2] / 3600, 2) if walls else None
 
 
-def budget(cfg: dict, depth: int) -> int:
-    return cfg["deep_updates"] if depth >= cfg["deep_from"] else cfg["updates"]
-
-
 def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
-    updates = budget(cfg, depth)
+    updates = cfg["deep_updates"] if depth >= cfg["deep_from"] else cfg["updates"]
     recipe = common.recipe(dict(cfg, embed=64, ffn=128, heads=2, layers=depth), ARMS[m].method, lr=cfg["lr"],
                            seed=cfg["seed"], max_update=updates, schedule="nowarmup", decay_period=cfg["decay_period"])
     args = common.train_args(recipe, cfg.get("device", "cpu")) + common.valid_args(cfg["valid_every"])
@@ -92,13 +64,12 @@ def run_of(cfg: dict, data: pathlib.Path, m: str, depth: int) -> runlib.Run:
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """The paper's three methods at every depth first, then the other methods at every depth they are
-    planned at (``planned``)."""
+    """The paper's three methods at every depth first, then the others (from ``ln_free_from`` on: LayerNorm-free)."""
     arms = cfg["methods"] or list(ARMS)  # None: every method of the study
-    core = [m for m in arms if m in CORE]
     rest = [m for m in arms if m not in CORE]
-    return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in core]
-            + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest if planned(cfg, m, d)])
+    return ([run_of(cfg, data, m, d) for d in cfg["depths"] for m in arms if m in CORE]
+            + [run_of(cfg, data, m, d) for d in cfg["depths"] for m in rest
+               if d < cfg["ln_free_from"] or methods.method(ARMS[m].method).layernorm_free])
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -108,26 +79,22 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         curve = rec["valid_curve"]
         final = curve[-1][1] if curve and rec["status"] == "ok" else None
         rows.append({"method": rec["method"], "depth": rec["depth"], "updates": rec["updates"],
-                     "status": rec["status"], "final_valid": final,
-                     "best_valid": common.best(curve)[1],
-                     "trained": final is not None and final <= threshold,
-                     "s_per_update": rec.get("s_per_update")})
+                     "status": rec["status"], "final_valid": final, "best_valid": common.best(curve)[1],
+                     "trained": final is not None and final <= threshold, "s_per_update": rec.get("s_per_update")})
     rows.sort(key=lambda r: (r["depth"], list(ARMS).index(r["method"])))
     deepest = {m: max((r["depth"] for r in rows if r["method"] == m and r["trained"]), default=None)
                for m in (cfg["methods"] or list(ARMS))}
     left_out = [{**r, "cpu_hours": estimated_hours(records, r["depth"], r["updates"])}
                 for r in cfg.get("out_of_budget", [])]
-    return {
-        **common.study_result("depth", cfg, data, records, unigram_level=level,
-                              trained_threshold=round(threshold, 4), margin_bits=margin),
-        "deepest_trained": deepest, "rows": rows, "out_of_budget": left_out, "records": records,
-    }
+    return {**common.study_result("depth", cfg, data, records, unigram_level=level,
+                                  trained_threshold=round(threshold, 4), margin_bits=margin),
+            "deepest_trained": deepest, "rows": rows, "out_of_budget": left_out, "records": records}
 
 
 def report(res: dict) -> str:
     cfg, lv = res["config"], res["unigram_level"]
-    title = "Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)"
-    text = runlib.report_head(title, res, cfg["n_runs"], (
+    text = runlib.report_head("Depth: 64-128-2, 6 to 200 layers per side, no warmup (paper Fig. 4b)", res,
+                              cfg["n_runs"], (
         f"lr {cfg['lr']}, lr*sqrt(P/(P+t)) with P = {cfg['decay_period']} for every method (no warmup), "
         f"{cfg['max_tokens']} tokens per update, dropout 0.1, seed {cfg['seed']}; {cfg['updates']} updates, "
         f"**{cfg['deep_updates']} from {cfg['deep_from']} layers per side** (time). Unigram level of the valid set: "
@@ -143,11 +110,10 @@ def report(res: dict) -> str:
         + "\n"))
     left = res.get("out_of_budget") or []
     if left:
-        hours = sum(r["cpu_hours"] or 0 for r in left)
-        text += (f"\n## Not run on CPU ({len(left)} runs, about {hours:.0f} CPU-hours)\n\n"
-                 f"Past {cfg['cpu_depth']} layers per side this machine runs only the paper's three methods; each "
-                 "run below would take the hours shown on one CPU thread (the median wall time of the runs recorded "
-                 "at its depth). `--device cuda` runs them, as does naming one in `--only`.\n\n"
+        text += (f"\n## Not run on CPU ({len(left)} runs, about {sum(r['cpu_hours'] or 0 for r in left):.0f} "
+                 f"CPU-hours)\n\nPast {cfg['cpu_depth']} layers per side this machine runs only the paper's three "
+                 "methods; each run below would take the hours shown on one CPU thread (the median wall time of the "
+                 "runs recorded at its depth). `--device cuda` runs them, as does naming one in `--only`.\n\n"
                  + common.md_table(["run", "layers per side", "method", "updates", "CPU-hours (estimated)"],
                                    [[r["id"], r["depth"], ARMS[r["method"]].label, r["updates"], r["cpu_hours"]]
                                     for r in left]) + "\n")
@@ -167,8 +133,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
         axes[0].plot([r["depth"] for r in short], [r["final_valid"] for r in short], "o", color="white",
                      markeredgecolor=arm.color, markersize=6)
     if any(r["updates"] < full for r in res["rows"]):
-        axes[0].plot([], [], "o", color="white", markeredgecolor="gray",
-                     label=f"hollow: fewer than {full} updates")
+        axes[0].plot([], [], "o", color="white", markeredgecolor="gray", label=f"hollow: fewer than {full} updates")
     for ax in axes:
         common.level_lines(ax, res["unigram_level"]["train_fit"], res["trained_threshold"], "trained below this")
     axes[0].set_xscale("log")
@@ -201,7 +166,8 @@ def parser():
 
 def make_config(args) -> dict:
     return runlib.with_overrides(dict(MODES[args.mode], mode=args.mode, lr=args.lr, decay_period=args.decay_period,
-                                      seed=args.seed, device=args.device), args, ("depths", "methods", "updates", "deep_updates", "deep_from"))
+                                      seed=args.seed, device=args.device),
+                                 args, ("depths", "methods", "updates", "deep_updates", "deep_from"))
 
 
 def plan(data, mode: str = "default") -> list:
@@ -210,15 +176,14 @@ def plan(data, mode: str = "default") -> list:
 
 def main(argv=None):
     args, cfg, data, level, all_runs = runlib.iwslt_setup(sys.modules[__name__], argv)
-    store = pathlib.Path(args.out) / ("depth" + args.tag) / "runs"
-    records = runlib.load_records(store).values()
+    records = runlib.load_records(pathlib.Path(args.out) / ("depth" + args.tag) / "runs").values()
     recorded = {r.id for r in all_runs if any(r.recorded_by(rec) for rec in records)}
     all_runs, left = cpu_budget(cfg, all_runs, recorded, args.only)
     cfg["out_of_budget"] = [{"id": r.id, **r.meta} for r in left]  # the run's method, depth and updates
     cfg["n_runs"] = len(all_runs)
-    runlib.run_study("depth" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, level, data, args.margin),
-                     plot, report, "depth study", args.jobs, args.threads, report_only=args.report_only,
-                     only=args.only)
+    runlib.run_study("depth" + args.tag, args.out, all_runs,
+                     lambda recs: summarise(cfg, recs, level, data, args.margin), plot, report, "depth study",
+                     args.jobs, args.threads, report_only=args.report_only, only=args.only)
     return 0
 
 

@@ -69,12 +69,10 @@ MODES = {
 }
 
 
+
 def fairseq_dtype(device: str) -> str:
     """The fp16 and deep parts' precision: fairseq's --fp16 on CUDA; fp32 on CPU, where --fp16 is refused."""
     return "fp16" if device == "cuda" else "fp32"
-
-
-# ---------------------------------------------------------------- the runs
 
 
 def _fairseq_run(rid: str, meta: dict, args: list, data, dtype: str) -> runlib.Run:
@@ -98,45 +96,28 @@ def depth_config(cfg: dict, data: pathlib.Path, device: str) -> dict:
     return dict(depth.make_config(args), updates=d["updates"], deep_updates=d["updates"], valid_every=d["valid_every"])
 
 
-def deep_runs(cfg: dict, data: pathlib.Path, device: str) -> list:
-    """T-Fixup at each depth: the depth study's run (depth.run_of), at fairseq_dtype's precision."""
-    dcfg, dtype = depth_config(cfg, data, device), fairseq_dtype(device)
-    fp32 = [depth.run_of(dcfg, data, "tfixup", n) for n in cfg["deep"]["depths"]]  # meta: method, depth, updates
-    return [_fairseq_run(f"deep-tfixup-{r.meta['depth']}-{dtype}", dict(part="deep", **r.meta, fp32_id=r.id), r.args,
-                         data, dtype) for r in fp32]
-
-
-def bf16_runs(cfg: dict, hf_data: pathlib.Path) -> list:
-    """The HuggingFace study's specs (hf.make_specs) of the chosen families, arms and depth, first seed."""
-    c = cfg["bf16"]
-    specs = [s for s in hf.make_specs(hf.make_config(c["mode"])) if s["family"] in c["families"]
-             and s.get("layers") == c["layers"] and s["seed"] == 1 and s["arm"] in c["arms"]]
-    return [runlib.Run(f"bf16-{hf.run_id(s)}", dict(part="bf16", family=s["family"], arm=s["arm"],
-                                                     layers=s["layers"], dtype="bf16", fp32_id=hf.run_id(s)),
-                       ["hf", json.dumps(s, sort_keys=True)], str(hf_data)) for s in specs]
-
-
-def speed_runs(cfg: dict, data: pathlib.Path, device: str, peak_tflops: float = None) -> list:
-    c = cfg["speed"]
-    return [runlib.Run(f"speed-{size}-{dtype}-{device}", dict(part="speed", size=size, dtype=dtype),
-                       ["speed", json.dumps(dict({k: v for k, v in c.items() if k != "sizes"}, size=size, dtype=dtype,
-                                                 device=device, peak_tflops=peak_tflops), sort_keys=True)], str(data))
-            for size in c["sizes"] for dtype in (["fp32", "fp16"] if device == "cuda" else ["fp32"])]
-
-
 def make_runs(cfg: dict, data: pathlib.Path, hf_data: pathlib.Path, device: str, peak_tflops: float = None) -> list:
-    """Every run of every part, the longest first (the deep ones), speed last."""
-    return [*deep_runs(cfg, data, device), *fp16_runs(cfg, data, device), *bf16_runs(cfg, hf_data),
-            *speed_runs(cfg, data, device, peak_tflops)]
-
-
-# ---------------------------------------------------------------- one run (in its own process)
+    """Every run of every part, the longest first: T-Fixup at each depth (the depth study's run, at fairseq_dtype's
+    precision), fp16, the HuggingFace study's specs of the chosen families, arms and depth (first seed), speed last."""
+    dcfg, dtype, b, sp = depth_config(cfg, data, device), fairseq_dtype(device), cfg["bf16"], cfg["speed"]
+    deep = [depth.run_of(dcfg, data, "tfixup", n) for n in cfg["deep"]["depths"]]  # meta: method, depth, updates
+    specs = [s for s in hf.make_specs(hf.make_config(b["mode"])) if s["family"] in b["families"]
+             and s.get("layers") == b["layers"] and s["seed"] == 1 and s["arm"] in b["arms"]]
+    return [*(_fairseq_run(f"deep-tfixup-{r.meta['depth']}-{dtype}", dict(part="deep", **r.meta, fp32_id=r.id),
+                           r.args, data, dtype) for r in deep),
+            *fp16_runs(cfg, data, device),
+            *(runlib.Run(f"bf16-{hf.run_id(s)}", dict(part="bf16", family=s["family"], arm=s["arm"], layers=s["layers"],
+                                                       dtype="bf16", fp32_id=hf.run_id(s)),
+                         ["hf", json.dumps(s, sort_keys=True)], str(hf_data)) for s in specs),
+            *(runlib.Run(f"speed-{size}-{dt}-{device}", dict(part="speed", size=size, dtype=dt),
+                         ["speed", json.dumps(dict({k: v for k, v in sp.items() if k != "sizes"}, size=size, dtype=dt,
+                                                   device=device, peak_tflops=peak_tflops), sort_keys=True)], str(data))
+              for size in sp["sizes"] for dt in (["fp32", "fp16"] if device == "cuda" else ["fp32"]))]
 
 
 def accelerator(device: str) -> dict:
     """Where a run trained, beside common.machine(): the device, and on CUDA its driver, capability, memory, cuDNN."""
     import torch
-
     if device != "cuda":
         return {"device": "cpu", "cuda": torch.version.cuda}
     p = torch.cuda.get_device_properties(0)
@@ -146,10 +127,11 @@ def accelerator(device: str) -> dict:
         driver = smi.stdout.split()[0]
     else:  # no nvidia-smi: the kernel module's version line
         proc = pathlib.Path("/proc/driver/nvidia/version")
-        words = proc.read_text().split() if proc.is_file() else []
-        driver = next((w for w in words if w[:1].isdigit() and "." in w), None)
-    return {"device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-            "capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1), "driver": driver}
+        driver = next((w for w in (proc.read_text().split() if proc.is_file() else []) if w[:1].isdigit() and "." in w),
+                      None)
+    return {"device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(), "capability": f"{p.major}.{p.minor}",
+            "memory_gib": round(p.total_memory / 2**30, 1), "driver": driver}
 
 
 class ActivationMax:
@@ -158,27 +140,27 @@ class ActivationMax:
     it is normalised) and the FFN's hidden units (fc1's output, before the activation)."""
 
     def __init__(self, model):
-        self.maxima, self.handles, self.active = {}, [], True
-        for side in ("encoder", "decoder"):
-            for i, layer in enumerate(getattr(model, side).layers):
-                self.handles.append(layer.register_forward_hook(self._keep((side, "stream", i), True)))
-                for name, m in layer.named_modules():
-                    if name.endswith("layer_norm"):
-                        self.handles.append(m.register_forward_pre_hook(self._keep((side, "stream", i), False)))
-                    elif name == "fc1":
-                        self.handles.append(m.register_forward_hook(self._keep((side, "ffn", i), True)))
-
-    def _keep(self, key, output: bool):
         import torch
 
-        def hook(module, inputs, out=None):
-            x = out if output else (inputs[0] if inputs else None)
-            x = x[0] if isinstance(x, tuple) else x
-            if self.active and torch.is_tensor(x) and x.numel():
-                v = x.detach().abs().amax().float()
-                self.maxima[key] = torch.maximum(self.maxima[key], v) if key in self.maxima else v
+        self.maxima, self.handles, self.active = {}, [], True
 
-        return hook
+        def keep(key, output: bool):
+            def hook(module, inputs, out=None):
+                x = out if output else (inputs[0] if inputs else None)
+                x = x[0] if isinstance(x, tuple) else x
+                if self.active and torch.is_tensor(x) and x.numel():
+                    v = x.detach().abs().amax().float()
+                    self.maxima[key] = torch.maximum(self.maxima[key], v) if key in self.maxima else v
+            return hook
+
+        for side in ("encoder", "decoder"):
+            for i, layer in enumerate(getattr(model, side).layers):
+                self.handles.append(layer.register_forward_hook(keep((side, "stream", i), True)))
+                for name, m in layer.named_modules():
+                    if name.endswith("layer_norm"):
+                        self.handles.append(m.register_forward_pre_hook(keep((side, "stream", i), False)))
+                    elif name == "fc1":
+                        self.handles.append(m.register_forward_hook(keep((side, "ffn", i), True)))
 
     def result(self) -> dict:
         """{"encoder": {"stream": [per layer], "ffn": [...]}, "decoder": {...}} (inf or nan: left fp16's range)."""
@@ -207,7 +189,6 @@ def peak_of(maxima: dict) -> dict:
 def valid_loss(trainer) -> float:
     """fairseq-train's validation: the valid set's loss (bits per token) as fairseq_cli/train.py's validate sums it."""
     from fairseq.logging import metrics
-
     with metrics.aggregate(new_root=True) as agg:
         for sample in trainer.get_valid_iterator("valid").next_epoch_itr(shuffle=False, set_dataset_epoch=False):
             trainer.valid_step(sample)
@@ -309,7 +290,6 @@ def train_bf16(spec: dict, data: pathlib.Path, device: str, threads: int) -> dic
 def speed_cell(spec: dict, data: pathlib.Path, threads: int) -> dict:
     """speed.py's A/B timing and fresh-process memory of T-Fixup and the stock model at one size and precision."""
     import torch
-
     torch.set_num_threads(threads)
     size, dtype, device = spec["size"], spec["dtype"], spec["device"]
     peak = speed.peak_for(device, dtype, spec.get("peak_tflops"))
@@ -325,18 +305,10 @@ def one_main(argv) -> int:
     a = p.parse_args(argv)
     spec = json.loads(pathlib.Path(a.spec).read_text())
     kind, data, device, threads = spec["kind"], pathlib.Path(spec["data"]), spec["device"], spec["threads"]
-    if kind == "fairseq":
-        out = train_fairseq(data, spec["args"], threads)
-    elif kind == "hf":
-        out = train_bf16(spec["spec"], data, device, threads)
-    else:
-        out = speed_cell(spec["spec"], data, threads)
-    out["env"] = {**common.machine(), **accelerator(device)}
-    atomic.write_json(pathlib.Path(a.result), out)
+    out = (train_fairseq(data, spec["args"], threads) if kind == "fairseq" else
+           train_bf16(spec["spec"], data, device, threads) if kind == "hf" else speed_cell(spec["spec"], data, threads))
+    atomic.write_json(pathlib.Path(a.result), dict(out, env={**common.machine(), **accelerator(device)}))
     return 0
-
-
-# ---------------------------------------------------------------- the study's side of a run
 
 
 def execute(run: runlib.Run, work: pathlib.Path, device: str, threads: int, deadline: float = None,
@@ -378,19 +350,10 @@ def _in_process(cmd: list, log: pathlib.Path, env: dict) -> int:
             return 1
 
 
-# ---------------------------------------------------------------- summary, report, figure
-
-
-def cpu_prediction(method: str, layers: int):
-    """The CPU analysis's (fp32) largest residual-stream and FFN-hidden values for METHOD at LAYERS per side."""
-    pred = runlib.read_record(CPU_PREDICTION)
-    run = (pred or {}).get("runs", {}).get(f"{method}/{layers}")
-    return run and {"residual": run["residual"]["max"], "ffn_hidden": run["ffn_hidden"]["max"]}
-
-
 def fp32_twin(part: str, rec: dict):
     """The fp32 record of the same run (the depth or HuggingFace study's), where one is committed."""
-    twin = part in FP32_RECORDS and rec.get("fp32_id") and runlib.read_record(FP32_RECORDS[part] / f"{rec['fp32_id']}.json")
+    store = FP32_RECORDS.get(part)
+    twin = store and rec.get("fp32_id") and runlib.read_record(store / f"{rec['fp32_id']}.json")
     if not twin:
         return None
     return {"id": twin["id"], "status": twin.get("status"), "best_valid": common.best(twin.get("valid_curve", []))[1],
@@ -419,47 +382,54 @@ def _g(x, fmt="{:.3f}"):
     return "-" if x is None else fmt.format(x)
 
 
-def _env_line(e: dict) -> str:
-    if e.get("device", "cpu") == "cpu":
-        return f"CPU ({e.get('cpu', '?')}), torch {e.get('torch')}"
-    return (f"{e['device']} (driver {e.get('driver')}, compute capability {e.get('capability')}, "
-            f"{e.get('memory_gib')} GiB), torch {e.get('torch')}, CUDA {e.get('cuda')}, cuDNN {e.get('cudnn')}")
-
-
-def _twin(twin) -> str:
-    return f"{_g(twin['best_valid'])} ({twin['status']}, {twin['device']})" if twin else "-"
-
-
 def report(res: dict) -> str:
-    recs, cfg, parts = res["records"], res["config"], res["parts"]
+    recs, cfg, parts, c = res["records"], res["config"], res["parts"], res["config"]["fp16"]
+    analysis = (runlib.read_record(CPU_PREDICTION) or {}).get("runs", {})
     text = runlib.report_head("Mixed precision and speed on a GPU", res, res["runs_planned"], (
         f"Study device: {res['device']}; runs made on: {', '.join(res['devices']) or 'none yet'} (each record names "
         f"its device, driver, torch/CUDA versions and date). fairseq's `--fp16` needs CUDA: where a fairseq part ran "
         f"on CPU its runs are fp32 (their ids end in -fp32), which tests the code, not fp16.\n\n"))
-    envs = sorted({_env_line(r.get("env") or {}) for r in recs.values()})
+    envs = sorted({f"CPU ({e.get('cpu', '?')}), torch {e.get('torch')}" if e.get("device", "cpu") == "cpu" else
+                   f"{e['device']} (driver {e.get('driver')}, compute capability {e.get('capability')}, "
+                   f"{e.get('memory_gib')} GiB), torch {e.get('torch')}, CUDA {e.get('cuda')}, cuDNN {e.get('cudnn')}"
+                   for e in (r.get("env") or {} for r in recs.values())})
     text += "Environments: " + "; ".join(envs) + ".\n\n" if envs else ""
 
-    def train_rows(ids, with_twin):
-        rows = []
-        for rid in ids:
-            r = recs[rid]
-            pk, ls = r.get("activation_peak") or {}, r.get("loss_scale") or {}
-            pred = cpu_prediction(FP16_ARMS[r["method"]].method if r["method"] in FP16_ARMS else r["method"],
-                                  r.get("layers") or r.get("depth"))
-            scales = " → ".join(_g(ls.get(k), "{:g}") for k in ("first", "lowest", "final")) if ls else "-"
-            rows.append([rid, r["status"], f"{r.get('updates')} / {r.get('steps')}", r.get("overflow_steps"),
-                         ls.get("drops", "-"), scales, _g(r.get("final_valid")), _g(r.get("best_valid")),
-                         f"{_g(pk.get('value'), '{:.3g}')} ({pk.get('where')})", _g(pk.get("fp16_headroom"), "{:.3g}"),
-                         f"{pred['residual']:.3g} / {pred['ffn_hidden']:.3g}" if pred else "-", held(pred, pk)]
-                        + ([_twin(res["fp32_twins"].get(rid))] if with_twin else []))
-        return rows
+    def twin(rid):  # the committed fp32 record of the same run
+        t = res["fp32_twins"].get(rid)
+        return f"{_g(t['best_valid'])} ({t['status']}, {t['device']})" if t else "-"
 
-    headers = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops",
-               "loss scale first → lowest → final", "final valid", "best valid", "max abs activation (where)",
-               "fp16 headroom", "CPU analysis: residual / FFN max", "its prediction held"]
-    if parts["fp16"]:
-        c = cfg["fp16"]
-        text += (f"## fp16: {c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers"
+    def train_row(rid, r):
+        pk, ls = r.get("activation_peak") or {}, r.get("loss_scale") or {}
+        # the CPU analysis's (fp32) largest residual-stream and FFN-hidden values, same method and depth
+        method = FP16_ARMS[r["method"]].method if r["method"] in FP16_ARMS else r["method"]
+        p = analysis.get(f"{method}/{r.get('layers') or r.get('depth')}")
+        pred = p and {"residual": p["residual"]["max"], "ffn_hidden": p["ffn_hidden"]["max"]}
+        scales = " → ".join(_g(ls.get(k), "{:g}") for k in ("first", "lowest", "final")) if ls else "-"
+        return ([rid, r["status"], f"{r.get('updates')} / {r.get('steps')}", r.get("overflow_steps"),
+                 ls.get("drops", "-"), scales, _g(r.get("final_valid")), _g(r.get("best_valid")),
+                 f"{_g(pk.get('value'), '{:.3g}')} ({pk.get('where')})", _g(pk.get("fp16_headroom"), "{:.3g}"),
+                 f"{pred['residual']:.3g} / {pred['ffn_hidden']:.3g}" if pred else "-", held(pred, pk)]
+                + ([twin(rid)] if r["part"] == "deep" else []))
+
+    def bf16_row(rid, r):
+        return [rid, r["status"], r.get("updates"), _g(r["valid_curve"][-1][1] if r.get("valid_curve") else None),
+                _g(common.best(r.get("valid_curve", []))[1]), twin(rid), _g(r.get("s_per_update"), "{:.4f}"),
+                _g(r.get("peak_memory_mib"), "{:.0f}")]
+
+    def speed_row(rid, r):
+        t, s, mem = r["tfixup"], r["stock"], r[f"{r['device']}_memory"]
+        return [rid, r["dims"], r["dtype"], _g(t["tokens_per_s"], "{:.0f}"), _g(s["tokens_per_s"], "{:.0f}"),
+                f"{r['ratio_tokens_per_s']:.3f} ({r['ratio_per_round']['median']:.3f})",
+                f"{mem['tfixup']['train_peak_mib']:.0f} / {mem['stock']['train_peak_mib']:.0f}",
+                f"{t['gflop_per_step']:.1f} / {s['gflop_per_step']:.1f}",
+                f"{t['mfu']:.3f} / {s['mfu']:.3f}" if t.get("mfu") is not None else "n/a"]
+
+    train = ["run", "status", "updates / steps", "overflow steps", "loss-scale drops",
+             "loss scale first → lowest → final", "final valid", "best valid", "max abs activation (where)",
+             "fp16 headroom", "CPU analysis: residual / FFN max", "its prediction held"]
+    sections = {  # part: its heading and intro, its table's columns, a row of it
+        "fp16": (f"## fp16: {c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers"
                  + (" (the paper's IWSLT model)" if res["mode"] == "default" else "")
                  + f", {c['updates']} updates of {c['max_tokens']} tokens, in fairseq's --fp16 on CUDA (fp32 on CPU)"
                  f"\n\nArms: {'; '.join(FP16_ARMS[a].label for a in c['arms'])} (warmup: fairseq's inverse_sqrt over "
@@ -469,40 +439,23 @@ def report(res: dict) -> str:
                  f"(headroom = 65504 / it; below 1 it leaves fp16's range). The CPU analysis "
                  f"(results/diagnostics/fp16_headroom.md) measured the same quantities in fp32 at its own, smaller "
                  f"setting and depths (its column: the same method at the same depth, where it has one); its "
-                 f"prediction held where both stay inside fp16's range, or both leave it.\n\n")
-        text += common.md_table(headers, train_rows(parts["fp16"], False)) + "\n\n"
-    if parts["deep"]:
-        text += ("## deep: T-Fixup at depth, the depth study's runs in fairseq's --fp16 on CUDA (fp32 on CPU)\n\nThe "
+                 f"prediction held where both stay inside fp16's range, or both leave it.\n\n", train, train_row),
+        "deep": ("## deep: T-Fixup at depth, the depth study's runs in fairseq's --fp16 on CUDA (fp32 on CPU)\n\nThe "
                  "fp32 column is the depth study's record of the same run (results/bench/depth/runs/), best valid "
-                 "loss.\n\n")
-        text += common.md_table(headers + ["fp32 record: best valid"], train_rows(parts["deep"], True)) + "\n\n"
-    if parts["bf16"]:
-        text += ("## bf16: the HuggingFace study's causal LMs under torch.autocast(bfloat16)\n\nThe hf study's specs "
+                 "loss.\n\n", train + ["fp32 record: best valid"], train_row),
+        "bf16": ("## bf16: the HuggingFace study's causal LMs under torch.autocast(bfloat16)\n\nThe hf study's specs "
                  "and loop (harness/bench/hf.py); the fp32 column is its record of the same spec "
-                 "(results/bench/hf/runs/).\n\n")
-        rows = [[rid, r["status"], r.get("updates"), _g(r["valid_curve"][-1][1] if r.get("valid_curve") else None),
-                 _g(common.best(r.get("valid_curve", []))[1]),
-                 _twin(res["fp32_twins"].get(rid)), _g(r.get("s_per_update"), "{:.4f}"),
-                 _g(r.get("peak_memory_mib"), "{:.0f}")] for rid, r in ((i, recs[i]) for i in parts["bf16"])]
-        text += common.md_table(["run", "status", "updates", "final valid", "best valid", "fp32 record: best valid",
-                                 "s/update", "peak MiB"], rows) + "\n\n"
-    if parts["speed"]:
-        text += ("## speed: T-Fixup / stock transformer of the same shape (harness/bench/speed.py's measurement)\n\n"
-                 "fairseq's Trainer.train_step (forward, backward, gradient norm, Adam, the method's schedule), "
-                 "alternating blocks on the same real batches; tokens = target tokens; peak memory per model in a "
-                 "fresh process; MFU = counted matmul FLOP/s / the device's peak for the precision.\n\n")
-        rows = []
-        for rid in parts["speed"]:
-            r = recs[rid]
-            t, s, mem = r["tfixup"], r["stock"], r[f"{r['device']}_memory"]
-            rows.append([rid, r["dims"], r["dtype"], _g(t["tokens_per_s"], "{:.0f}"), _g(s["tokens_per_s"], "{:.0f}"),
-                         f"{r['ratio_tokens_per_s']:.3f} ({r['ratio_per_round']['median']:.3f})",
-                         f"{mem['tfixup']['train_peak_mib']:.0f} / {mem['stock']['train_peak_mib']:.0f}",
-                         f"{t['gflop_per_step']:.1f} / {s['gflop_per_step']:.1f}",
-                         f"{t['mfu']:.3f} / {s['mfu']:.3f}" if t.get("mfu") is not None else "n/a"])
-        text += common.md_table(["run", "dims", "dtype", "T-Fixup tok/s", "stock tok/s",
-                                 "ratio tok/s (per-round median)", "peak MiB T-Fixup / stock", "GFLOP/step",
-                                 "MFU T-Fixup / stock"], rows) + "\n\n"
+                 "(results/bench/hf/runs/).\n\n", ["run", "status", "updates", "final valid", "best valid",
+                                                  "fp32 record: best valid", "s/update", "peak MiB"], bf16_row),
+        "speed": ("## speed: T-Fixup / stock transformer of the same shape (harness/bench/speed.py's measurement)\n\n"
+                  "fairseq's Trainer.train_step (forward, backward, gradient norm, Adam, the method's schedule), "
+                  "alternating blocks on the same real batches; tokens = target tokens; peak memory per model in a "
+                  "fresh process; MFU = counted matmul FLOP/s / the device's peak for the precision.\n\n",
+                  ["run", "dims", "dtype", "T-Fixup tok/s", "stock tok/s", "ratio tok/s (per-round median)",
+                   "peak MiB T-Fixup / stock", "GFLOP/step", "MFU T-Fixup / stock"], speed_row)}
+    for part, (intro, headers, row) in sections.items():
+        if parts[part]:
+            text += intro + common.md_table(headers, [row(rid, recs[rid]) for rid in parts[part]]) + "\n\n"
     return text
 
 
@@ -530,7 +483,6 @@ def plot(res: dict, path: pathlib.Path) -> None:
     atomic.save_figure(path, fig)
 
 
-# ---------------------------------------------------------------- prepare (here, on the CPU)
 
 # what a device call carries: the studies' IWSLT'14 data-bin and the HuggingFace study's exported Multi30k, made
 # here as the measurements' docs make them, and fairseq's bundle (tools/device_bundle.py)
@@ -538,16 +490,6 @@ IWSLT_BIN = pathlib.Path("work/data-bin/iwslt14-v1000")
 PREPARE_IWSLT = f"bash scripts/prepare-iwslt14.sh --out {IWSLT_BIN} --valid-lines 1000"
 HF_DATA = pathlib.Path("work/hf-data")
 BUNDLE = pathlib.Path("work/device")  # tools/device_bundle.py's BUNDLE
-
-
-def gpu_command(stop_after: int = 360) -> str:
-    """The command a device call runs from the repository root, IWSLT_BIN, HF_DATA and work/device carried: the
-    bundle's setup, the study (no run starts after STOP_AFTER seconds), then everything it wrote, its records and
-    each run's log, packed into $OUT/gpu.tgz (what comes back), whatever the study's exit."""
-    return ("python3 -m tools.device_bundle setup && PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH "
-            f"python3 -m harness.bench.gpu --device cuda --out results/bench --data {IWSLT_BIN} --hf-data {HF_DATA} "
-            f"--stop-after {stop_after}; rc=$?; tar czf $OUT/gpu.tgz results/bench/gpu results/bench/gpu.json "
-            "results/bench/gpu.md results/bench/gpu.png work/bench/gpu; exit $rc")
 
 
 def _shell(command: str, what: str) -> None:
@@ -564,13 +506,13 @@ def prepare(iwslt: pathlib.Path = IWSLT_BIN, hf_data: pathlib.Path = HF_DATA, bu
     Multi30k (hf.PREPARE, then hf.export) and fairseq's bundle (python -m tools.device_bundle make). Checks that
     what a device call carries fits in CARRY_LIMIT_MIB and prints the command it runs."""
     iwslt, hf_data, shared = common.REPO / iwslt, common.REPO / hf_data, common.shared_data_dir()
-    if not (iwslt / "dict.de.txt").is_file() or not (hf_data / "meta.json").is_file():
-        if not (shared / "iwslt14-de-en").is_dir():
-            common.die(f"shared data not found at {shared} (set TFIXUP_SHARED_DATA)")
-    if not (iwslt / "dict.de.txt").is_file():
+    have_bin, have_hf = (iwslt / "dict.de.txt").is_file(), (hf_data / "meta.json").is_file()
+    if not (have_bin and have_hf) and not (shared / "iwslt14-de-en").is_dir():
+        common.die(f"shared data not found at {shared} (set TFIXUP_SHARED_DATA)")
+    if not have_bin:
         _shell(PREPARE_IWSLT.replace(str(IWSLT_BIN), shlex.quote(str(iwslt))) + " --shared "
                + shlex.quote(str(shared)), str(iwslt))
-    if not (hf_data / "meta.json").is_file():
+    if not have_hf:
         data_bin = common.REPO / hf.DATA_BIN
         if not (data_bin / "dict.en.txt").is_file():
             _shell(hf.PREPARE.replace("../shared/data", shlex.quote(str(shared))), str(data_bin))
@@ -579,18 +521,23 @@ def prepare(iwslt: pathlib.Path = IWSLT_BIN, hf_data: pathlib.Path = HF_DATA, bu
     hf.check_data(hf_data)
     if bundle and not (common.REPO / BUNDLE / "pylib" / "fairseq").is_dir():
         _shell(f"python3 -m tools.device_bundle make --python {shlex.quote(python)}", str(BUNDLE))
-    sizes = {}
-    for p in [iwslt, hf_data] + ([common.REPO / BUNDLE] if bundle else []):  # the paths a device call's carry names
-        name = str(p.relative_to(common.REPO)) if p.is_relative_to(common.REPO) else str(p)
-        sizes[name] = round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1)
+    carried = [iwslt, hf_data] + ([common.REPO / BUNDLE] if bundle else [])  # the paths a device call's carry names
+    sizes = {str(p.relative_to(common.REPO)) if p.is_relative_to(common.REPO) else str(p):
+             round(sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) / 2**20, 1) for p in carried}
     total = sum(sizes.values())
     if total > CARRY_LIMIT_MIB:
         common.die(f"the carried paths are {total:.0f} MiB ({', '.join(f'{k} {v}' for k, v in sizes.items())}), over "
                    f"a device call's {CARRY_LIMIT_MIB} MiB")
-    info = {"iwslt": str(iwslt), "hf_data": str(hf_data), "carry_mib": sizes, "command": gpu_command()}
+    # what a device call runs from the repository root, those paths carried: the bundle's setup, the study (no run
+    # starts after 360 s), then everything it wrote, its records and each run's log, packed into $OUT/gpu.tgz (what
+    # comes back), whatever the study's exit
+    command = ("python3 -m tools.device_bundle setup && PYTHONPATH=work/device/pylib:. PATH=work/device/bin:$PATH "
+               f"python3 -m harness.bench.gpu --device cuda --out results/bench --data {IWSLT_BIN} --hf-data {HF_DATA} "
+               "--stop-after 360; rc=$?; tar czf $OUT/gpu.tgz results/bench/gpu results/bench/gpu.json "
+               "results/bench/gpu.md results/bench/gpu.png work/bench/gpu; exit $rc")
     print(f"ready: {common.data_description(iwslt)}\n       {common.data_description(hf_data)}\n"
-          f"carry: {' '.join(sizes)} ({total:.1f} MiB)\non the GPU, from the repository root: {info['command']}")
-    return info
+          f"carry: {' '.join(sizes)} ({total:.1f} MiB)\non the GPU, from the repository root: {command}")
+    return {"iwslt": str(iwslt), "hf_data": str(hf_data), "carry_mib": sizes, "command": command}
 
 
 def prepare_main(argv) -> int:
@@ -604,9 +551,6 @@ def prepare_main(argv) -> int:
     a = p.parse_args(argv)
     prepare(pathlib.Path(a.iwslt), pathlib.Path(a.hf_data), a.bundle, a.python)
     return 0
-
-
-# ---------------------------------------------------------------- the command
 
 
 def parser():
@@ -628,7 +572,8 @@ def parser():
                 "carries). 'python -m harness.bench.gpu one' runs a single run (the study starts these).")
     for action in p._actions:
         if action.dest == "data":
-            action.default, action.help = str(IWSLT_BIN), f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
+            action.default = str(IWSLT_BIN)
+            action.help = f"the IWSLT'14 data-bin (default {IWSLT_BIN}; made by prepare)"
         if action.dest == "data_root":
             action.help = argparse.SUPPRESS
     return p
@@ -638,11 +583,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] in (["one"], ["prepare"]):
         return (one_main if argv[0] == "one" else prepare_main)(argv[1:])
-    args = parser().parse_args(argv)
-    t0 = time.time()
+    args, t0 = parser().parse_args(argv), time.time()
     if args.device == "cuda":
         import torch
-
         if not torch.cuda.is_available():
             common.die("--device cuda: no CUDA device visible to torch; the CPU mode is --device cpu --smoke")
     elif {"fp16", "deep"} & set(args.parts):
@@ -657,14 +600,13 @@ def main(argv=None) -> int:
     cfg = {**MODES[args.mode], "mode": args.mode, "data": common.data_description(data)
            + ("; bf16: " + common.data_description(hf_data) if (hf_data / "meta.json").is_file() else "")}
     all_runs = make_runs(cfg, data, hf_data, args.device, args.peak_tflops)  # the report covers every part
-    chosen = [r for r in all_runs if r.meta["part"] in args.parts]
     deadline = t0 + args.stop_after if args.stop_after is not None else None
     jobs = 1 if args.in_process else (args.jobs or (4 if args.device == "cuda" else 1))
 
     summary = lambda records: summarise(cfg, records, len(all_runs), args.device)  # noqa: E731
     # the training runs share the device (``jobs`` at a time); the speed runs go alone, after them
     for speed_part, n in ((False, jobs), (True, 1)):
-        todo = [r for r in chosen if (r.meta["part"] == "speed") == speed_part]
+        todo = [r for r in all_runs if r.meta["part"] in args.parts and (r.meta["part"] == "speed") == speed_part]
         if todo or args.report_only:
             runlib.run_study(STEM + args.tag, args.out, all_runs, summary, plot, report,
                              "valid loss and activation maxima", n, args.threads, todo=todo,

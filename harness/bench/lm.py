@@ -1,31 +1,13 @@
 """T-Fixup for a decoder-only language model on real English text: 6 and 24 layers, without warmup.
 
-Data: the English side of Multi30k (task 1) in ../shared/data/multi30k: ``train.en.gz`` (29,000
-captions) to train on, ``val.en.gz`` (1,014) to validate on; Moses-tokenized (sacremoses, en) and
-lowercased, word-level vocabulary of the train words seen at least twice (fairseq-preprocess
---only-source --thresholdsrc 2; rarer words are <unk>), made once by ``prepare_data`` under
-<repo>/work/data-bin/ (never in the repository). Lines are one stream (--sample-break-mode none) cut into
-blocks of ``tokens_per_sample`` tokens; every token of valid (each line's words and its </s>) is scored.
-
-Arms, derived from the method rows of tfixup/methods.py that have a language model (``lm_arch``):
-a method trained without warmup in its paper runs without it (T-Fixup: ``transformer_lm_tfixup``,
-inverse_sqrt_nowarmup, lr*sqrt(P/(P+t)), P = 4000); one trained with warmup runs with the matched
-warmup (inverse_sqrt_matched: linear over W updates onto the same curve, then that curve, so after W
-every arm has T-Fixup's rate); and, the question the paper asks, Post-LN without warmup. Post-LN is
-fairseq's ``transformer_lm``, Pre-LN the same with --decoder-normalize-before; DyT is ``transformer_lm_dyt``
-(matched warmup), ReZero ``transformer_lm_rezero`` (no warmup, its paper's). Same width (default
-128-512-4), lr, batch, update budget, dropout, seed and evaluation for every arm.
-
-Valid loss is fairseq's cross-entropy in bits per token (perplexity = 2^loss) every ``valid_every``
-updates. The unigram level (harness/bench/unigram.py, ``lm_unigram_level``) is computed from the data: a
-run whose best valid loss is not ``--margin`` bits below it is **stuck** at the unigram stage. Headline,
-per depth: the updates each arm needs to reach the warmup baseline's (Post-LN + matched warmup) best valid
-perplexity, and that over the updates the baseline needs; the same against the better warmup arm (of the arms
-on the matched warmup, Post-LN, Pre-LN, DyT, the one with the lower best valid loss), the reference where
-Post-LN does not train.
-
-Resumable: each finished run is recorded under OUT/lm/runs/; rerunning skips those and runs the rest,
-in order (6 layers first), ``--jobs`` at a time.
+Data: Multi30k's English side, Moses-tokenized and lowercased, words seen twice in train (``prepare_data``), one
+stream cut into blocks of ``tokens_per_sample`` tokens. Arms (``study_arms``): each method with a language model on
+its paper's schedule, no warmup or the matched warmup, and Post-LN without warmup, the paper's question; the same
+width, lr, batch, budget, dropout, seed and evaluation for all. Valid loss in bits per token (perplexity 2^loss); a
+run whose best is not ``--margin`` bits below the unigram level (harness/bench/unigram.py) is **stuck**. Headline,
+per depth: the updates each arm needs to reach the best valid perplexity of the warmup baseline (Post-LN + matched
+warmup), over the baseline's own; the same against the better warmup arm, the reference where Post-LN does not
+train. Resumable: runs are recorded under OUT/lm/runs/.
 
     python -m harness.bench.lm --smoke --out /tmp/lm          # < 1 min, for the tests
     python -m harness.bench.lm --out results/bench --jobs 1    # the study (~30 min of one core)
@@ -45,22 +27,17 @@ from harness.bench.unigram import lm_unigram_level
 
 BASELINE = "postln_matched"
 CORPUS = "multi30k"
-SPLITS = {"train": "train.en.gz", "valid": "val.en.gz"}
 
 
 def study_arms() -> dict:
-    """arm name -> common.Arm, from the rows of tfixup/methods.py with a language model: each method on
-    the schedule of its own paper (warmup ones on the matched warmup, dashed in the figure), and Post-LN
-    without warmup."""
+    """arm name -> common.Arm: each method with a language model on its paper's schedule (warmup ones on the
+    matched warmup, dashed in the figure), and Post-LN without warmup."""
     out = []
-
-    def add(name, kind):
-        out.append(common.arm(name, kind, linestyle="-" if kind == "nowarmup" else "--"))
-
     for name in (n for n, m in methods.METHODS.items() if m.lm_arch):
-        add(name, "matched" if methods.method(name).warmup else "nowarmup")
+        kinds = ["matched" if methods.method(name).warmup else "nowarmup"]
         if name == "postln":  # right after its warmup baseline: the arms an interrupted study must not miss
-            add("postln", "nowarmup")
+            kinds.append("nowarmup")
+        out += [common.arm(name, k, linestyle="-" if k == "nowarmup" else "--") for k in kinds]
     return common.arm_table(out)
 
 
@@ -86,16 +63,14 @@ def _tokenize(lines):
 
 def _read_lines(path: pathlib.Path, limit: int) -> list:
     with gzip.open(path, "rt", encoding="utf-8") as f:
-        lines = f.read().splitlines()
-    return lines[:limit] if limit else lines
+        return f.read().splitlines()[:limit or None]
 
 
 def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, root: str = None,
                  shared: pathlib.Path = None) -> pathlib.Path:
-    """The LM data-bin of Multi30k's English side (module docstring) read from ``shared`` (default
-    ../shared/data or $TFIXUP_SHARED_DATA), made once under ``root`` (default <repo>/work/data-bin) with a
-    manifest.json of its inputs (sha256), parameters and line counts; a folder with another manifest is
-    rebuilt. ``data`` names an existing LM data-bin to use as is."""
+    """The LM data-bin of ``shared``/multi30k (default ../shared/data or $TFIXUP_SHARED_DATA), made once under
+    ``root`` (default <repo>/work/data-bin) with a manifest.json of its inputs (sha256), parameters and line
+    counts; a folder with another manifest is rebuilt. ``data``: an existing LM data-bin, used as is."""
     if data:
         path = pathlib.Path(data)
         if not (path / "dict.txt").is_file() or not (path / "valid.idx").is_file():
@@ -103,7 +78,7 @@ def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, r
                        "leave --data out to prepare one")
         return path
     source = pathlib.Path(shared or common.shared_data_dir()) / CORPUS
-    inputs = {split: source / name for split, name in SPLITS.items()}
+    inputs = {"train": source / "train.en.gz", "valid": source / "val.en.gz"}
     for f in inputs.values():
         if not f.is_file():
             common.die(f"{f} not found (set TFIXUP_SHARED_DATA to the folder holding {CORPUS}/)")
@@ -122,32 +97,30 @@ def prepare_data(train_lines: int = 0, valid_lines: int = 0, data: str = None, r
         common.die("fairseq-preprocess not found: run this with the project's environment active "
                    "(. .venv/bin/activate; bash scripts/install.sh makes it)")
     common.log(f"preparing {path} ({state})")
+
+    def build(out):  # in the empty folder OUT; its tokenized text is removed once binarised
+        text, counts = out / "text", {}
+        text.mkdir()
+        for split, f in inputs.items():
+            lines = _tokenize(_read_lines(f, train_lines if split == "train" else valid_lines))
+            (text / f"{split}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            counts[split] = len(lines)
+        proc = subprocess.run(
+            ["fairseq-preprocess", "--only-source", "--trainpref", str(text / "train.txt"),
+             "--validpref", str(text / "valid.txt"), "--destdir", str(out), "--thresholdsrc", "2",
+             "--workers", "1"], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if proc.returncode != 0:
+            common.die(f"fairseq-preprocess failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        shutil.rmtree(text)
+        (out / "preprocess.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        m = manifest.build(params, counts, [str(f) for f in inputs.values()], "harness/bench/lm.py", folder=str(out))
+        # one side, so not manifest.build's two-language check: the rates as fairseq-preprocess reported them
+        m["unk_rate_percent"] = manifest.unk_rates(proc.stdout + proc.stderr, counts)
+        atomic.write_json(out / manifest.NAME, m)
+
     # made in a temp folder and moved into place, replacing a stale one; a failure leaves nothing
-    atomic.write_folder(path, lambda tmp: _build(tmp, params, inputs, train_lines, valid_lines))
+    atomic.write_folder(path, build)
     return path
-
-
-def _build(out, params, inputs, train_lines, valid_lines) -> None:
-    """The data-bin made in the empty folder OUT (its tokenized text is removed once binarised)."""
-    text = out / "text"
-    text.mkdir()
-    counts = {}
-    for split, f in inputs.items():
-        lines = _tokenize(_read_lines(f, train_lines if split == "train" else valid_lines))
-        (text / f"{split}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        counts[split] = len(lines)
-    proc = subprocess.run(
-        ["fairseq-preprocess", "--only-source", "--trainpref", str(text / "train.txt"),
-         "--validpref", str(text / "valid.txt"), "--destdir", str(out), "--thresholdsrc", "2",
-         "--workers", "1"], capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if proc.returncode != 0:
-        common.die(f"fairseq-preprocess failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    shutil.rmtree(text)
-    (out / "preprocess.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    m = manifest.build(params, counts, [str(f) for f in inputs.values()], "harness/bench/lm.py", folder=str(out))
-    # one side, so not manifest.build's two-language check: the rates as fairseq-preprocess reported them
-    m["unk_rate_percent"] = manifest.unk_rates(proc.stdout + proc.stderr, counts)
-    atomic.write_json(out / manifest.NAME, m)
 
 
 # the settings of a mode that the command line overrides (runs.add_overrides)
@@ -157,8 +130,8 @@ OVERRIDES = {**dict.fromkeys(("updates", "warmup", "embed", "ffn", "heads", "max
 
 def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
-    """One run of ARM (an arm of ``arms``, default this study's) with DEPTH layers at LR: the study's
-    recipe, valid loss every ``valid_every`` updates, nothing saved; its id is LDEPTH-ARM-lrLR-sSEED."""
+    """One run of ARM (of ``arms``, default this study's) with DEPTH layers at LR, valid loss every ``valid_every``
+    updates, nothing saved; its id is LDEPTH-ARM-lrLR-sSEED."""
     a = (arms or ARMS)[arm]
     recipe = methods.Recipe(
         a.method, cfg["embed"], cfg["ffn"], cfg["heads"], 0, depth, lr=lr, schedule=a.schedule,
@@ -171,9 +144,13 @@ def make_run(cfg: dict, data, arm: str, depth: int, lr: float, seed: int, arms: 
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """Per depth (shallow first), every arm: the same recipe but the method and its schedule."""
+    """Per depth (shallow first), every arm (``arms`` None: all): the same recipe but the method and schedule."""
     return [make_run(cfg, data, arm, depth, cfg["lr"], cfg["seed"], device=cfg.get("device", "cpu"))
-            for depth in cfg["depths"] for arm in cfg["arms"] or list(ARMS)]  # arms None: every arm
+            for depth in cfg["depths"] for arm in cfg["arms"] or list(ARMS)]
+
+
+HEADLINE_KEYS = ("best_ppl", "best_at", "updates_to_baseline_best", "ratio_to_baseline",
+                 "updates_to_better_warmup_best", "ratio_to_better_warmup", "stuck", "status")
 
 
 def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin: float) -> dict:
@@ -194,26 +171,18 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         better = min(warm, key=lambda r: r["best_valid"]) if warm else None
         for r in here.values():
             curve, ok = records[r["id"]]["valid_curve"], r["status"] == "ok"
-            r["updates_to_baseline_best"], r["ratio_to_baseline"] = common.to_best(
-                curve, base["valid_curve"]) if base and ok else (None, None)
-            r["updates_to_better_warmup_best"], r["ratio_to_better_warmup"] = common.to_best(
-                curve, records[better["id"]]["valid_curve"]) if better and ok else (None, None)
+            for key, ref in (("baseline", base), ("better_warmup", better and records[better["id"]])):
+                r[f"updates_to_{key}_best"], r[f"ratio_to_{key}"] = common.to_best(
+                    curve, ref["valid_curve"]) if ref and ok else (None, None)
         if here:
-            b = here.get(BASELINE)
+            b = here.get(BASELINE) or {}
             headline[f"{depth} layers"] = {
-                "baseline_best_ppl": b["best_ppl"] if b else None, "baseline_best_at": b["best_at"] if b else None,
-                "better_warmup": better["method"] if better else None,
-                "better_warmup_best_ppl": better["best_ppl"] if better else None,
-                "arms": {m: {k: here[m][k] for k in ("best_ppl", "best_at", "updates_to_baseline_best",
-                                                     "ratio_to_baseline", "updates_to_better_warmup_best",
-                                                     "ratio_to_better_warmup", "stuck", "status")}
-                         for m in ARMS if m in here}}
-    return {
-        **common.study_result("lm", cfg, data, records, unigram_level=level, stuck_threshold=round(threshold, 4),
-                              margin_bits=margin), "headline": headline,
-        "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))),
-        "records": records,
-    }
+                "baseline_best_ppl": b.get("best_ppl"), "baseline_best_at": b.get("best_at"),
+                "better_warmup": better and better["method"], "better_warmup_best_ppl": better and better["best_ppl"],
+                "arms": {m: {k: here[m][k] for k in HEADLINE_KEYS} for m in ARMS if m in here}}
+    return {**common.study_result("lm", cfg, data, records, unigram_level=level, stuck_threshold=round(threshold, 4),
+                                  margin_bits=margin), "headline": headline,
+            "rows": sorted(rows, key=lambda r: (r["depth"], list(ARMS).index(r["method"]))), "records": records}
 
 
 def report(res: dict) -> str:
@@ -243,10 +212,9 @@ def report(res: dict) -> str:
         rows = []
         for depth, h in res["headline"].items():
             for m, a in h["arms"].items():
-                reached = a["updates_to_baseline_best"]
+                reached, better = a["updates_to_baseline_best"], a["updates_to_better_warmup_best"]
                 if reached is None:
                     reached = "not reached" if h["baseline_best_ppl"] is not None else "no baseline run yet"
-                better = a["updates_to_better_warmup_best"]
                 rows.append([depth, ARMS[m].label, a["best_ppl"], a["best_at"], reached, a["ratio_to_baseline"],
                              ARMS[h["better_warmup"]].label if h["better_warmup"] else None,
                              better if better is not None else "not reached", a["ratio_to_better_warmup"],
@@ -254,18 +222,17 @@ def report(res: dict) -> str:
         text += common.md_table(["depth", "arm", "best valid ppl", "at update", "updates to the baseline's best",
                                  "ratio", "better warmup arm", "updates to its best", "ratio to it", "stuck",
                                  "status"], rows) + "\n\n"
-        stuck = [d for d, h in res["headline"].items() if h["arms"].get(BASELINE, {}).get("stuck")]
-        if stuck:
-            text += (f"At {' and '.join(stuck)} the baseline itself is **stuck** at the unigram stage: there the "
+        at = [d for d, h in res["headline"].items() if h["arms"].get(BASELINE, {}).get("stuck")]
+        if at:
+            text += (f"At {' and '.join(at)} the baseline itself is **stuck** at the unigram stage: there the "
                      "updates to its best measure how soon an arm gets past word frequencies, not a speed-up "
                      "over a baseline that trains.\n\n")
-    text += "## Every run\n\n" + common.md_table(
+    return text + "## Every run\n\n" + common.md_table(
         ["depth", "arm", "status", "best valid (bits)", "best ppl", "at update", "final valid (bits)", "stuck",
          "s/update", "wall s"],
         [[r["depth"], ARMS[r["method"]].label, r["status"], r["best_valid"], r["best_ppl"], r["best_at"],
           r["final_valid"], "STUCK" if r["stuck"] else "no", r["s_per_update"], r["wall_s"]]
          for r in res["rows"]]) + "\n"
-    return text
 
 
 def plot(res: dict, path: pathlib.Path) -> None:

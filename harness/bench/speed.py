@@ -1,31 +1,12 @@
 """Training speed and peak memory: ``transformer_tfixup`` vs stock ``transformer``, same dims.
 
-The timed step is fairseq-train's own: ``Trainer.train_step([sample])`` of a
-``fairseq.trainer.Trainer`` built as fairseq_cli/train.py builds it, from the
-flags a study run trains with (tfixup/methods.py's train_args): label-smoothed
-cross-entropy forward and backward, gradient norm, fairseq's Adam step and the
-method's LR schedule (T-Fixup without warmup, stock with inverse_sqrt warmup).
-On CUDA ``--dtypes fp16`` passes ``--fp16`` (fairseq's FP16Optimizer: fp16
-weights, fp32 master copy, dynamic loss scale) and ``amp`` passes ``--amp``;
-CPU runs fp32 (``--cpu``). Both trainers live in one process, take the same
-real IWSLT'14 batches (fairseq-train's own train iterator) in the same order,
-and are timed in alternating blocks (A B, B A, A B, ...), so that drifts of a
-shared machine hit both alike; the ratio is T-Fixup / stock.
-
-Peak memory: each model trains again in a fresh process (multiprocessing,
-spawn context: ``train_peak`` below), so that the other model and the timing
-run leave nothing behind.
-  CPU  the rise of the process's peak RSS (VmHWM, reset just before training) over
-       the training steps: activations + gradients + optimizer state + allocator slack
-       on top of the built model and the loaded data.
-  CUDA the largest per-step peak that fairseq-train itself logs (its ``gb_free`` =
-       device memory - torch.cuda.max_memory_allocated over the step): weights, fp32
-       master copy, optimizer state, gradients and activations.
-
-FLOPs per step are counted by torch.utils.flop_counter over one train_step per
-batch (matmuls of forward and backward; the optimizer's elementwise work is not
-counted); model FLOP utilisation (MFU) = achieved FLOP/s / peak FLOP/s of the
-device, given by --peak-tflops or a small table of known GPUs (none for CPUs).
+The timed step is fairseq-train's own ``Trainer.train_step([sample])`` (``new_trainer``: label-smoothed CE forward
+and backward, grad norm, fairseq's Adam, the method's schedule; CUDA ``--dtypes fp16``/``amp`` pass ``--fp16``/
+``--amp``, CPU runs fp32). Both trainers live in one process, take the same real IWSLT'14 batches in the same order
+and are timed in alternating blocks (A B, B A, ...), so that drifts of a shared machine hit both alike; the ratio
+is T-Fixup / stock. Peak memory: each model trains again in a fresh process (``train_peak``). FLOPs per step:
+torch.utils.flop_counter over one train_step per batch (matmuls, not the optimizer); MFU = achieved FLOP/s / the
+device's peak (--peak-tflops or ``PEAK_TFLOPS``; none for CPUs).
 
     python -m harness.bench.speed --quick --out /tmp/speed
     python -m harness.bench.speed --out results/bench                               # CPU, small + base
@@ -53,16 +34,14 @@ SIZES = {
     "base": dict(embed=512, ffn=2048, heads=8, layers=6),  # transformer (wmt_en_de)
     "big": dict(embed=1024, ffn=4096, heads=16, layers=6),  # transformer_vaswani_wmt_en_de_big
 }
-# name -> method of tfixup/methods.py
-MODELS = {"tfixup": "tfixup", "stock": "postln"}
+MODELS = {"tfixup": "tfixup", "stock": "postln"}  # name -> method of tfixup/methods.py
 # --dtypes -> fairseq-train's precision flags on CUDA. No bf16: fairseq 0.12's --bf16 implies --tpu
 # (fairseq/options.py), so fairseq-train cannot train in bf16 on a GPU.
 PRECISION = {"fp32": [], "fp16": ["--fp16"], "amp": ["--amp"]}
 
 # dense peak TFLOP/s (no sparsity) of GPUs we may be lent; matched by substring of the device name
 PEAK_TFLOPS = {
-    "H200": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "amp": 989.4},
-    "H100": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "amp": 989.4},
+    **dict.fromkeys(("H200", "H100"), {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "amp": 989.4}),
     "A100": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "amp": 312.0},
 }
 
@@ -74,10 +53,8 @@ MODES = {
 
 
 def train_flags(model: str, size: str, max_tokens: int, device: str, dtype: str, save_dir: str) -> list:
-    """fairseq-train's flags for this model (after the data folder): a study run's (common.train_args) of the
-    authors' IWSLT recipe at this size (tfixup/methods.py's Recipe: Adam(0.9, 0.98), lr 5e-4, wd 1e-4, label
-    smoothing 0.1, dropout 0.1) with the method's own schedule, on ``device``, at ``dtype``'s precision; fairseq
-    writes crash.pt to ``save_dir`` if a step fails (a temporary folder leaves nothing behind)."""
+    """fairseq-train's flags (after the data folder): a study run's of the IWSLT recipe at this size with the
+    method's schedule, at ``dtype``'s precision; fairseq writes crash.pt to ``save_dir`` if a step fails."""
     recipe = common.recipe({**SIZES[size], "max_tokens": max_tokens}, MODELS[model], lr="5e-4")
     return [*common.train_args(recipe, device), "--save-dir", save_dir, *PRECISION[dtype]]
 
@@ -88,45 +65,34 @@ def new_trainer(model: str, size: str, data: pathlib.Path, cfg: dict, device: st
 
 
 def real_batches(trainer, n: int) -> list:
-    """The first ``n`` batches of fairseq-train's epoch-1 train iterator (on the CPU: train_step moves
-    each to the device and casts it, as in fairseq-train)."""
+    """The first ``n`` batches of fairseq-train's epoch-1 train iterator (train_step moves them to the device)."""
     itr = trainer.get_train_iterator(epoch=1).next_epoch_itr(shuffle=True)
     return [sample for sample, _ in zip(itr, range(n))]
 
 
-def count_cpu_attention() -> None:
-    """Make torch's flop counter count the CPU's fused attention kernel (scaled_dot_product_attention on CPU, which
-    fairseq's self-attention takes) with the formulas it has for the CUDA kernels; it counted nothing for it."""
+def step_flops(trainer, sample) -> int:
+    """FLOPs of one train_step on this batch (forward and backward matmuls, attention's included)."""
     import torch
     from torch.utils import flop_counter as fc
 
+    # torch's counter counted nothing for the CPU's fused attention (scaled_dot_product_attention, which
+    # fairseq's self-attention takes): count it with the formulas torch has for the CUDA kernels
     aten = torch.ops.aten
     for op, formula in ((aten._scaled_dot_product_flash_attention_for_cpu, fc.sdpa_flop),
                         (aten._scaled_dot_product_flash_attention_for_cpu_backward, fc.sdpa_backward_flop)):
         if op not in fc.flop_registry:
             fc.register_flop_formula(op, get_raw=True)(formula)  # FORMULA takes shapes already
-
-
-def step_flops(trainer, sample) -> int:
-    """FLOPs of one train_step on this batch (forward and backward matmuls, attention's included)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    count_cpu_attention()
-    counter = FlopCounterMode(display=False)
+    counter = fc.FlopCounterMode(display=False)
     with counter:
         trainer.train_step([sample])
     return counter.get_total_flops()
 
 
-def sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
 def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, peak_tflops: float) -> dict:
     """Alternating A/B timing of both trainers on the same batches; tokens/s, FLOP/s."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else lambda: None
     with tempfile.TemporaryDirectory(prefix="speed-") as save_dir:
         trainers = {m: new_trainer(m, size, data, cfg, device, dtype, save_dir) for m in MODELS}
         batches = real_batches(trainers["tfixup"], cfg["batches"])
@@ -136,16 +102,15 @@ def ab_speed(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, 
         for m in MODELS:
             for i in range(cfg["warmup"]):
                 trainers[m].train_step([batches[i % len(batches)]])
-        sync(device)
+        sync()
         times, toks, timed_flops = ({m: [] for m in MODELS} for _ in range(3))  # per model, per round
         for r in range(cfg["rounds"]):
-            order = list(MODELS) if r % 2 == 0 else list(MODELS)[::-1]
             idx = [(r * cfg["steps"] + i) % len(batches) for i in range(cfg["steps"])]
-            for m in order:
+            for m in (list(MODELS) if r % 2 == 0 else list(MODELS)[::-1]):
                 t0 = time.perf_counter()
                 for i in idx:
                     trainers[m].train_step([batches[i]])
-                sync(device)
+                sync()
                 times[m].append(time.perf_counter() - t0)
                 toks[m].append(sum(int(batches[i]["ntokens"]) for i in idx))
                 timed_flops[m].append(sum(flops[m][i] for i in idx))
@@ -178,12 +143,11 @@ def _status_kib(field: str) -> int:
 
 
 def train_peak(model: str, size: str, data: str, cfg: dict, device: str, dtype: str, threads: int) -> dict:
-    """Build one model's trainer, load its batches, train on each once; the training peak memory.
-
-    Meant for a fresh process (``memory``). CPU, Linux: writing 5 to /proc/self/clear_refs resets the
-    peak RSS (VmHWM) to the current RSS, so transient peaks of building and data loading do not hide
-    the training peak; elsewhere getrusage's max RSS, which cannot be reset. CUDA: the largest
-    per-step peak fairseq's train_step logs (gb_free = total - max_memory_allocated of the step)."""
+    """Build one model's trainer, load its batches, train on each once: the training peak memory, in a fresh process
+    (``memory``) so that nothing else is counted. CPU: the rise of peak RSS over the steps (activations, gradients,
+    optimizer state, allocator slack); on Linux writing 5 to /proc/self/clear_refs resets VmHWM to the current RSS,
+    so the peaks of building and loading do not hide it; elsewhere getrusage's max RSS, which cannot be reset.
+    CUDA: the largest per-step peak fairseq's train_step logs (gb_free = total - max_memory_allocated)."""
     import gc
 
     import torch
@@ -235,91 +199,51 @@ def memory(size: str, dtype: str, data: pathlib.Path, cfg: dict, device: str, th
 
 
 def peak_for(device: str, dtype: str, override: float):
-    """The device's peak TFLOP/s at DTYPE for MFU: OVERRIDE if given, else PEAK_TFLOPS's row of this GPU; None on CPU
-    or an unknown GPU."""
-    if override:
-        return override
-    if device != "cuda":
-        return None
+    """The peak TFLOP/s at DTYPE for MFU: OVERRIDE, else PEAK_TFLOPS's row of this GPU; None on CPU or unknown GPUs."""
+    if override or device != "cuda":
+        return override or None
     import torch
 
     name = torch.cuda.get_device_name(0)
     return next((table.get(dtype) for key, table in PEAK_TFLOPS.items() if key in name), None)
 
 
-def run(args, cfg) -> dict:
-    import torch
-
-    torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        common.die("--device cuda: no CUDA device visible to torch")
-    data = common.prepare_data(300, 200, args.data, args.data_root)
-    results = []
-    for size in cfg["sizes"]:
-        for dtype in cfg["dtypes"]:
-            common.log(f"speed {size} {dtype} on {args.device}")
-            rec = ab_speed(size, dtype, data, cfg, args.device, peak_for(args.device, dtype, args.peak_tflops))
-            rec[f"{args.device}_memory"] = memory(size, dtype, data, cfg, args.device, args.threads)
-            results.append(rec)
-    return {
-        "benchmark": "speed", "mode": args.mode, "command": common.command_line(), "machine": common.machine(),
-        "data": common.data_description(data), "data_counts": common.data_counts(data), "threads": args.threads,
-        "config": {**cfg, "device": args.device,
-                   "step": "fairseq Trainer.train_step (label-smoothed CE forward + backward, grad norm, fairseq Adam "
-                           "+ the method's LR schedule"
-                           + (", --fp16/--amp as the dtype says" if args.device == "cuda" else "") + ")",
-                   "tokens": "target tokens (fairseq's wps)"},
-        "results": results,
-    }
-
-
 def report(result: dict) -> str:
-    cfg = result["config"]
-    rows = []
+    cfg, rows = result["config"], []
     for r in result["results"]:
         t, s, mem = r["tfixup"], r["stock"], r[f"{r['device']}_memory"]
         rows.append([r["size"], r["dims"], r["dtype"], f"{t['params'] / 1e6:.2f}M / {s['params'] / 1e6:.2f}M",
                      t["tokens_per_s"], s["tokens_per_s"], f"{r['ratio_tokens_per_s']:.3f}",
-                     f"{r['ratio_per_round']['median']:.3f} ({r['ratio_per_round']['min']:.3f}-"
-                     f"{r['ratio_per_round']['max']:.3f})",
+                     "{median:.3f} ({min:.3f}-{max:.3f})".format(**r["ratio_per_round"]),
                      mem["tfixup"]["train_peak_mib"], mem["stock"]["train_peak_mib"], f"{mem['ratio_train_peak']:.3f}",
                      f"{t['gflop_per_step']:.1f} / {s['gflop_per_step']:.1f}",
                      f"{t['achieved_tflops'] * 1e3:.1f} / {s['achieved_tflops'] * 1e3:.1f}",
                      f"{t['mfu']:.3f} / {s['mfu']:.3f}" if t["mfu"] is not None else "n/a"])
-    device = cfg["device"]
-    memnote = "peak memory (fresh process per model) = " + (
-        "rise of peak RSS (VmHWM, reset before training) over the training steps" if device == "cpu"
-        else "largest per-step torch.cuda.max_memory_allocated that fairseq's train_step logs (gb_free)")
+    memnote = ("rise of peak RSS (VmHWM, reset before training) over the training steps" if cfg["device"] == "cpu"
+               else "largest per-step torch.cuda.max_memory_allocated that fairseq's train_step logs (gb_free)")
     return (
-        common.header_md(f"Training speed and peak memory: T-Fixup vs stock Transformer ({device})", result)
+        common.header_md(f"Training speed and peak memory: T-Fixup vs stock Transformer ({cfg['device']})", result)
         + f"Step = {cfg['step']}; same {cfg['batches']} real batches (max-tokens {cfg['max_tokens']}) for both; "
         f"{cfg['rounds']} alternating rounds of {cfg['steps']} steps after {cfg['batches']} FLOP-counting and "
-        f"{cfg['warmup']} warm-up steps each. tokens/s = {cfg['tokens']}; {memnote}. Ratios are T-Fixup / stock; "
-        f"'ratio tok/s' is over all timed steps, the per-round median is robust to a burst of load from other "
-        f"processes during one block.\n\n"
+        f"{cfg['warmup']} warm-up steps each. tokens/s = {cfg['tokens']}; peak memory (fresh process per model) = "
+        f"{memnote}. Ratios are T-Fixup / stock; 'ratio tok/s' is over all timed steps, the per-round median is "
+        f"robust to a burst of load from other processes during one block.\n\n"
         + common.md_table(["size", "dims", "dtype", "params T-Fixup / stock", "T-Fixup tok/s", "stock tok/s",
                            "ratio tok/s", "per-round ratio: median (range)", "T-Fixup peak MiB", "stock peak MiB",
-                           "ratio memory", "GFLOP/step", "GFLOP/s", "MFU"], rows)
-        + "\n"
-    )
+                           "ratio memory", "GFLOP/step", "GFLOP/s", "MFU"], rows) + "\n")
 
 
 def plot(result: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
-    rs = result["results"]
-    labels = [f"{r['size']} {r['dtype']}" for r in rs]
+    rs, w = result["results"], 0.38
     x = range(len(rs))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    w = 0.38
+    fig, axes = common.pyplot().subplots(1, 2, figsize=(10, 3.8))
     panels = ((lambda r, m: r[m]["tokens_per_s"], "target tokens / s (training step)"),
               (lambda r, m: r[f"{r['device']}_memory"][m]["train_peak_mib"], "training peak memory (MiB)"))
     for ax, (value, ylabel) in zip(axes, panels):
         for m, dx, label in (("tfixup", -w / 2, "T-Fixup"), ("stock", w / 2, "stock Post-LN")):
             ax.bar([i + dx for i in x], [value(r, m) for r in rs], w, color=methods.method(MODELS[m]).color,
                    label=label)
-        ax.set_ylabel(ylabel)
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(labels)
+        ax.set(ylabel=ylabel, xticks=list(x), xticklabels=[f"{r['size']} {r['dtype']}" for r in rs])
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3, axis="y")
     for i, r in enumerate(rs):
@@ -331,6 +255,8 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 
 def main(argv=None):
+    import torch
+
     p = common.benchmark_parser(__doc__.split("\n\n")[0], "speed.{json,md,png}",
                                 threads_help="torch threads (default 1: shared machine)", quick=True)
     p.add_argument("--device", choices=common.DEVICES, default="cpu")
@@ -349,7 +275,24 @@ def main(argv=None):
     if args.device == "cpu" and cfg["dtypes"] != ["fp32"]:
         common.die(f"--dtypes {' '.join(cfg['dtypes'])}: only fp32 on --device cpu; fp16 and amp need --device cuda")
     cfg = runlib.with_overrides(cfg, args, ("sizes", "rounds", "max_tokens"))
-    result = run(args, cfg)
+    torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        common.die("--device cuda: no CUDA device visible to torch")
+    data = common.prepare_data(300, 200, args.data, args.data_root)
+    results = []
+    for size in cfg["sizes"]:
+        for dtype in cfg["dtypes"]:
+            common.log(f"speed {size} {dtype} on {args.device}")
+            rec = ab_speed(size, dtype, data, cfg, args.device, peak_for(args.device, dtype, args.peak_tflops))
+            rec[f"{args.device}_memory"] = memory(size, dtype, data, cfg, args.device, args.threads)
+            results.append(rec)
+    result = {"benchmark": "speed", "mode": args.mode, "command": common.command_line(), "machine": common.machine(),
+              "data": common.data_description(data), "data_counts": common.data_counts(data), "threads": args.threads,
+              "config": {**cfg, "device": args.device, "step": "fairseq Trainer.train_step (label-smoothed CE forward "
+                         "+ backward, grad norm, fairseq Adam + the method's LR schedule"
+                         + (", --fp16/--amp as the dtype says" if args.device == "cuda" else "") + ")",
+                         "tokens": "target tokens (fairseq's wps)"},
+              "results": results}
     text = report(result)
     stem = "speed" + ("" if args.device == "cpu" else "-" + args.device) + args.tag
     common.write_outputs(pathlib.Path(args.out), stem, result, plot, text, "speed and memory")

@@ -1,18 +1,15 @@
 """The unigram level: the lowest valid loss a model that ignores its input can reach.
 
-A translation model first learns target word frequencies; a run whose valid loss
-stays near this level has learnt nothing else ("stuck"). We compute it exactly
-for fairseq's ``label_smoothed_cross_entropy`` (fairseq 0.12,
+A translation model first learns target word frequencies; a run whose valid loss stays near this level has learnt
+nothing else ("stuck"). We compute it exactly for fairseq's ``label_smoothed_cross_entropy`` (fairseq 0.12,
 ``label_smoothed_nll_loss``), per target token, in bits:
 
     loss = (1 - eps - eps_i) * (-log q[y]) + eps_i * sum_v (-log q[v]),  eps_i = eps / (V - 1)
 
-For a unigram model q (one distribution for every position) the total over the
-N target tokens of a split, with c[v] the count of symbol v, is
-``-sum_v w[v] log q[v]`` with ``w[v] = (1 - eps - eps_i) c[v] + eps_i N``; it is
-minimised by ``q = w / N`` (the w sum to N). ``oracle`` fits q on the valid
-targets themselves (no unigram model does better on valid); ``train_fit`` fits q
-on the training targets and scores valid with it.
+For a unigram model q (one distribution for every position) the total over the N target tokens of a split, with
+c[v] the count of symbol v, is ``-sum_v w[v] log q[v]`` with ``w[v] = (1 - eps - eps_i) c[v] + eps_i N``; it is
+minimised by ``q = w / N`` (the w sum to N). ``oracle`` fits q on the valid targets themselves (no unigram model
+does better on valid); ``train_fit`` fits q on the training targets and scores valid with it.
 """
 
 import math
@@ -22,22 +19,17 @@ import struct
 import numpy as np
 
 
-# fairseq's binarized format (fairseq-preprocess --dataset-impl mmap, its default; fairseq 0.12
-# data/indexed_dataset.py): NAME.idx = magic, version <Q, dtype code <B, sentence count <Q, then the
-# int32 sizes; NAME.bin = every sentence's token ids back to back. Read here with numpy, so that the
-# benchmark orchestrators need not import fairseq (4-5 s a process); tests/test_bench_studies.py checks
-# the counts against fairseq's own loader.
+# fairseq's binarized format (fairseq-preprocess --dataset-impl mmap, its default; fairseq 0.12's
+# data/indexed_dataset.py): NAME.idx = magic, version <Q, dtype code <B, sentence count <Q, then the int32 sizes;
+# NAME.bin = every sentence's token ids back to back. Read here with numpy, so that the benchmark orchestrators need
+# not import fairseq (4-5 s a process); tests/test_bench_studies.py checks the counts against fairseq's own loader.
 _MMAP_MAGIC = b"MMIDIDX\x00\x00"
 _DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 8: np.uint16, 9: np.uint32,
            10: np.uint64}
 
 
-def _target_counts(data: pathlib.Path, split: str, src: str, tgt: str, vocab: int) -> np.ndarray:
-    return _token_counts(data / f"{split}.{src}-{tgt}.{tgt}", vocab)
-
-
 def _token_counts(stem: pathlib.Path, vocab: int) -> np.ndarray:
-    """Count of each symbol over every sentence of the binarized split STEM.idx/STEM.bin."""
+    """Count of each symbol over every sentence (each ending with </s>, as in training) of STEM.idx/STEM.bin."""
     idx, bin_ = stem.with_name(stem.name + ".idx"), stem.with_name(stem.name + ".bin")
     if not idx.is_file() or not bin_.is_file():
         raise FileNotFoundError(f"no binarized {stem.name} in {stem.parent} ({stem.name}.idx/.bin): "
@@ -51,7 +43,6 @@ def _token_counts(stem: pathlib.Path, vocab: int) -> np.ndarray:
     tokens = np.fromfile(bin_, dtype=_DTYPES[code])
     if len(sizes) != n or int(sizes.sum(dtype=np.int64)) != len(tokens):
         raise ValueError(f"{bin_} does not hold the {n} sentences its index lists: rebuild the data-bin")
-    # each sentence ends with </s>, as in training
     return np.bincount(tokens, minlength=vocab).astype(np.float64)
 
 
@@ -67,37 +58,35 @@ def _loss_bits(counts_eval: np.ndarray, counts_fit: np.ndarray, eps: float) -> f
         return float(-(w[seen] * np.log(q[seen])).sum() / n / math.log(2))
 
 
+def _level(valid: np.ndarray, train: np.ndarray, vocab: int, eps: float = 0.0, ppl: bool = True) -> dict:
+    """The level on VALID's counts, q fit on VALID itself and on TRAIN; ``ppl``: with the perplexities 2^bits."""
+    bits = {"oracle": _loss_bits(valid, valid, eps), "train_fit": _loss_bits(valid, train, eps)}
+    out = {k: round(v, 4) for k, v in bits.items()}
+    if ppl:
+        out.update({f"{k}_ppl": round(2 ** v, 2) for k, v in bits.items()})
+    return {**out, "label_smoothing": eps, "vocab": vocab, "valid_tokens": int(valid.sum())}
+
+
+def _dict_size(path: pathlib.Path) -> int:
+    """fairseq's Dictionary: its 4 specials (<s>, <pad>, </s>, <unk>) then a line per symbol."""
+    return 4 + sum(1 for line in open(path, encoding="utf-8") if line.strip())
+
+
 def unigram_level(data: pathlib.Path, src: str, tgt: str, label_smoothing: float = 0.1) -> dict:
     """{"oracle": bits, "train_fit": bits, "vocab": V, "valid_tokens": N} for the valid split of a data-bin."""
     data = pathlib.Path(data)
-    # fairseq's Dictionary: its 4 specials (<s>, <pad>, </s>, <unk>) then a line per symbol
-    vocab = 4 + sum(1 for line in open(data / f"dict.{tgt}.txt", encoding="utf-8") if line.strip())
-    valid = _target_counts(data, "valid", src, tgt, vocab)
-    train = _target_counts(data, "train", src, tgt, vocab)
-    return {
-        "oracle": round(_loss_bits(valid, valid, label_smoothing), 4),
-        "train_fit": round(_loss_bits(valid, train, label_smoothing), 4),
-        "label_smoothing": label_smoothing, "vocab": vocab, "valid_tokens": int(valid.sum()),
-    }
-
-
-def _lm_level(valid: np.ndarray, train: np.ndarray, vocab: int) -> dict:
-    """A language model's level (plain cross-entropy) on VALID's counts with q fit on VALID itself and on TRAIN."""
-    oracle, train_fit = _loss_bits(valid, valid, 0.0), _loss_bits(valid, train, 0.0)
-    return {"oracle": round(oracle, 4), "train_fit": round(train_fit, 4), "oracle_ppl": round(2 ** oracle, 2),
-            "train_fit_ppl": round(2 ** train_fit, 2), "label_smoothing": 0.0, "vocab": vocab,
-            "valid_tokens": int(valid.sum())}
+    vocab = _dict_size(data / f"dict.{tgt}.txt")
+    valid, train = (_token_counts(data / f"{split}.{src}-{tgt}.{tgt}", vocab) for split in ("valid", "train"))
+    return _level(valid, train, vocab, label_smoothing, ppl=False)
 
 
 def lm_unigram_level(data: pathlib.Path) -> dict:
-    """The same for a language model's data-bin (fairseq-preprocess --only-source: dict.txt,
-    {train,valid}.idx/.bin) and its plain cross-entropy (no label smoothing): bits per token over every
-    valid token (each line's words and its </s>, all of them targets of fairseq's language_modeling), and
-    the perplexity 2^bits that fairseq reports."""
+    """The same for a language model's data-bin (fairseq-preprocess --only-source: dict.txt, {train,valid}.idx/.bin)
+    and its plain cross-entropy: bits per token over every valid token (each line's words and its </s>, all targets
+    of fairseq's language_modeling), and the perplexity 2^bits that fairseq reports."""
     data = pathlib.Path(data)
-    vocab = 4 + sum(1 for line in open(data / "dict.txt", encoding="utf-8") if line.strip())
-    valid, train = _token_counts(data / "valid", vocab), _token_counts(data / "train", vocab)
-    return _lm_level(valid, train, vocab)
+    vocab = _dict_size(data / "dict.txt")
+    return _level(_token_counts(data / "valid", vocab), _token_counts(data / "train", vocab), vocab)
 
 
 def hf_lm_unigram_level(data: pathlib.Path, lang: str, train_lines: int = 0, valid_lines: int = 0) -> dict:
@@ -117,4 +106,4 @@ def hf_lm_unigram_level(data: pathlib.Path, lang: str, train_lines: int = 0, val
 
     valid, train = counts("valid", valid_lines), counts("train", train_lines)
     train[(train == 0) & (valid > 0)] = 1
-    return _lm_level(valid, train, vocab)
+    return _level(valid, train, vocab)
