@@ -20,9 +20,3 @@ everything here drives them. The steps of ``scripts/*.sh``:
 The studies of ``results/bench`` are ``harness.bench`` (``python -m harness.bench.NAME --help``). Run as
 ``python -m harness <command> --help`` (``python -m harness.config``, ``python -m harness.corpus``).
 """
-
-import logging
-
-# fairseq logs "Please install tensorboardX" on import of its tasks (every command, --help included): nothing
-# our users need to act on
-logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)

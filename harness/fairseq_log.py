@@ -27,6 +27,11 @@ import warnings
 
 from harness import cpu_load
 
+# fairseq logs "Please install tensorboardX" on import of its tasks (every command, --help included): nothing
+# our users need to act on. Quieted here, where a log is captured at INFO, rather than on every import of
+# harness: most of the scripts' short Python steps never import logging (a sixth of their start-up)
+logging.getLogger("fairseq.tasks.text_to_speech").setLevel(logging.WARNING)
+
 FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"  # fairseq_cli's own
 LOGGERS = ("", "fairseq", "fairseq_cli", "fairseq_tfixup")
 

@@ -14,6 +14,10 @@ cd "$TFIXUP_ROOT"
 # fairseq-train or fairseq-generate in a subprocess, and two workers' multi-threaded processes on a small
 # machine oversubscribe its cores, where busy-waiting threads run many times slower.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Bytecode cached: the suite starts about a thousand Python processes (most of them the scripts' short
+# steps), and with PYTHONDONTWRITEBYTECODE set each compiles the checkout's modules again; __pycache__ is
+# git-ignored
+unset PYTHONDONTWRITEBYTECODE
 # the whole suite (no arguments) times itself into work/test-suite.json: README's suite time, published with
 # the main job's record when measured at the same commit (harness/main_job.py); with its CPU time, user +
 # system of pytest and every process it waited for (bash's `times` before and after: its second line, the
