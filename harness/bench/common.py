@@ -169,8 +169,7 @@ class Arm:
     group: str = "main"  # the convergence study's: "main", or "fig3c" for the arms of the paper's Fig. 3c
 
 
-def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "",
-        group: str = "main") -> Arm:
+def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "", group: str = "main") -> Arm:
     """METHOD on SCHEDULE, named, labelled and drawn after its row of tfixup/methods.py and SCHEDULE unless given."""
     row = methods.method(method)
     return Arm(name or method + SUFFIX[schedule], method, schedule, label or row.label + SCHEDULE_LABEL[schedule],

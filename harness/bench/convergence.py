@@ -66,9 +66,8 @@ MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
                   headline=["tfixup", BASELINE], others=False, sgd_lrs=[],
                   warmup=4, max_tokens=512, long_updates=0, valid_lines=50, test_lines=10),
-    # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup
-    # baseline to leave the unigram stage (the report's "stuck" column says whether it did);
-    # the long runs show what happens after
+    # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup baseline to leave
+    # the unigram stage (the report's "stuck" column says whether it did); the long runs show what happens after
     "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
                     lrs=[1e-3, 5e-4], headline=HEADLINE, others=True, sgd_lrs=[0.1, 0.3, 1.0],
                     warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),

@@ -281,11 +281,9 @@ def _per_seed(v) -> list:
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    parts = res["parts"] or {"none": None}
-    fig, axes = common.panel_grid(len(parts), len(parts), 6.2, 4.4)
-    for ax, (part, p) in zip(axes, parts.items()):
-        if p is None:
-            continue
+    n = max(1, len(res["parts"]))  # one empty panel without any part
+    fig, axes = common.panel_grid(n, n, 6.2, 4.4)
+    for ax, (part, p) in zip(axes, res["parts"].items()):
         arms = study_arms(part)
         for arm, m in p["methods"].items():
             pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["status"] == "ok" and g["best_valid"] is not None
@@ -333,11 +331,9 @@ def devices(given: list) -> dict:
 
 def make_config(args) -> dict:
     cfg = dict(MODES[args.mode], mode=args.mode, device=devices(args.device))
-    for part in PARTS:
-        if part not in args.parts:
-            cfg[part] = None
-        elif cfg.get(part):
-            cfg[part] = dict(cfg[part], dropout=args.dropout, decay_period=args.decay_period)
+    for part in PARTS:  # a part not asked for, or without a setting in this mode, is None
+        on = part in args.parts and cfg.get(part)
+        cfg[part] = dict(cfg[part], dropout=args.dropout, decay_period=args.decay_period) if on else None
     return cfg
 
 

@@ -61,10 +61,9 @@ MODES = {
                   beam=1, log_interval=10),
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
-                    # every arm on Multi30k (runs=None: ARMS when planned); T-Fixup and the baseline on
-                    # the IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of
-                    # harness.bench.plateau's runs) and of the two baselines closest to T-Fixup, on their
-                    # better (matched) schedule
+                    # every arm on Multi30k (runs=None: ARMS when planned); T-Fixup and the baseline on the
+                    # IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of plateau.py's
+                    # runs) and of the two baselines closest to T-Fixup, on their better (matched) schedule
                     runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
                                           ("multi30k", "postln_matched", 2), ("multi30k", "preln_matched", 2),
                                           ("multi30k", "dlcl_matched", 2),
@@ -162,8 +161,7 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     out.mkdir(parents=True, exist_ok=True)
     exp = CONFIGS.get(ARMS[run.meta["method"]].method, "iwslt14_de_en_postln")
     sets, extra = split_args(run.args)
-    set_flags = [x for s in sets for x in ("--set", s)]
-    train_cmd = _sh("train.sh", "--cpu", *set_flags, exp, run.data, out, "--", *extra)
+    train_cmd = _sh("train.sh", "--cpu", *(x for s in sets for x in ("--set", s)), exp, run.data, out, "--", *extra)
     # evaluation reads the run's recorded config; only evaluation keys may be set there
     eval_flags = [x for s in sets if s.split("=")[0] in ("AVG_CANDIDATES", "BEAM") for x in ("--set", s)]
     eval_cmd = _sh("evaluate.sh", "--cpu", *eval_flags, exp, run.data, out)
@@ -356,21 +354,19 @@ def _versus_cells(name: str, v: dict) -> list:
 
 
 def _versus_text(arm: dict) -> str:
-    ratio = "not reached" if arm["tfixup_ratio"] is None else f"{arm['tfixup_ratio']:.2f}x"
-    gap = "" if arm["tfixup_gap"] is None else f", {arm['tfixup_gap']:+.1f} BLEU"
-    return ratio + gap
+    return (("not reached" if arm["tfixup_ratio"] is None else f"{arm['tfixup_ratio']:.2f}x")
+            + ("" if arm["tfixup_gap"] is None else f", {arm['tfixup_gap']:+.1f} BLEU"))
 
 
 def _to_cell(row: dict, baseline: str):
-    upd = row.get(f"updates_to_{baseline}_best_valid_bleu")
-    ratio = row.get(f"ratio_to_{baseline}")
+    upd, ratio = row.get(f"updates_to_{baseline}_best_valid_bleu"), row.get(f"ratio_to_{baseline}")
     return None if upd is None else f"{upd} ({ratio:.2f}x)" if ratio is not None else str(upd)
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     corpora = sorted({r["corpus"] for r in res["records"].values()})
-    fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
+    n = max(1, len(corpora))
+    fig, axes = common.pyplot().subplots(2, n, figsize=(5.5 * n, 7), squeeze=False)
     for j, corpus in enumerate(corpora):
         draw_curves(axes[0][j], axes[1][j], [r for r in res["records"].values() if r["corpus"] == corpus])
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)

@@ -198,10 +198,9 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
     store = pathlib.Path(store)
     records = {k: v for k, v in load_records(store).items() if k in {r.id for r in runs}}
     todo = [r for r in runs if r.id not in records or not r.recorded_by(records[r.id])]
-    for r in todo:
-        if r.id in records:
-            common.log(f"{r.id}: recorded with another command; running it again")
-            del records[r.id]
+    for r in (r for r in todo if r.id in records):
+        common.log(f"{r.id}: recorded with another command; running it again")
+        del records[r.id]
     common.log(f"{len(runs) - len(todo)} of {len(runs)} runs already recorded in {store}; "
                f"{len(todo)} to run, {jobs} at a time")
     if not todo:
