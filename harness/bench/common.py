@@ -1,15 +1,13 @@
-"""What the three benchmarks share: the real data, fairseq-train runs, logs, atomic outputs.
-
-Every training run goes through the real harness, ``fairseq-train --user-dir
-fairseq_tfixup --cpu``, in a subprocess, and is read back from its JSON log
-(``--log-format json``), so that a benchmark measures exactly what a user runs.
-"""
+"""What the benchmarks share: the real data, fairseq-train runs, logs, atomic outputs. Every training run is
+``fairseq-train --user-dir fairseq_tfixup`` in a subprocess, read back from its JSON log, so that a benchmark
+measures exactly what a user runs."""
 
 import argparse
 import dataclasses
 import datetime
 import importlib.metadata
 import json
+import logging
 import math
 import os
 import pathlib
@@ -26,7 +24,6 @@ from harness import manifest
 from tfixup import atomic, methods
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-PREPARE = REPO / "scripts" / "prepare-iwslt14.sh"
 
 
 def shared_data_dir() -> pathlib.Path:
@@ -42,16 +39,9 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------- data
-
-
 def prepare_data(valid_lines: int, test_lines: int, data: str = None, root: str = None) -> pathlib.Path:
-    """A fairseq data-bin of the real IWSLT'14 De-En sample: full train sample, the first
-    ``valid_lines`` of fairseq's valid and ``test_lines`` of its test set.
-
-    ``data`` names an existing data-bin to use as is; otherwise one is built (once) by
-    scripts/prepare-iwslt14.sh under ``root`` (default <repo>/data-bin, git-ignored).
-    """
+    """A data-bin of the real IWSLT'14 De-En sample (full train sample, the first VALID_LINES/TEST_LINES of
+    fairseq's valid/test): DATA as is, else built once by scripts/prepare-iwslt14.sh under ROOT (<repo>/data-bin)."""
     if data:
         path = pathlib.Path(data)
         if not (path / "dict.de.txt").is_file():
@@ -63,11 +53,9 @@ def prepare_data(valid_lines: int, test_lines: int, data: str = None, root: str 
         if not (shared_data_dir() / "iwslt14-de-en").is_dir():
             die(f"shared data not found at {shared_data_dir()} (set TFIXUP_SHARED_DATA)")
         log(f"preparing {path}")
-        proc = subprocess.run(
-            ["bash", str(PREPARE), "--out", str(path), "--shared", str(shared_data_dir()),
-             "--valid-lines", str(valid_lines), "--test-lines", str(test_lines)],
-            capture_output=True, text=True,
-        )
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "prepare-iwslt14.sh"), "--out", str(path),
+                               "--shared", str(shared_data_dir()), "--valid-lines", str(valid_lines),
+                               "--test-lines", str(test_lines)], capture_output=True, text=True)
         if proc.returncode != 0:
             die(f"prepare-iwslt14.sh failed: {proc.stderr.strip().splitlines()[-1:]}")
     return path
@@ -79,31 +67,29 @@ def data_counts(path: pathlib.Path) -> dict:
 
 
 def data_description(path) -> str:
-    """One line naming a study's data, with its sentence counts, from what made it: a folder exported for the
-    HuggingFace study (its meta.json, ``python -m harness.bench.hf export``), the language-model data-bin of
-    harness/bench/lm.py (its manifest), else a translation data-bin of the IWSLT'14 sample (harness/manifest.py:
-    its manifest, else fairseq's reader)."""
+    """One line naming a study's data and its sentence counts: the HuggingFace study's export (meta.json), the LM
+    data-bin of harness/bench/lm.py (its manifest), else an IWSLT'14 data-bin (harness/manifest.py)."""
     path = pathlib.Path(path)
     if (path / "meta.json").is_file():
         meta = json.loads((path / "meta.json").read_text())
+        merges = (meta.get("parameters") or {}).get("bpe_merges", 8000)
         return (f"Multi30k De-En ({', '.join(f'{k} {v}' for k, v in meta['sentences'].items())} sentence pairs; test "
-                f"= test_2016_flickr), Moses-tokenized, lowercased, {(meta.get('parameters') or {}).get('bpe_merges', 8000)} "
-                f"joint BPE merges, dictionaries de {meta['vocab']['de']} / en {meta['vocab']['en']} (the quality study's "
-                f"data-bin, exported by `python -m harness.bench.hf export`); LM and BERT: its English side")
+                f"= test_2016_flickr), Moses-tokenized, lowercased, {merges} joint BPE merges, dictionaries de "
+                f"{meta['vocab']['de']} / en {meta['vocab']['en']} (the quality study's data-bin, exported by "
+                f"`python -m harness.bench.hf export`); LM and BERT: its English side")
     if (path / "dict.txt").is_file():  # one side: a language model's (harness/bench/lm.py prepare_data)
         m = manifest.read(str(path)) or {}
         counts, files = m.get("sentences", {}), m.get("params", {})
         train, valid = ("/".join(pathlib.Path(files.get(k, "?")).parts[-2:]) for k in ("train", "valid"))
         unk = next((v for k, v in m.get("unk_rate_percent", {}).items() if k.startswith("valid.")), None)
-        return (f"Multi30k English side, {train} ({counts.get('train')} lines) to train, {valid} ({counts.get('valid')} "
-                f"lines) to validate; Moses-tokenized, lowercased, words seen >= 2 times in train ({unk}% of valid "
-                f"tokens <unk>)")
+        return (f"Multi30k English side, {train} ({counts.get('train')} lines) to train, {valid} "
+                f"({counts.get('valid')} lines) to validate; Moses-tokenized, lowercased, words seen >= 2 times in "
+                f"train ({unk}% of valid tokens <unk>)")
     parts = ", ".join(f"{k} {v}" for k, v in data_counts(path).items())
     return (f"IWSLT'14 De-En real sample ({parts} sentence pairs): train = 18.6k-pair train sample, "
             f"valid/test = first lines of fairseq's valid/test; BPE 10k (fairseq recipe)")
 
 
-# ---------------------------------------------------------------- the headline metric
 # One metric for every study: a curve is [(update, value), ...] (valid loss, lower is better; valid BLEU, higher);
 # a point whose value is None or not finite (a diverged run's NaN) is no measurement and is skipped.
 
@@ -113,8 +99,7 @@ def _finite(curve) -> list:
 
 
 def best(curve, higher: bool = False) -> tuple:
-    """(update, value) of CURVE's lowest finite value (``higher``: its highest), the first on a tie;
-    (None, None) without one."""
+    """(update, value) of CURVE's lowest finite value (``higher``: highest), the first on a tie; else (None, None)."""
     pts = _finite(curve)
     return (max if higher else min)(pts, key=lambda p: p[1]) if pts else (None, None)
 
@@ -134,14 +119,10 @@ def reach(curve, target, higher: bool = False):
 
 
 def to_best(curve, base, higher: bool = False, digits: int = 3) -> tuple:
-    """(updates, ratio): the first update at which CURVE reaches the best of the curve BASE, and that / the
-    updates BASE took to its best (rounded to DIGITS); None for what is not there."""
+    """(updates, ratio): when CURVE first reaches BASE's best, and that / when BASE did (DIGITS); None if not there."""
     b_upd, b_best = best(base, higher)
     u = reach(curve, b_best, higher)
     return u, (round(u / b_upd, digits) if u is not None and b_upd else None)
-
-
-# ---------------------------------------------------------------- models
 
 
 def recipe(cfg: dict, method: str, **kw) -> "methods.Recipe":
@@ -154,21 +135,17 @@ DEVICES = ("cpu", "cuda")  # where a study's runs train: fairseq's --cpu, or its
 
 
 def train_args(r, device: str = "cpu") -> list:
-    """A study run's fairseq-train arguments: the project's one builder (tfixup/methods.py
-    ``train_args``), on ``device`` (DEVICES), JSON log lines (read back by harness/fairseq_log.py), no
-    data-loader process."""
+    """A study run's fairseq-train arguments (tfixup/methods.py) on DEVICE: JSON log lines, no data-loader process."""
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r}; choose {' or '.join(DEVICES)}")
     return methods.train_args(r, cpu=device == "cpu", log_format="json", num_workers=0)
 
 
 def valid_args(every) -> list:
-    """fairseq-train's flags of a study run that validates (and logs) every EVERY updates and saves nothing."""
+    """fairseq-train's flags of a run that validates (and logs) every EVERY updates and saves nothing."""
     return ["--validate-interval-updates", every, "--validate-interval", 100000, "--save-interval", 100000,
             "--no-save", "--log-interval", every]
 
-
-# ---------------------------------------------------------------- arms
 
 # A schedule's suffix in an arm's name, its words in an arm's label and its line in a figure (fairseq's
 # inverse_sqrt dashed, T-Fixup's curve solid, P = W dotted). warmup, matched and nowarmup are
@@ -182,9 +159,7 @@ POSTLN_NO_WARMUP_COLOR = "C2"  # Post-LN without warmup, where a study runs Post
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-    """What a study trains: a method of tfixup/methods.py on a schedule, and how the study's records,
-    tables and figures name and draw it."""
-
+    """What a study trains (a method of tfixup/methods.py on a schedule) and how its records and figures name it."""
     name: str  # in run ids and in the records (their "method")
     method: str  # its row in tfixup/methods.py METHODS
     schedule: str  # a key of SUFFIX
@@ -194,8 +169,7 @@ class Arm:
     group: str = "main"  # the convergence study's: "main", or "fig3c" for the arms of the paper's Fig. 3c
 
 
-def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "",
-        group: str = "main") -> Arm:
+def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: str = "", group: str = "main") -> Arm:
     """METHOD on SCHEDULE, named, labelled and drawn after its row of tfixup/methods.py and SCHEDULE unless given."""
     row = methods.method(method)
     return Arm(name or method + SUFFIX[schedule], method, schedule, label or row.label + SCHEDULE_LABEL[schedule],
@@ -203,8 +177,7 @@ def arm(method: str, schedule: str, name: str = "", label: str = "", linestyle: 
 
 
 def arm_table(arms) -> dict:
-    """name -> arm, in order; where the study runs Post-LN with and without warmup, Post-LN without
-    warmup is told apart in the figures by a color of its own."""
+    """name -> arm, in order; where Post-LN runs with and without warmup, Post-LN without has a color of its own."""
     arms = list(arms)
     postln = {a.schedule for a in arms if a.method == "postln"}
     both = "nowarmup" in postln and len(postln) > 1
@@ -212,38 +185,24 @@ def arm_table(arms) -> dict:
             if both and a.method == "postln" and a.schedule == "nowarmup" else a for a in arms}
 
 
-# ---------------------------------------------------------------- outputs
-
-
 def machine() -> dict:
-    cpu = platform.processor()
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
     except OSError:
-        pass
-    import logging
-
+        cpu = platform.processor()
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-
-    return {
-        "cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-        "python": platform.python_version(), "torch": importlib.metadata.version("torch"),
-        "fairseq": fairseq_version(), "cuda": cuda_device(),
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
+    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "torch": importlib.metadata.version("torch"), "fairseq": fairseq_version(), "cuda": cuda_device(),
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def cuda_device():
-    """The first CUDA GPU's name, or None. torch (~2 s to import) is imported only where an NVIDIA
-    driver is, or where it is loaded already: the study orchestrators run no model themselves."""
+    """The first CUDA GPU's name, or None; torch (~2 s to import) only where an NVIDIA driver is or it is loaded."""
     if "torch" not in sys.modules and not any(
             os.path.exists(p) for p in ("/proc/driver/nvidia", "/dev/nvidiactl")) and not shutil.which("nvidia-smi"):
         return None
     import torch
-
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
@@ -256,23 +215,20 @@ def fairseq_version() -> str:
             pass
     try:
         import fairseq
+        return fairseq.__version__
     except ImportError:  # a machine that runs only the fairseq-free studies (harness/bench/hf.py)
         return None
-    return fairseq.__version__
 
 
 def command_line() -> str:
-    return "python -m harness.bench." + pathlib.Path(sys.argv[0]).stem + " " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return f"python -m harness.bench.{pathlib.Path(sys.argv[0]).stem} " + " ".join(map(shlex.quote, sys.argv[1:]))
 
 
 def pyplot():
-    """matplotlib.pyplot, drawing to files only (the Agg backend); imported on first use, so that a study's own
-    process pays for matplotlib only when it draws."""
+    """matplotlib.pyplot on the Agg backend, imported on first use: a study's process pays for it only to draw."""
     import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     return plt
 
 
@@ -315,11 +271,9 @@ def save_titled_figure(path, fig, title: str) -> None:
 
 def md_table(headers: list, rows: list) -> str:
     def cell(v):
-        if v is None:
-            return "-"
         if isinstance(v, float):
             return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
-        return str(v)
+        return "-" if v is None else str(v)
 
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
@@ -327,9 +281,8 @@ def md_table(headers: list, rows: list) -> str:
 
 
 def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str:
-    """The section on T-Fixup against every method, on each of its schedules and on its better one:
-    INTRO, then a table of HEADERS with a row per group of runs (a key of PER_METHOD) and method: the key,
-    the method's label and ``cells(method, entry)``; "" without any."""
+    """The section on T-Fixup against every method: INTRO, then a table of HEADERS with a row per group of runs (a key
+    of PER_METHOD) and method: the key, the method's label and ``cells(method, entry)``; "" without any."""
     if not per_method:
         return ""
     rows = [[k, methods.method(name).label, *cells(name, v)] for k, group in per_method.items()
@@ -340,9 +293,8 @@ def versus_methods_md(per_method: dict, intro: str, headers: list, cells) -> str
 
 def study_result(benchmark: str, cfg: dict, data, records: dict, names: dict = None, n_runs: int = None,
                  **measures) -> dict:
-    """The head of a study's result (its .json): the study, its mode, command, machine, data (a data-bin; with
-    NAMES, corpus -> data-bin, each corpus named by NAMES) and settings, then MEASURES and whether every one of
-    its N_RUNS runs (default: the config's n_runs) is recorded."""
+    """The head of a study's .json: study, mode, command, machine, data (a data-bin; with NAMES, corpus -> data-bin)
+    and settings, then MEASURES and whether all N_RUNS runs (default: the config's n_runs) are recorded."""
     if names:
         described = {"data": "; ".join(f"{names[c]}: {p} ({data_counts(pathlib.Path(p))})" for c, p in data.items())}
     else:
@@ -354,22 +306,16 @@ def study_result(benchmark: str, cfg: dict, data, records: dict, names: dict = N
 
 def header_md(title: str, meta: dict) -> str:
     m = meta["machine"]
-    return (
-        f"# {title}\n\n"
-        f"- command: `{meta['command']}`\n"
-        f"- machine: {m['cpu']} ({m['cores']} cores, shared), {m['platform']}; torch {m['torch']}, "
-        f"fairseq {m['fairseq']}; threads per run: {meta.get('threads', 1)}\n"
-        f"- date: {m['date_utc']}\n"
-        f"- data: {meta['data']}\n"
-        f"- mode: {meta['mode']}\n\n"
-    )
+    return (f"# {title}\n\n- command: `{meta['command']}`\n"
+            f"- machine: {m['cpu']} ({m['cores']} cores, shared), {m['platform']}; torch {m['torch']}, "
+            f"fairseq {m['fairseq']}; threads per run: {meta.get('threads', 1)}\n"
+            f"- date: {m['date_utc']}\n- data: {meta['data']}\n- mode: {meta['mode']}\n\n")
 
 
 def benchmark_parser(description: str, outputs: str, threads_help: str = "torch threads per run (default 1)",
                      quick: bool = False, data: str = "an existing data-bin (IWSLT'14 de-en)",
                      data_root: str = "<repo>/data-bin"):
-    """The options every benchmark shares: its mode (--smoke, and --quick where it has one), --out, data
-    location (DATA: what --data names; DATA_ROOT: where it is prepared by default), threads, tag."""
+    """Every benchmark's options: --smoke (and --quick), --out, --data, --data-root, --threads, --tag."""
     p = argparse.ArgumentParser(description=description)
     g = p.add_mutually_exclusive_group()
     if quick:
@@ -392,10 +338,8 @@ def write_outputs(out: pathlib.Path, stem: str, result: dict, plot, report_text:
 
 
 def mean_lr_text(schedules: list, updates: int, lr: float, budget: str = "") -> str:
-    """A report's sentence on the mean learning rate of each schedule over a budget of ``updates``
-    (tfixup/schedules.py, the schedulers' own formulas), as a fraction of the peak ``lr``, and what a
-    warmup gives up against no warmup, in updates at the peak rate. ``schedules``: (label, kind,
-    W, P) per schedule, ``kind`` one of tfixup.methods.SCHEDULES."""
+    """A report's sentence on each schedule's mean lr over UPDATES (tfixup/schedules.py) as a fraction of the peak LR,
+    and what a warmup gives up against no warmup in peak-lr updates. SCHEDULES: (label, kind, W, P) each."""
     from tfixup.schedules import mean_lr
 
     cells, full = [], None
@@ -411,8 +355,8 @@ def mean_lr_text(schedules: list, updates: int, lr: float, budget: str = "") -> 
 
 
 def run_env(threads) -> dict:
-    """The environment of a run's own process (``python -m harness.bench.STUDY one``): THREADS torch threads,
-    unbuffered output, nothing fetched from a hub (models are built from configs), this checkout importable."""
+    """The environment of a run's own process (``python -m harness.bench.STUDY one``): THREADS threads, unbuffered,
+    nothing fetched from a hub (models are built from configs), this checkout importable."""
     return dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
                 PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                 PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))

@@ -1,29 +1,12 @@
 """Convergence without warmup (paper Fig. 3c), at the paper's depth, on the real IWSLT'14 De-En sample.
 
-Methods, same model size, data, batch and update budget:
-
-  tfixup          transformer_tfixup: no LayerNorm, T-Fixup init, no warmup
-  postln_warmup   stock fairseq Post-LN transformer, linear warmup then inverse sqrt (the baseline)
-  postln          stock Post-LN, no warmup
-  preln           stock Pre-LN, no warmup
-
-Setting, checked against the paper: 6+6 layers (the paper's; it notes that
-Transformers of <= 3 layers train without warmup, so shallower models cannot
-show the failure); the no-warmup runs decay as lr*sqrt(P/(P+t)) with the paper's
-P = 4000 (so their lr is nearly flat over this budget); lr 5e-4 (the paper's) and
-1e-3; the baseline warms up over ``--warmup`` updates (the paper's 4000 would not
-end within a CPU budget) and then decays as fairseq's inverse_sqrt. Width and
-batch are CPU-sized (default 128-256-4, 2048 tokens per update).
-
-Each run is ``fairseq-train --user-dir fairseq_tfixup --cpu`` with 1 thread;
-valid loss (label-smoothed, bits) every ``--valid-every`` updates on 1000 real
-valid sentences. The unigram level (harness/bench/unigram.py) is computed from the data:
-a run whose best valid loss is not at least ``--margin`` bits below it is
-**stuck** at the unigram stage. Headline, per lr and seed: updates T-Fixup needs
-to reach the warmup baseline's best valid loss / updates the baseline needs.
-
-Resumable: each finished run is recorded under OUT/convergence/runs/; rerunning
-skips those and runs the rest (``--jobs`` at a time).
+Every method that names this study in tfixup/methods.py against stock fairseq Post-LN with warmup, at the same size,
+data, batch and budget: 6+6 layers, the paper's (it notes that Transformers of <= 3 layers train without warmup, so
+shallower models cannot show the failure); no warmup is lr*sqrt(P/(P+t)) with the paper's P = 4000; lr 5e-4 (the
+paper's) and 1e-3; the baselines warm up over ``warmup`` updates (the paper's 4000 would not end within a CPU
+budget); width and batch CPU-sized. A run is **stuck** when its best valid loss is not ``--margin`` bits below the
+unigram level (harness/bench/unigram.py). Headline, per lr and seed: updates T-Fixup needs to reach the warmup
+baseline's best valid loss / updates the baseline needs. Resumable: runs are recorded under OUT/convergence/runs/.
 
     python -m harness.bench.convergence --smoke --out /tmp/conv          # < 1 min, for the tests
     python -m harness.bench.convergence --out results/bench              # the study (hours on 2 cores)
@@ -37,12 +20,9 @@ import sys
 from harness.bench import common, runs as runlib
 from tfixup import methods
 
-# Schedules (common.SUFFIX), all with the same peak lr:
-#   warmup     fairseq's inverse_sqrt: linear warmup over W updates, then lr * sqrt(W / t)
-#   matched    inverse_sqrt_matched: linear warmup over W onto T-Fixup's curve, then lr * sqrt(P / (P + t))
-#   nowarmup   inverse_sqrt_nowarmup: lr * sqrt(P / (P + t)) from update 0 (T-Fixup's, the paper's P)
-#   nowarmup_w inverse_sqrt_nowarmup with P = W: T-Fixup on (nearly) the old baseline's curve after warmup
-
+# Schedules (common.SUFFIX), all with the same peak lr: warmup, fairseq's inverse_sqrt (linear over W updates,
+# then lr * sqrt(W / t)); matched, linear over W onto T-Fixup's curve lr * sqrt(P / (P + t)); nowarmup, that
+# curve from update 0 (the paper's P); nowarmup_w, with P = W: T-Fixup on (nearly) the old baseline's curve.
 
 # the methods with LayerNorm asked, besides the LayerNorm-free ones, whether they train without warmup: Post-LN
 # and Pre-LN, with fairseq's initialisation and with transformers' (the small init)
@@ -50,36 +30,22 @@ QUESTION = ("postln", "preln", "postln_si", "preln_si")
 
 
 def study_arms() -> dict:
-    """arm name -> common.Arm, derived from tfixup/methods.py: every method of the study, one trained
-    with warmup on both warmup schedules (group main) or, a Fig. 3c arm, with the matched warmup and
-    without (group fig3c), one trained without warmup without it; then the study's own arms: the
-    paper's question, does it train without warmup, asked of Post-LN and Pre-LN and of every
-    LayerNorm-free method (its row's ``layernorm_free``) but T-Fixup and its variants (and of Post-LN and
-    Pre-LN with transformers' initialisation, QUESTION): each on all
-    three schedules (DyT, trained with warmup, also without; ReZero, trained without, also with both
-    warmups); and T-Fixup with P = W. In the figure a method trained both ways has its no-warmup curve
-    dash-dotted."""
-    out = {}
-
-    def add(name, kind, group):
-        a = common.arm(name, kind, group=group)
-        out[a.name] = a
-
+    """arm name -> common.Arm, from tfixup/methods.py: a method trained with warmup on both warmups (group main; a
+    Fig. 3c arm: matched and none, group fig3c), one trained without, without; QUESTION and every LayerNorm-free
+    method but T-Fixup's own on all three schedules (does it train without warmup?); T-Fixup with P = W. A method
+    trained both ways has its no-warmup curve dash-dotted."""
+    specs = []  # (method, schedule, group)
     for name in methods.studied("convergence"):
         group = "fig3c" if name in methods.ABLATIONS else "main"
-        if not methods.method(name).warmup:
-            add(name, "nowarmup", group)
-            continue
-        for kind in (("warmup", "matched") if group == "main" else ("matched", "nowarmup")):
-            add(name, kind, group)
+        warmups = ("warmup", "matched") if group == "main" else ("matched", "nowarmup")
+        specs += [(name, kind, group) for kind in (warmups if methods.method(name).warmup else ("nowarmup",))]
     main = [n for n in methods.studied("convergence") if n not in methods.ABLATIONS]
     question = [n for n in QUESTION if n in main] + [n for n in main
                                                      if methods.method(n).layernorm_free and not methods.is_tfixup(n)]
-    for name in question:
-        for kind in methods.SCHEDULES:
-            if name + common.SUFFIX[kind] not in out:
-                add(name, kind, "main")
-    add("tfixup", "nowarmup_w", "main")
+    specs += [(n, kind, "main") for n in question for kind in methods.SCHEDULES] + [("tfixup", "nowarmup_w", "main")]
+    out = {}
+    for name, kind, group in specs:  # the first of an arm's specs makes it
+        out.setdefault(name + common.SUFFIX[kind], common.arm(name, kind, group=group))
     matched = {a.method for a in out.values() if a.schedule == "matched"}
     return common.arm_table(dataclasses.replace(a, linestyle="-.") if a.schedule == "nowarmup" and a.method in matched
                             else a for a in out.values())
@@ -100,9 +66,8 @@ MODES = {
     "smoke": dict(embed=32, ffn=64, heads=2, layers=2, updates=8, valid_every=4, seeds=[1], lrs=[1e-3],
                   headline=["tfixup", BASELINE], others=False, sgd_lrs=[],
                   warmup=4, max_tokens=512, long_updates=0, valid_lines=50, test_lines=10),
-    # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup
-    # baseline to leave the unigram stage (the report's "stuck" column says whether it did);
-    # the long runs show what happens after
+    # 6+6 (the paper's depth) at a quarter of its small width; 800 updates, enough for the warmup baseline to leave
+    # the unigram stage (the report's "stuck" column says whether it did); the long runs show what happens after
     "default": dict(embed=128, ffn=256, heads=4, layers=6, updates=800, valid_every=50, seeds=[1, 2, 3],
                     lrs=[1e-3, 5e-4], headline=HEADLINE, others=True, sgd_lrs=[0.1, 0.3, 1.0],
                     warmup=200, max_tokens=2048, long_updates=2500, valid_lines=1000, test_lines=0),
@@ -116,8 +81,7 @@ OVERRIDES = {**dict.fromkeys(("updates", "warmup", "layers", "embed", "ffn", "he
 
 def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag: str, arms: dict = None,
              device: str = "cpu") -> "runlib.Run":
-    """One run of ARM (an arm of ``arms``, default this study's) at LR: the study's recipe, valid loss
-    every ``valid_every`` updates, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
+    """One run of ARM (of ``arms``, default this study's) at LR, nothing saved; its id is TAG-ARM-lrLR-sSEED."""
     a = (arms or ARMS)[arm]
     pw = a.schedule == "nowarmup_w"
     recipe = common.recipe(cfg, a.method, lr=lr, seed=seed, max_update=updates, dropout=cfg["dropout"],
@@ -128,10 +92,9 @@ def make_run(cfg: dict, data, arm: str, lr: float, seed: int, updates: int, tag:
 
 
 def make_runs(cfg: dict, data: pathlib.Path) -> list:
-    """The study's runs, the most informative first: per lr (1e-3 before 5e-4), the headline's
-    arms with every seed, then the other main arms with the first seed; then the Fig. 3c arms (Adam
-    ones at each lr, SGD ones at each of its own lrs); the long runs last."""
-    out = []
+    """The study's runs, the most informative first: per lr, the headline's arms with every seed, the other main
+    arms with the first seed; then the Fig. 3c arms (SGD ones at each of its own lrs); the long runs last."""
+    out, first, n = [], cfg["seeds"][0], cfg["updates"]
 
     def add(arm, lr, seed, updates, tag):
         out.append(make_run(cfg, data, arm, lr, seed, updates, tag, device=cfg.get("device", "cpu")))
@@ -140,23 +103,19 @@ def make_runs(cfg: dict, data: pathlib.Path) -> list:
     for lr in cfg["lrs"]:
         for seed in cfg["seeds"]:
             for arm in cfg["headline"]:
-                add(arm, lr, seed, cfg["updates"], "main")
-        for a in others:
-            if a.group == "main":
-                add(a.name, lr, cfg["seeds"][0], cfg["updates"], "main")
-    for a in others:
-        if a.group == "fig3c":
-            for lr in (cfg["sgd_lrs"] if a.method == "sgd" else cfg["lrs"]):
-                add(a.name, lr, cfg["seeds"][0], cfg["updates"], "fig3c")
-    if cfg["long_updates"]:
-        for arm in cfg["headline"]:
-            add(arm, max(cfg["lrs"]), cfg["seeds"][0], cfg["long_updates"], "long")
+                add(arm, lr, seed, n, "main")
+        for a in (a for a in others if a.group == "main"):
+            add(a.name, lr, first, n, "main")
+    for a in (a for a in others if a.group == "fig3c"):
+        for lr in (cfg["sgd_lrs"] if a.method == "sgd" else cfg["lrs"]):
+            add(a.name, lr, first, n, "fig3c")
+    for arm in cfg["headline"] if cfg["long_updates"] else ():
+        add(arm, max(cfg["lrs"]), first, cfg["long_updates"], "long")
     return out
 
 
 def still_improving(rec: dict) -> bool:
-    """The run's best valid loss is its last validation: it was still improving when its budget ended, so a
-    ratio against its best holds for this budget only."""
+    """The run's best valid loss is its last validation: a ratio against its best holds for this budget only."""
     curve = rec["valid_curve"]
     return rec["status"] == "ok" and bool(curve) and common.best(curve)[0] == curve[-1][0]
 
@@ -166,16 +125,8 @@ def truncated(records: dict, budget: int) -> dict:
     return {k: {**r, "valid_curve": [p for p in r["valid_curve"] if p[0] <= budget]} for k, r in records.items()}
 
 
-def budgets(cfg: dict, group: str) -> list:
-    """The budgets at which a group's ratios are also given: half its runs' updates and all of them; the long
-    runs also at the main runs' budget."""
-    n = cfg["long_updates"] if group == "long" else cfg["updates"]
-    return sorted({n // 2, n} | ({cfg["updates"]} if group == "long" else set()))
-
-
 def curve_row(rec: dict, keys, threshold: float) -> dict:
-    """A run's row: KEYS of its record, its best valid loss and where, its final one, and whether it is
-    stuck (failed, or its best not below THRESHOLD)."""
+    """A run's row: KEYS of its record, its best and final valid loss, stuck (failed, or its best above THRESHOLD)."""
     b_upd, b_loss = common.best(rec["valid_curve"])
     return {**{k: rec[k] for k in keys}, "best_valid": b_loss, "best_at": b_upd,
             "final_valid": rec["valid_curve"][-1][1] if rec["valid_curve"] else None,
@@ -183,8 +134,7 @@ def curve_row(rec: dict, keys, threshold: float) -> dict:
 
 
 def ratio_to(records: dict, row: dict, arm: str) -> tuple:
-    """(updates, ratio): the first update at which ROW's run reaches the best valid loss of ARM's run of
-    the same group, lr and seed, and that / the updates ARM took to its best; (None, None) without one."""
+    """common.to_best of ROW's run against ARM's run of the same group, lr and seed; (None, None) without one."""
     base = records.get(row["id"].replace(f"-{row['method']}-", f"-{arm}-"))
     if not (base and row["status"] == "ok"):
         return None, None
@@ -192,10 +142,9 @@ def ratio_to(records: dict, row: dict, arm: str) -> tuple:
 
 
 def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
-    """T-Fixup against each of ARMS (one method on its schedules) among the rows HERE (one group and
-    lr): per arm its mean best valid loss over its seeds, how many of its runs were still improving at the
-    end, and T-Fixup's ratio over the seeds it shares with it (mean, sd, range); and the better arm, the lower
-    mean best valid loss (its better schedule)."""
+    """T-Fixup against each of ARMS among the rows HERE (one group and lr): per arm its mean best valid loss, its
+    runs still improving at the end, T-Fixup's ratio over their shared seeds (mean, sd, range); and the better arm
+    (the lower mean best valid loss)."""
     out = {}
     for arm in arms:
         ran = [r for r in here if r["method"] == arm and r["best_valid"] is not None]
@@ -215,11 +164,10 @@ def versus(records: dict, here: list, tfixup: list, arms) -> tuple:
 
 
 def at_budgets(cfg: dict, records: dict, group: str, lr: float, threshold: float) -> dict:
-    """The headline of one group and lr with every run stopped at each of its budgets (``budgets``): budget
-    -> T-Fixup against each Post-LN baseline and the better one there (its ratio and how many of its runs
-    were still improving)."""
-    out = {}
-    for budget in budgets(cfg, group):
+    """budget -> the headline of one group and lr with every run stopped there: at half its runs' updates and all of
+    them (the long runs also at the main runs')."""
+    out, n = {}, cfg["long_updates"] if group == "long" else cfg["updates"]
+    for budget in sorted({n // 2, n} | ({cfg["updates"]} if group == "long" else set())):
         cut = truncated({k: r for k, r in records.items() if r["group"] == group and r["lr"] == lr}, budget)
         here = [curve_row(r, ("id", "group", "method", "lr", "seed", "status"), threshold) for r in cut.values()]
         per_baseline, better = versus(cut, here, [r for r in here if r["method"] == "tfixup"], BASELINE_SCHEDULES)
@@ -237,7 +185,8 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
         for b in BASELINE_SCHEDULES:
             r[f"updates_to_{b}_best"], r[f"ratio_to_{b}"] = ratio_to(records, r, b)
         # kept under the old names: the ratio to fairseq's inverse_sqrt baseline
-        r["updates_to_baseline_best"], r["ratio_to_baseline"] = r[f"updates_to_{BASELINE}_best"], r[f"ratio_to_{BASELINE}"]
+        r["updates_to_baseline_best"] = r[f"updates_to_{BASELINE}_best"]
+        r["ratio_to_baseline"] = r[f"ratio_to_{BASELINE}"]
     headline, per_method = {}, {}
     schedule_arms = {}  # each baseline of the main group -> its arms on every schedule (not P = W)
     for arm in ARMS.values():
@@ -266,13 +215,13 @@ def summarise(cfg: dict, records: dict, level: dict, data: pathlib.Path, margin:
             pick = min(grid, key=lambda r: r["best_valid"])
             sgd_choice[m] = {"lr": pick["lr"], "best_valid": pick["best_valid"], "stuck": pick["stuck"],
                              "grid": {f"{r['lr']:g}": r["best_valid"] for r in sorted(grid, key=lambda r: r["lr"])}}
-    return {
-        **common.study_result("convergence", cfg, data, records, unigram_level=level,
-                              stuck_threshold=round(threshold, 4), margin_bits=margin),
-        "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
-        "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])),
-        "records": records,
-    }
+    return {**common.study_result("convergence", cfg, data, records, unigram_level=level,
+                                  stuck_threshold=round(threshold, 4), margin_bits=margin),
+            "headline": headline, "per_method": per_method, "sgd_lr_chosen_on_valid": sgd_choice,
+            "rows": sorted(rows, key=lambda r: (r["group"], -r["lr"], r["method"], r["seed"])), "records": records}
+
+
+STATUS = {"nan": "diverged (NaN loss)"}  # a run's status as the report words it, where that differs
 
 
 def report(res: dict) -> str:
@@ -296,7 +245,8 @@ def report(res: dict) -> str:
         f"{res['margin_bits']} bit below {lv['train_fit']}, i.e. above {res['stuck_threshold']}.\n\n"))
     w, p = cfg["warmup"], cfg["decay_period"]
     text += common.mean_lr_text([("no warmup", "nowarmup", w, p), ("matched warmup", "matched", w, p),
-                                 ("warmup", "warmup", w, p), ("P = W", "nowarmup", w, w)], cfg["updates"], cfg["lrs"][0])
+                                 ("warmup", "warmup", w, p), ("P = W", "nowarmup", w, w)],
+                                cfg["updates"], cfg["lrs"][0])
     if res["headline"]:
         text += ("## Headline: updates for T-Fixup to reach the baseline's best valid loss / the baseline's updates\n\n"
                  "Against the Post-LN baseline on each schedule, with fairseq's initialisation and with transformers' "
@@ -307,22 +257,16 @@ def report(res: dict) -> str:
                  "best moves and the ratio with it. So each ratio is also given with every run stopped at other "
                  "budgets (the same runs' curves, cut there; the long runs go to "
                  f"{cfg['long_updates']} updates).\n\n")
-        rows = []
-        for k, h in res["headline"].items():
-            for b in BASELINE_SCHEDULES:
-                pb = h["per_baseline"].get(b)
-                if pb is None:
-                    continue
-                rows.append([k, ARMS[b].label + (" (**better**)" if b == h.get("better_baseline") else ""),
-                             _best_text(pb), _improving(pb), _ratio_text(pb), "; ".join(
-                                 f"{n}: {_ratio_text(v['per_baseline'][b])}, still improving "
-                                 f"{_improving(v['per_baseline'][b])}"
-                                 for n, v in h.get("at_budget", {}).items() if b in v["per_baseline"]) or None])
+        rows = [[k, ARMS[b].label + (" (**better**)" if b == h.get("better_baseline") else ""), _best_text(pb),
+                 _improving(pb), _ratio_text(pb), "; ".join(
+                     f"{n}: {_ratio_text(v['per_baseline'][b])}, still improving {_improving(v['per_baseline'][b])}"
+                     for n, v in h.get("at_budget", {}).items() if b in v["per_baseline"]) or None]
+                for k, h in res["headline"].items() for b, pb in h["per_baseline"].items()]
         text += common.md_table(["runs", "baseline", "its best valid", "still improving", "T-Fixup's ratio",
                                  "at each budget (updates: ratio)"], rows) + "\n\n"
-        stuck = "; ".join(f"{k}: " + ", ".join(f"{ARMS[m].label} {v}" for m, v in h["stuck"].items()
-                                                 if not v.startswith("0/"))
-                          for k, h in res["headline"].items() if any(not v.startswith("0/") for v in h["stuck"].values()))
+        stuck = {k: [f"{ARMS[m].label} {v}" for m, v in h["stuck"].items() if not v.startswith("0/")]
+                 for k, h in res["headline"].items()}
+        stuck = "; ".join(f"{k}: " + ", ".join(v) for k, v in stuck.items() if v)
         text += f"Stuck runs (every other run left the unigram stage): {stuck or 'none'}.\n\n"
     text += common.versus_methods_md(
         res.get("per_method"),
@@ -339,29 +283,28 @@ def report(res: dict) -> str:
                  "rate chosen on valid from the grid " + ", ".join(f"{x:g}" for x in cfg.get("sgd_lrs", []))
                  + ".\n\n" + common.md_table(
                      ["arm", "lr", "status", "best valid", "at update", "final valid", "stuck", "chosen on valid"],
-                     [[ARMS[r["method"]].label, r["lr"], _status(r), r["best_valid"], r["best_at"], r["final_valid"],
-                       "STUCK" if r["stuck"] else "no",
+                     [[ARMS[r["method"]].label, r["lr"], STATUS.get(r["status"], r["status"]), r["best_valid"],
+                       r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no",
                        "yes" if res["sgd_lr_chosen_on_valid"].get(r["method"], {}).get("lr") == r["lr"] else ""]
                       for r in fig3c]) + "\n\n")
     text += "## Every run\n\n" + common.md_table(
         ["group", "lr", "method", "seed", "updates", "status", "best valid", "at update", "final valid", "stuck",
          "ratio to warmup baseline", "ratio to matched baseline", "wall s"],
-        [[r["group"], r["lr"], ARMS[r["method"]].label, r["seed"], r["updates"], _status(r), r["best_valid"],
-          r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no", r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"),
-          r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]] for r in res["rows"]]) + "\n"
+        [[r["group"], r["lr"], ARMS[r["method"]].label, r["seed"], r["updates"], STATUS.get(r["status"], r["status"]),
+          r["best_valid"], r["best_at"], r["final_valid"], "STUCK" if r["stuck"] else "no",
+          r.get(f"ratio_to_{BASELINE_SCHEDULES[0]}"), r.get(f"ratio_to_{BASELINE_SCHEDULES[1]}"), r["wall_s"]]
+         for r in res["rows"]]) + "\n"
     return text
 
 
 def _versus_cells(name: str, v: dict) -> list:
-    """A method's cells in the T-Fixup-against-every-method table: on each warmup, on the better schedule (of
-    all it ran), without warmup."""
-    cells = []
-    for kind in ("warmup", "matched"):
+    """A method's cells in the T-Fixup-against-every-method table: each warmup, the better schedule, no warmup."""
+    def on(kind):
         arm = v["arms"].get(name + common.SUFFIX[kind])
-        cells += [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
-    cells += [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +,"), _ratio_text(v["arms"][v["better"]])]
-    arm = v["arms"].get(name + common.SUFFIX["nowarmup"])
-    return cells + ([None, None] if arm is None else [_best_text(arm), _ratio_text(arm)])
+        return [None, None] if arm is None else [_best_text(arm), _ratio_text(arm)]
+
+    better = [common.SCHEDULE_LABEL[ARMS[v["better"]].schedule].lstrip(" +,"), _ratio_text(v["arms"][v["better"]])]
+    return on("warmup") + on("matched") + better + on("nowarmup")
 
 
 def _improving(arm: dict) -> str:
@@ -386,13 +329,11 @@ HEADLINE_PANEL = ["tfixup", "postln_warmup", "postln_matched", "postln", "preln"
 FIG3C_REFERENCE = ["tfixup", "postln_matched", "postln"]
 
 
-def panels(res: dict) -> list:
-    """(title, [(record, label)]) per panel: per lr the headline methods, the other methods on both
-    schedules and the Fig. 3c arms (with SGD at the lr chosen on valid); the long runs."""
+def plot(res: dict, path: pathlib.Path) -> None:
+    """A panel of valid loss curves per lr for the headline, the other methods and the Fig. 3c arms; the long runs."""
     recs = [r for r in res["records"].values() if r["valid_curve"]]
-    lrs = sorted({r["lr"] for r in recs if r["group"] == "main"}, reverse=True)
-    out = []
-    for lr in lrs:
+    out = []  # (title, records) per panel
+    for lr in sorted({r["lr"] for r in recs if r["group"] == "main"}, reverse=True):
         main = [r for r in recs if r["group"] == "main" and r["lr"] == lr]
         out.append((f"lr {lr:g}: T-Fixup and the Post-LN/Pre-LN baselines",
                     [r for r in main if r["method"] in HEADLINE_PANEL]))
@@ -407,15 +348,11 @@ def panels(res: dict) -> list:
     long = [r for r in recs if r["group"] == "long"]
     if long:
         out.append((f"long runs, lr {max(r['lr'] for r in long):g}", long))
-    return out
-
-
-def plot(res: dict, path: pathlib.Path) -> None:
-    shown = panels(res) or [("no runs yet", [])]
+    shown = out or [("no runs yet", [])]
     fig, axes = common.panel_grid(len(shown), 3, 5.6, 4.3)
-    for ax, (title, recs) in zip(axes, shown):
+    for ax, (title, panel) in zip(axes, shown):
         labelled = set()
-        for rec in recs:
+        for rec in panel:
             a = ARMS[rec["method"]]
             label = a.label + (f" (lr {rec['lr']:g})" if a.method == "sgd" else "")
             ax.plot(*zip(*rec["valid_curve"]), color=a.color, ls=a.linestyle, lw=1.2, alpha=0.8,
@@ -445,11 +382,6 @@ def make_config(args) -> dict:
 
 def plan(data, mode: str = "default") -> list:
     return runlib.default_plan(sys.modules[__name__], data, mode)
-
-
-def _status(row: dict) -> str:
-    """A run's status as the report shows it: a NaN loss is a divergence."""
-    return "diverged (NaN loss)" if row["status"] == "nan" else row["status"]
 
 
 def selected(runs: list, arms) -> list:

@@ -1,33 +1,19 @@
 """Best against best: every method at its own best learning rate.
 
-Two parts, each a grid of peak learning rates per method, every arm on its better schedule:
+Two parts, each a grid of peak lrs per method on its better schedule: ``translation``, the convergence study's
+setting (harness/bench/convergence.py) for the rows of tfixup/methods.py whose ``studies`` name "lr"; ``lm``, the
+24-layer LM of harness/bench/lm.py for those naming "lr_lm". A method trained with warmup in its paper runs on the
+matched warmup (in the convergence study the better warmup for every such method at both lrs but LRI at 1e-3);
+T-Fixup without warmup; DyT, Derf (LayerNorm-free, trained with warmup) and Pre-LN also without warmup in the
+translation part (no warmup was DyT's and Pre-LN's better schedule in the convergence study at both lrs).
 
-  translation  the convergence study's setting (6+6 layers, 128-256-4, 2048 tokens per update, 800 updates,
-               IWSLT'14 De-En sample, harness/bench/convergence.py); the methods are the rows of
-               tfixup/methods.py whose ``studies`` name "lr"
-  lm           the 24-layer decoder-only LM of the LM study (harness/bench/lm.py) for the rows whose
-               ``studies`` name "lr_lm"
-
-A method trained with warmup in its paper runs on the matched warmup (linear over W updates onto T-Fixup's
-curve, then that curve: the better of the two warmups for every such method in the convergence study at both of
-its lrs but LRI at 1e-3); T-Fixup runs without warmup. A LayerNorm-free method trained with warmup in its paper
-(DyT, Derf), and Pre-LN, run both on the matched warmup and without warmup in the translation part: for DyT and
-Pre-LN no warmup was the better schedule in the convergence study at both lrs. Same data, batch, budget and evaluation for every arm; valid loss every
-``valid_every`` updates.
-
-The grid starts at ``lrs``; while a method still trains at its largest lr the grid doubles it (up to
-``max_lr``), so every method's range ends where it diverges or stops leaving the unigram stage. A run
-**trains** when its best valid loss is at least ``--margin`` bits below the unigram level (computed from the
-data, harness/bench/unigram.py) and it did not diverge; a method's **lr range** is the contiguous span of
-grid lrs around its best lr where it trains. Each method's **best lr** is the one of the lowest best valid
-loss (first seed); a second seed runs there. Headline: T-Fixup at its best lr against each method at its best
-lr: the updates T-Fixup needs to reach the method's best valid loss / the updates the method needs, per seed
-(the ratio's step, ``valid_every`` / the method's updates, is given beside it).
-
-The grid grows from the records, so the study runs in rounds until nothing is left to add (``--rounds``).
-Resumable: each finished run is recorded under OUT/lr/runs/; rerunning skips those and runs the rest.
-``--device cuda`` runs on the first GPU (fairseq's default device) instead of ``--cpu``; a run recorded on
-the other device counts (runs.Run.recorded_by), and the report says which device its runs used.
+The grid starts at ``lrs`` and doubles an arm's largest lr while it still trains (up to ``max_lr``), so every range
+ends where the method diverges or stays at the unigram stage; it grows from the records, in rounds (``--rounds``).
+A run **trains** when its best valid loss is at least ``--margin`` bits below the unigram level (unigram.py)
+and it did not diverge; a method's **best lr** has the lowest best valid loss (first seed), and its other seeds run
+there. Headline, per seed: T-Fixup's updates (at its best lr) to the method's best valid loss (at the method's) /
+the method's updates. Resumable: runs are recorded under OUT/lr/runs/; one recorded on the other ``--device``
+counts (runs.Run.recorded_by).
 
     python -m harness.bench.lr --smoke --out /tmp/lr --data DATA                  # < 1 min, for the tests
     python -m harness.bench.lr --out results/bench --data work/data-bin/iwslt14-v1000 --jobs 2
@@ -52,9 +38,8 @@ BOTH_WAYS = ("preln",)
 
 
 def study_arms(part: str) -> dict:
-    """arm name -> common.Arm of a part: each method of the table that names the part's tag, T-Fixup (a
-    method without warmup) without warmup, a method trained with warmup on the matched warmup; in the
-    translation part a LayerNorm-free method trained with warmup (DyT, Derf) and Pre-LN also without it (BOTH_WAYS)."""
+    """arm name -> common.Arm of a part: each method that names the part's tag, on the matched warmup if trained
+    with warmup (in translation a LayerNorm-free one, and BOTH_WAYS, also without), else without."""
     out = []
     for name in methods.studied(PARTS[part]):
         m = methods.method(name)
@@ -76,8 +61,7 @@ MODES = {
                     lm=dict(lm.MODES["default"], depths=[24], valid_every=10, dropout=0.1, decay_period=4000, seed=1),
                     lrs=[2.5e-4, 5e-4, 1e-3, 2e-3, 4e-3], lm_lrs=[5e-4, 1e-3, 2e-3], max_lr=6.4e-2, seeds=[1, 2],
                     # the LM's ratios moved most from seed to seed (DyT 0.525 / 0.375): a third seed there
-                    lm_seeds=[1, 2, 3],
-                    arms=None),
+                    lm_seeds=[1, 2, 3], arms=None),
 }
 
 
@@ -103,13 +87,11 @@ def trains(rec: dict, threshold: float) -> bool:
 
 
 def plan(cfg: dict, data: dict, records: dict, thresholds: dict) -> list:
-    """Every run the records call for: the starting grid of each part's arms (first seed); a doubled lr
-    while an arm still trains at its largest (up to max_lr); once an arm's grid is closed, the other
-    seeds at its best lr."""
+    """Every run the records call for: each arm's starting grid (first seed), doubled while the arm still trains at
+    its largest lr (up to max_lr); once its grid is closed, the other seeds at its best lr."""
     out, max_lr = [], cfg["max_lr"] * (1 + 1e-9)
     for part in (p for p in PARTS if cfg.get(p)):
-        start = cfg["lrs"] if part == "translation" else cfg["lm_lrs"]
-        seed = seeds(cfg, part)[0]
+        start, seed = cfg["lrs"] if part == "translation" else cfg["lm_lrs"], seeds(cfg, part)[0]
         if not start:
             continue
         for arm in _part_arms(cfg, part):
@@ -147,9 +129,8 @@ TIGHT_BITS = 0.5  # the tighter "trains": best valid loss within this many bits 
 
 
 def tight_range(by_lr: dict, at: float):
-    """The contiguous span of lrs around AT (the best lr) whose runs end within TIGHT_BITS of AT's best valid
-    loss without diverging: (low, high), or None."""
-    if at not in by_lr or not by_lr[at]:
+    """The contiguous span of lrs around AT whose runs end within TIGHT_BITS of AT's best without diverging."""
+    if not by_lr.get(at):
         return None
     limit = best(by_lr[at]["valid_curve"])[1] + TIGHT_BITS
     return lr_range(by_lr, math.inf, at, lambda r: r["status"] == "ok" and r["valid_curve"] and
@@ -157,16 +138,11 @@ def tight_range(by_lr: dict, at: float):
 
 
 def pair_ratio(t: dict, o: dict, every: int) -> dict:
-    """T-Fixup's run T against a method's run O: the updates T needs to reach O's best valid loss / O's updates
-    to it, and the ratio's step (EVERY / O's updates)."""
+    """T-Fixup's run T against a method's run O: common.to_best, and the ratio's step (EVERY / O's updates)."""
     o_upd, o_loss = best(o["valid_curve"])
     u, ratio = common.to_best(t["valid_curve"], o["valid_curve"])
     return {"method_best_valid": round(o_loss, 4), "method_updates": o_upd, "tfixup_updates": u, "ratio": ratio,
             "step": round(every / o_upd, 4) if o_upd else None}
-
-
-def _lr_of(rec: dict) -> float:
-    return float(rec["lr"])
 
 
 def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float, planned: int) -> dict:
@@ -175,14 +151,14 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
         threshold = levels[part]["train_fit"] - margin
         table = _part_arms(cfg, part)
         recs = {k: v for k, v in records.items() if k.startswith("mt-" if part == "translation" else "L")}
-        every = cfg[part]["valid_every"]
+        every, seed, half_budget = cfg[part]["valid_every"], seeds(cfg, part)[0], cfg[part]["updates"] // 2
         per_arm = {}
         for arm in table:
-            first = {_lr_of(r): r for r in recs.values() if r["method"] == arm and r["seed"] == seeds(cfg, part)[0]}
+            first = {float(r["lr"]): r for r in recs.values() if r["method"] == arm and r["seed"] == seed}
             b = common.best_lr(first)
-            rows = [{**curve_row(r, ("id", "lr", "seed", "status", "wall_s"), threshold),
-                     "trains": trains(r, threshold)} for r in sorted(first.values(), key=_lr_of)]
-            at_best = [r for r in recs.values() if r["method"] == arm and _lr_of(r) == b]
+            rows = [{**curve_row(first[x], ("id", "lr", "seed", "status", "wall_s"), threshold),
+                     "trains": trains(first[x], threshold)} for x in sorted(first)]
+            at_best = [r for r in recs.values() if r["method"] == arm and float(r["lr"]) == b]
             bests = [best(r["valid_curve"])[1] for r in at_best if r["valid_curve"]]
             top = max(first, default=None)
             # closed: the largest lr run no longer trains, or doubling it would pass max_lr; while open, the
@@ -202,16 +178,15 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                 if arm == ref or m["best_lr"] is None:
                     continue
                 pairs = []
-                for seed in seeds(cfg, part):
-                    t = recs.get(_run(cfg, part, data, ref, per_arm[ref]["best_lr"], seed).id)
-                    o = recs.get(_run(cfg, part, data, arm, m["best_lr"], seed).id)
+                for s in seeds(cfg, part):
+                    t = recs.get(_run(cfg, part, data, ref, per_arm[ref]["best_lr"], s).id)
+                    o = recs.get(_run(cfg, part, data, arm, m["best_lr"], s).id)
                     if not (t and o and o["valid_curve"] and t["status"] == "ok"):
                         continue
                     # the same pair with both runs stopped at half the budget: how much the ratio moves with it
-                    half = truncated({"t": t, "o": o}, cfg[part]["updates"] // 2)
-                    pairs.append({"seed": seed, **pair_ratio(t, o, every), "method_still_improving": still_improving(o),
-                                  "devices": [_device(t), _device(o)],
-                                  "half_budget": cfg[part]["updates"] // 2,
+                    half = truncated({"t": t, "o": o}, half_budget)
+                    pairs.append({"seed": s, **pair_ratio(t, o, every), "method_still_improving": still_improving(o),
+                                  "devices": [_device(t), _device(o)], "half_budget": half_budget,
                                   "ratio_at_half_budget": pair_ratio(half["t"], half["o"], every)["ratio"]
                                   if half["o"]["valid_curve"] else None})
                 got = [p["ratio"] for p in pairs if p["ratio"] is not None]
@@ -221,8 +196,7 @@ def summarise(cfg: dict, records: dict, levels: dict, data: dict, margin: float,
                                "step_max": max((p["step"] for p in pairs if p["step"]), default=None)}
         used = collections.Counter(_device(r) for r in recs.values())
         parts[part] = {"device": ", ".join(sorted(used)) or cfg["device"][part], "runs_per_device": dict(used),
-                       "unigram_level": levels[part],
-                       "stuck_threshold": round(threshold, 4), "methods": per_arm,
+                       "unigram_level": levels[part], "stuck_threshold": round(threshold, 4), "methods": per_arm,
                        "tfixup_arm": ref, "versus": versus, "data": common.data_description(data[part]),
                        "config": cfg[part]}
     return {"benchmark": "lr", "mode": cfg["mode"], "command": common.command_line(), "machine": common.machine(),
@@ -243,9 +217,8 @@ def _lr(x) -> str:
 
 def report(res: dict) -> str:
     text = runlib.report_head("Every method at its own best learning rate", res, res["runs_planned"], (
-        f"Each arm on its better schedule (a method trained with warmup: the "
-        f"matched warmup; T-Fixup: none; DyT, Derf and Pre-LN also without warmup); the grid doubles an arm's lr "
-        f"while it still trains, up to "
+        f"Each arm on its better schedule (a method trained with warmup: the matched warmup; T-Fixup: none; DyT, "
+        f"Derf and Pre-LN also without warmup); the grid doubles an arm's lr while it still trains, up to "
         f"{res['config']['max_lr']:g}. A run **trains** when its best valid loss is at least "
         f"{res['margin_bits']} bit below the unigram level and it did not diverge; **within {TIGHT_BITS} bit**: "
         f"the lrs around the best whose best valid loss is within {TIGHT_BITS} bit of the method's own best (a "
@@ -258,8 +231,8 @@ def report(res: dict) -> str:
         f"the ratio against it may still move.\n\n"))
     for part, p in res["parts"].items():
         c = p["config"]
-        size = (f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['layers']}+{c['layers']} layers" if part == "translation"
-                else f"{c['embed']}-{c['ffn']}-{c['heads']}, {c['depths'][0]} layers")
+        size = f"{c['embed']}-{c['ffn']}-{c['heads']}, " + (
+            f"{c['layers']}+{c['layers']}" if part == "translation" else str(c['depths'][0])) + " layers"
         text += (f"## {'Translation (the convergence setting)' if part == 'translation' else 'Language model'}: "
                  f"{size}, {c['updates']} updates, W = {c['warmup']}, valid every {c['valid_every']} updates\n\n"
                  f"Data: {p['data']}. Unigram level {p['unigram_level']['train_fit']} bits; a run trains below "
@@ -268,14 +241,13 @@ def report(res: dict) -> str:
                  + " (each record names its device).\n\n")
         rows = []
         for arm, m in p["methods"].items():
-            rng = m["lr_range"]
-            tight = m.get("lr_range_tight")
+            rng, tight = m["lr_range"], m.get("lr_range_tight")
             rows.append([m["label"], _lr(m["best_lr"]) + ("" if m["grid_closed"] else " (open)"),
                          (f"{_lr(rng[0])} - {_lr(rng[1])}" + ("" if m["grid_closed"] else "+")) if rng else "none",
                          f"{_lr(tight[0])} - {_lr(tight[1])}" if tight else "-",
                          _lr(m["largest_lr_run"]), ", ".join(f"{x:.3f}" for x in m["best_valid_at_best_lr"]) or "-"]
                         + [p["versus"].get(arm, {}).get("ratio_mean") if arm != p["tfixup_arm"] else "-",
-                           _pairs(p["versus"].get(arm)), _halves(p["versus"].get(arm))])
+                           *_per_seed(p["versus"].get(arm))])
         text += common.md_table(["method", "best lr", "trains at", f"within {TIGHT_BITS} bit of its best",
                                  "largest lr run", "best valid at best lr (per seed)", "T-Fixup's ratio (mean)",
                                  "per seed (ratio, step)", "still improving; ratio at half the budget (per seed)"],
@@ -291,34 +263,27 @@ def report(res: dict) -> str:
 def _cell(g):
     if g is None:
         return "-"
-    if g["status"] == "nan":
-        return "NaN"
-    return f"{g['best_valid']:.3f}" + ("" if g["trains"] else " STUCK")
+    return "NaN" if g["status"] == "nan" else f"{g['best_valid']:.3f}" + ("" if g["trains"] else " STUCK")
 
 
-def _per_seed(v, cell) -> str:
-    """'s1: CELL; s2: CELL ...' over the seeds' pairs of a method's comparison V, "-" without any."""
-    return "; ".join(f"s{p['seed']}: " + cell(p) for p in v["pairs"]) if v and v["pairs"] else "-"
-
-
-def _pairs(v):
-    return _per_seed(v, lambda p: (f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None else "not reached")
-                     + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
-                        if len(set(p.get("devices", []))) > 1 else ""))
-
-
-def _halves(v):
-    return _per_seed(v, lambda p: ("yes" if p.get("method_still_improving") else "no") + ", "
-                     + ("-" if p.get("ratio_at_half_budget") is None else f"{p['ratio_at_half_budget']:.3f}")
-                     + f" at {p.get('half_budget')}")
+def _per_seed(v) -> list:
+    """A method's comparison V seed by seed, 's1: ...; s2: ...': the ratio (step) and the devices where they differ;
+    whether it was still improving and the ratio at half the budget ("-" without any pair)."""
+    if not (v and v["pairs"]):
+        return ["-", "-"]
+    ratios = [(f"{p['ratio']:.3f} ({p['step']:.3f})" if p["ratio"] is not None else "not reached")
+              + (f" [T-Fixup on {p['devices'][0]}, the method on {p['devices'][1]}]"
+                 if len(set(p.get("devices", []))) > 1 else "") for p in v["pairs"]]
+    halves = [("yes" if p.get("method_still_improving") else "no") + ", "
+              + ("-" if p.get("ratio_at_half_budget") is None else f"{p['ratio_at_half_budget']:.3f}")
+              + f" at {p.get('half_budget')}" for p in v["pairs"]]
+    return ["; ".join(f"s{p['seed']}: {c}" for p, c in zip(v["pairs"], cells)) for cells in (ratios, halves)]
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    parts = res["parts"] or {"none": None}
-    fig, axes = common.panel_grid(len(parts), len(parts), 6.2, 4.4)
-    for ax, (part, p) in zip(axes, parts.items()):
-        if p is None:
-            continue
+    n = max(1, len(res["parts"]))  # one empty panel without any part
+    fig, axes = common.panel_grid(n, n, 6.2, 4.4)
+    for ax, (part, p) in zip(axes, res["parts"].items()):
         arms = study_arms(part)
         for arm, m in p["methods"].items():
             pts = [(g["lr"], g["best_valid"]) for g in m["grid"] if g["status"] == "ok" and g["best_valid"] is not None
@@ -366,24 +331,20 @@ def devices(given: list) -> dict:
 
 def make_config(args) -> dict:
     cfg = dict(MODES[args.mode], mode=args.mode, device=devices(args.device))
-    for part in PARTS:
-        if part not in args.parts:
-            cfg[part] = None
-        elif cfg.get(part):
-            cfg[part] = dict(cfg[part], dropout=args.dropout, decay_period=args.decay_period)
+    for part in PARTS:  # a part not asked for, or without a setting in this mode, is None
+        on = part in args.parts and cfg.get(part)
+        cfg[part] = dict(cfg[part], dropout=args.dropout, decay_period=args.decay_period) if on else None
     return cfg
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     cfg = make_config(args)
-    data, levels = {}, {}
-    if cfg.get("translation"):
-        t = cfg["translation"]
+    data, levels, t, c = {}, {}, cfg.get("translation"), cfg.get("lm")
+    if t:
         data["translation"] = common.prepare_data(t["valid_lines"], t["test_lines"], args.data, args.data_root)
         levels["translation"] = unigram_level(data["translation"], "de", "en")
-    if cfg.get("lm"):
-        c = cfg["lm"]
+    if c:
         data["lm"] = lm.prepare_data(c["train_lines"], c["valid_lines"], args.lm_data, args.data_root)
         levels["lm"] = lm_unigram_level(data["lm"])
     thresholds = {k: v["train_fit"] - args.margin for k, v in levels.items()}

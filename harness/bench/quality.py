@@ -1,28 +1,17 @@
 """Translation quality: T-Fixup (no warmup) vs Post-LN + warmup vs Pre-LN, trained up to a fixed epoch cap.
 
-Every run goes through the project's own chain, as a user runs it:
-``scripts/train.sh --cpu`` (the experiment's config, with the study's
-overrides) until valid loss stops improving (``--patience`` validations,
-one per epoch, capped by ``--max-epoch``), then ``scripts/evaluate.sh --cpu``
-(average of the last K epoch checkpoints, K chosen on valid; fairseq-generate
-on the whole test set; tokenized BLEU and detokenized sacreBLEU with its
-signature). During training fairseq's ``--eval-bleu`` scores the valid set
-(greedy) at each validation, which gives the BLEU-vs-updates curves.
-
-Corpora (prepare them first; both offline from ../shared/data):
+Each run is the project's own chain, as a user runs it: ``scripts/train.sh --cpu`` (the experiment's config with the
+study's overrides; fairseq's ``--eval-bleu`` scores valid, greedy, at each epoch: the BLEU-vs-updates curves) until
+valid loss stops improving for ``patience`` epochs or ``max_epoch`` (10) ends it, then ``scripts/evaluate.sh --cpu``
+(the last K epoch checkpoints averaged, K chosen on valid; tokenized BLEU and sacreBLEU on the whole test set). One
+model size for every method, the CPU main job's (128-256-4, 6+6 layers), which does not reach its plateau within an
+hour on this CPU (docs/measurements.md): hence the cap, which favours whichever method learns faster early (read
+the BLEU-vs-updates curves beside the table). Corpora, prepared offline from ../shared/data:
 
   multi30k   full Multi30k De-En (29k train, 1014 valid, test_2016_flickr 1000):
              scripts/prepare-corpus.sh (command in docs/measurements.md)
   iwslt      the real IWSLT'14 De-En 18.6k-pair train sample, 1000 valid, the full test set (6750):
              scripts/prepare-iwslt14.sh --valid-lines 1000
-
-Model: one size for every method, the CPU main job's (128-256-4, 6+6 layers,
-4096 tokens per update, dropout 0.3). It does not reach its plateau within
-an hour on this project's CPU (docs/measurements.md); the study therefore caps training at ``max_epoch`` (10) with
-early stopping (``patience``) kept, and the report says per run whether
-patience or the cap stopped it. With a cap the comparison favours whichever
-method learns faster early: read the BLEU-vs-updates curves beside the table.
-The baselines warm up over ``--warmup`` updates.
 
     python -m harness.bench.quality --smoke --out /tmp/quality             # < 2 min, for the tests
     python -m harness.bench.quality --out results/bench --multi30k DATA1 --iwslt DATA2
@@ -47,10 +36,9 @@ CONFIGS = {"tfixup": "iwslt14_de_en_tfixup", "preln": "iwslt14_de_en_preln"}
 
 
 def study_arms() -> dict:
-    """arm name -> common.Arm, derived from tfixup/methods.py: every method of the study on its own
-    paper's schedule, the config's, under the method's name (T-Fixup and RAdam without warmup, P = 4000,
-    the others fairseq's inverse_sqrt after warmup) and, trained with warmup, again on the matched schedule
-    (``NAME_matched``: a warmup onto T-Fixup's curve); and T-Fixup without warmup with P = W (``tfixup_pw``)."""
+    """arm name -> common.Arm, from tfixup/methods.py: each method of the study on its own paper's schedule, the
+    config's, under its name (T-Fixup and RAdam without warmup, P = 4000, the others inverse_sqrt after warmup) and,
+    trained with warmup, on the matched one (``NAME_matched``); and T-Fixup with P = W (``tfixup_pw``)."""
     out = []
     for name in methods.studied("quality"):
         warmup = methods.method(name).warmup
@@ -73,10 +61,9 @@ MODES = {
                   beam=1, log_interval=10),
     "default": dict(embed=128, ffn=256, heads=4, layers=6, max_tokens=4096, max_epoch=10, max_update=0,
                     patience=3, warmup=400, dropout=0.3, keep_last=10, avg="1 5 10", beam=4, log_interval=50,
-                    # every arm on Multi30k (runs=None: ARMS when planned); T-Fixup and the baseline on
-                    # the IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of
-                    # harness.bench.plateau's runs) and of the two baselines closest to T-Fixup, on their
-                    # better (matched) schedule
+                    # every arm on Multi30k (runs=None: ARMS when planned); T-Fixup and the baseline on the
+                    # IWSLT'14 sample; second seeds of T-Fixup and of Post-LN (the first 10 epochs of plateau.py's
+                    # runs) and of the two baselines closest to T-Fixup, on their better (matched) schedule
                     runs=None, more_runs=[("iwslt", "tfixup"), ("iwslt", "postln"), ("multi30k", "tfixup", 2),
                                           ("multi30k", "postln_matched", 2), ("multi30k", "preln_matched", 2),
                                           ("multi30k", "dlcl_matched", 2),
@@ -84,11 +71,6 @@ MODES = {
                                           # Post-LN baseline of every gain: its second seed on the matched warmup
                                           ("multi30k", "postln_si_matched", 2)]),
 }
-
-
-def config(arm: common.Arm) -> str:
-    """The arm's config in configs/ (CONFIGS)."""
-    return CONFIGS.get(arm.method, "iwslt14_de_en_postln")
 
 
 def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
@@ -114,22 +96,17 @@ def overrides(cfg: dict, method: str, seed: int = 1) -> dict:
     return o
 
 
-def extra_train_args(cfg: dict) -> list:
-    """fairseq-train flags added after the config's: JSON log, patience, valid BLEU each epoch."""
-    return ["--log-format", "json", "--patience", str(cfg["patience"]),
-            "--eval-bleu", "--eval-bleu-detok", "moses", "--eval-bleu-remove-bpe",
-            "--eval-bleu-args", json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
-            "--required-batch-size-multiple", "1"]
-
-
 def run_id(corpus: str, method: str, seed: int = 1, width: str = "") -> str:
-    """e.g. multi30k-tfixup, multi30k-postln_matched-s2; ``width`` (e.g. "w256") names a model other
-    than the study's, after the corpus: multi30k-w256-tfixup."""
+    """e.g. multi30k-tfixup, multi30k-postln_matched-s2; multi30k-w256-tfixup for another model ``width``."""
     return f"{corpus}{'-' + width if width else ''}-{method}" + (f"-s{seed}" if seed != 1 else "")
 
 
 def make_run(cfg: dict, data: dict, corpus: str, method: str, seed: int = 1) -> runlib.Run:
-    args = [f"{k}={v}" for k, v in sorted(overrides(cfg, method, seed).items())] + extra_train_args(cfg)
+    """The run: the config values (KEY=VALUE), then fairseq-train flags: JSON log, patience, valid BLEU each epoch."""
+    args = [f"{k}={v}" for k, v in sorted(overrides(cfg, method, seed).items())] + [
+        "--log-format", "json", "--patience", str(cfg["patience"]), "--eval-bleu", "--eval-bleu-detok", "moses",
+        "--eval-bleu-remove-bpe", "--eval-bleu-args", json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+        "--required-batch-size-multiple", "1"]
     return runlib.Run(run_id(corpus, method, seed, cfg.get("width", "")),
                       dict(corpus=corpus, method=method, seed=seed), args, str(data[corpus]))
 
@@ -155,23 +132,16 @@ def _sh(script: str, *args) -> list:
 
 
 def train_wall(out: pathlib.Path, fallback: float) -> tuple:
-    """(seconds, segments) of training: a run interrupted and resumed trained in several
-    train.sh calls, each booked in train_runs.tsv (start, end, ...); without that file, `fallback`."""
+    """(seconds, segments) of training over the train.sh calls booked in train_runs.tsv; else `fallback`."""
     rows = run_ledger.rows(out)
-    if not rows:
-        return round(fallback, 1), 1
-    return float(sum(int(r[1]) - int(r[0]) for r in rows)), len(rows)
+    return (float(sum(int(r[1]) - int(r[0]) for r in rows)), len(rows)) if rows else (round(fallback, 1), 1)
 
 
 def wall_curve(epochs: list) -> list:
-    """(update, training seconds so far) at each epoch's end, from fairseq's end-of-epoch records in log
-    order. fairseq's train_wall counts from the start of each train.sh call, so a resumed run's clock
-    starts again at 0: each restart adds the previous call's last value (its unfinished epoch, redone
-    after the resume, is not counted)."""
+    """(update, training seconds so far) at each epoch's end, in log order. fairseq's train_wall restarts at 0 with
+    each train.sh call: a restart adds the last call's last value (its unfinished epoch, redone, is not counted)."""
     walls, offset, last = {}, 0.0, 0.0
-    for r in epochs:
-        if "train_num_updates" not in r:
-            continue
+    for r in (r for r in epochs if "train_num_updates" in r):
         if r["train_wall"] < last:  # a new train.sh call
             offset += last
         last = r["train_wall"]
@@ -183,16 +153,15 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     """train.sh then evaluate.sh for one (corpus, method, seed); the record holds curves, results and samples.
     ``keep``: leave the checkpoints, for a run that goes on training (harness/bench/plateau.py)."""
     out = work / run.id
-    resumable = (out / "checkpoints" / "checkpoint_last.pt").is_file() and (out / "config.resolved.json").is_file()
-    if out.exists() and not resumable:
+    last = out / "checkpoints" / "checkpoint_last.pt"
+    if last.is_file() and (out / "config.resolved.json").is_file():  # interrupted: train.sh resumes from it
+        common.log(f"{run.id}: resuming from {last}")
+    elif out.exists():
         shutil.rmtree(out)  # cut short before its first checkpoint: start again, cleanly
-    if resumable:  # interrupted: train.sh resumes from checkpoint_last.pt
-        common.log(f"{run.id}: resuming from {out / 'checkpoints' / 'checkpoint_last.pt'}")
     out.mkdir(parents=True, exist_ok=True)
-    exp = config(ARMS[run.meta["method"]])
+    exp = CONFIGS.get(ARMS[run.meta["method"]].method, "iwslt14_de_en_postln")
     sets, extra = split_args(run.args)
-    set_flags = [x for s in sets for x in ("--set", s)]
-    train_cmd = _sh("train.sh", "--cpu", *set_flags, exp, run.data, out, "--", *extra)
+    train_cmd = _sh("train.sh", "--cpu", *(x for s in sets for x in ("--set", s)), exp, run.data, out, "--", *extra)
     # evaluation reads the run's recorded config; only evaluation keys may be set there
     eval_flags = [x for s in sets if s.split("=")[0] in ("AVG_CANDIDATES", "BEAM") for x in ("--set", s)]
     eval_cmd = _sh("evaluate.sh", "--cpu", *eval_flags, exp, run.data, out)
@@ -205,16 +174,14 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
     record["train_wall_s"], record["train_segments"] = train_wall(out, time.time() - t0)
     text = (out / "train.log").read_text(errors="replace") if (out / "train.log").exists() else ""
     parsed = fairseq_log.parse_train_log(text)
-    record["status"] = runlib.run_status(text, parsed, rc)
     # a resumed run logs again from its last checkpoint: one point per update, the latest
     valid = {int(r["valid_num_updates"]): r for r in parsed["valid"]}
-    record["valid_curve"] = [(u, valid[u]["valid_loss"]) for u in sorted(valid)]
-    record["bleu_curve"] = [(u, valid[u].get("valid_bleu")) for u in sorted(valid)]
-    record["wall_curve"] = wall_curve(parsed["epoch"])
-    record["epochs"] = len(record["wall_curve"])
-    record["stopped_by"] = "patience" if "early stop" in text else "max epoch/update"
-    cmd_file = out / "train_command.sh"
-    record["fairseq_train_command"] = cmd_file.read_text().strip() if cmd_file.exists() else None
+    walls, cmd_file = wall_curve(parsed["epoch"]), out / "train_command.sh"
+    record.update(status=runlib.run_status(text, parsed, rc),
+                  valid_curve=[(u, valid[u]["valid_loss"]) for u in sorted(valid)],
+                  bleu_curve=[(u, valid[u].get("valid_bleu")) for u in sorted(valid)], wall_curve=walls,
+                  epochs=len(walls), stopped_by="patience" if "early stop" in text else "max epoch/update",
+                  fairseq_train_command=cmd_file.read_text().strip() if cmd_file.exists() else None)
     if record["status"] != "ok":
         record["error_tail"] = (out / "train.out").read_text(errors="replace").strip().splitlines()[-5:]
         return record
@@ -227,13 +194,15 @@ def execute(run: runlib.Run, work: pathlib.Path, threads: int, keep: bool = Fals
         record["error_tail"] = (out / "evaluate.out").read_text(errors="replace").strip().splitlines()[-5:]
         return record
     res = json.loads(results.read_text())
-    record["test"] = {k: res.get(k) for k in ("bleu_tok", "bleu_detok", "sacrebleu_signature", "sentences",
-                                              "num_updates", "beam", "lenpen")}
-    record["test"]["averaging"] = res.get("averaging", {}).get("chosen")
-    record["test"]["lowercase"] = res["config"]["LOWERCASE"] == "1"
+    record["test"] = {**{k: res.get(k) for k in ("bleu_tok", "bleu_detok", "sacrebleu_signature", "sentences",
+                                                 "num_updates", "beam", "lenpen")},
+                      "averaging": res.get("averaging", {}).get("chosen"),
+                      "lowercase": res["config"]["LOWERCASE"] == "1"}
     record["samples"] = samples(out / "eval" / "generate-test.txt", 3)
-    # the detokenized test hypotheses, by sentence id: paired bootstrap between runs (harness/bench/plateau.py)
-    record["test_hypotheses"] = test_hypotheses(out / "eval" / "generate-test.txt", res["config"]["TGT"])
+    # the detokenized test hypotheses in sentence-id order, as evaluate.sh scored them: paired bootstrap between
+    # runs (harness/bench/plateau.py)
+    hyps, _, _ = score.read_generate_output((out / "eval" / "generate-test.txt").read_text(encoding="utf-8"))
+    record["test_hypotheses"] = score.detokenize(hyps, res["config"]["TGT"])
     if not keep:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)  # GBs; the record keeps what was measured
         (out / "eval" / "averaged.pt").unlink(missing_ok=True)
@@ -247,30 +216,17 @@ def samples(generate_txt: pathlib.Path, n: int) -> list:
     return [{"id": i, "source": s.get(i), "reference": t.get(i), "hypothesis": h.get(i)} for i in sorted(h)[:n]]
 
 
-def test_hypotheses(generate_txt: pathlib.Path, lang: str) -> list:
-    """The detokenized hypotheses in sentence-id order, as evaluate.sh scored them (sacreBLEU)."""
-    hyps, _, _ = score.read_generate_output(generate_txt.read_text(encoding="utf-8"))
-    return score.detokenize(hyps, lang)
-
-
 def bleu_to_best(rec: dict, base) -> tuple:
-    """(updates, ratio): the first update at which REC's valid BLEU reaches BASE's best (common.to_best), and
-    that / the updates BASE took to it; (None, None) without BASE or that update."""
+    """common.to_best of REC's valid BLEU against BASE's (ratio to 2 digits); (None, None) without BASE."""
     return common.to_best(rec.get("bleu_curve", []), (base or {}).get("bleu_curve", []), higher=True, digits=2)
 
 
 def versus_methods(records: dict) -> dict:
-    """corpus -> method -> T-Fixup (seed 1) against the method on each schedule it has run (its row's:
-    fairseq's warmup or none; the matched warmup; seed 1): the method's best valid BLEU and test BLEU,
-    T-Fixup's updates to that best valid BLEU / the method's, the test BLEU gap (tokenized); and its better
-    schedule, chosen on valid (the higher best valid BLEU)."""
+    """corpus -> method -> T-Fixup (seed 1) ``versus`` the method on each schedule it ran (its row's; matched), and
+    its better schedule, chosen on valid (the higher best valid BLEU), with its further seeds paired."""
     out = {}
-    for rec in records.values():
-        if rec["method"] != "tfixup" or rec.get("seed", 1) != 1:
-            continue
-        for name in methods.studied("quality"):
-            if name == "tfixup":
-                continue
+    for rec in (r for r in records.values() if r["method"] == "tfixup" and r.get("seed", 1) == 1):
+        for name in (n for n in methods.studied("quality") if n != "tfixup"):
             arms = {arm: versus(rec, records.get(run_id(rec["corpus"], arm))) for arm in (name, f"{name}_matched")}
             arms = {arm: v for arm, v in arms.items() if v}
             if arms:
@@ -285,8 +241,8 @@ def versus_methods(records: dict) -> dict:
 
 
 def versus(tfixup, base):
-    """T-Fixup's run against a baseline's: the baseline's best valid BLEU and test BLEU, T-Fixup's updates to
-    that best valid BLEU / the baseline's, the test BLEU gap (tokenized); None without both runs' valid BLEU."""
+    """T-Fixup's run against a baseline's: the baseline's best valid and test BLEU, T-Fixup's ratio to that best
+    valid BLEU, the test BLEU gap (tokenized); None without both runs' valid BLEU."""
     b_best = common.best(base.get("bleu_curve", []), higher=True)[1] if base else None
     if tfixup is None or b_best is None:
         return None
@@ -295,28 +251,22 @@ def versus(tfixup, base):
             "tfixup_gap": round(t_test - b_test, 2) if None not in (t_test, b_test) else None}
 
 
-def schedule(arm: common.Arm) -> str:
-    """The arm's schedule as the rows name it: "config" for its method's own paper's, its config's."""
-    return "config" if arm.name == arm.method else arm.schedule
-
-
 def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
     rows = []
     for rec in records.values():
         test = rec.get("test") or {}
-        walls = dict(rec.get("wall_curve", []))
-        row = {
-            "id": rec["id"], "corpus": rec["corpus"], "method": rec["method"], "seed": rec.get("seed", 1),
-            "schedule": schedule(ARMS[rec["method"]]), "status": rec["status"],
-            "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
-            "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
-            "best_valid_bleu": common.best(rec.get("bleu_curve", []), higher=True)[1],
-            "best_valid_loss": common.best(rec.get("valid_curve", []))[1],
-            "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
-            "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
-            "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1), "train_segments": rec.get("train_segments", 1),
-            "averaged_k": (test.get("averaging") or {}).get("k"),
-        }
+        walls, arm = dict(rec.get("wall_curve", [])), ARMS[rec["method"]]
+        row = {"id": rec["id"], "corpus": rec["corpus"], "method": rec["method"], "seed": rec.get("seed", 1),
+               # its method's own paper's schedule, its config's, is "config"
+               "schedule": "config" if arm.name == arm.method else arm.schedule, "status": rec["status"],
+               "test_bleu_tok": test.get("bleu_tok"), "test_bleu_detok": test.get("bleu_detok"),
+               "signature": test.get("sacrebleu_signature"), "test_sentences": test.get("sentences"),
+               "best_valid_bleu": common.best(rec.get("bleu_curve", []), higher=True)[1],
+               "best_valid_loss": common.best(rec.get("valid_curve", []))[1],
+               "updates": rec["valid_curve"][-1][0] if rec.get("valid_curve") else None,
+               "epochs": rec.get("epochs"), "stopped_by": rec.get("stopped_by"),
+               "train_wall_min": round(rec.get("train_wall_s", 0) / 60, 1),
+               "train_segments": rec.get("train_segments", 1), "averaged_k": (test.get("averaging") or {}).get("k")}
         # updates to each Post-LN baseline's (seed 1) best valid BLEU, and as a fraction of the baseline's own
         for b in BASELINE_SCHEDULES:
             upd, row[f"ratio_to_{b}"] = bleu_to_best(rec, records.get(run_id(rec["corpus"], b)))
@@ -326,12 +276,10 @@ def summarise(cfg: dict, records: dict, data: dict, n_runs: int) -> dict:
         row["updates_to_baseline_best_valid_bleu"] = row[f"updates_to_{BASELINE}_best_valid_bleu"]
         row["wall_min_to_baseline_best_valid_bleu"] = row[f"wall_min_to_{BASELINE}_best_valid_bleu"]
         rows.append(row)
-    return {
-        **common.study_result("quality", cfg, data, records, CORPORA, n_runs), "n_runs": n_runs,
-        "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
-        "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
-        "per_method": versus_methods(records), "records": records,
-    }
+    return {**common.study_result("quality", cfg, data, records, CORPORA, n_runs), "n_runs": n_runs,
+            "unigram_level": {c: unigram_level(pathlib.Path(p), "de", "en") for c, p in data.items()},
+            "rows": sorted(rows, key=lambda r: (r["corpus"], list(ARMS).index(r["method"]), r["seed"])),
+            "per_method": versus_methods(records), "records": records}
 
 
 def report(res: dict) -> str:
@@ -346,13 +294,14 @@ def report(res: dict) -> str:
         f"Training stops when valid loss has not improved for {cfg['patience']} epochs "
         f"(at most {cfg['max_epoch']} epochs); train min: wall clock of all its train.sh calls (a run in N parts "
         f"was resumed from its last checkpoint N-1 times, on a machine whose load differed), min to it: fairseq's "
-        f"train_wall (training only, over all its calls) when it got there. Test: average of the last K epoch checkpoints (K chosen on valid), "
-        f"beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased tokenized text and detokenized "
-        f"sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq --eval-bleu). Updates to a "
-        f"baseline's best valid BLEU (seed 1's), and that as a fraction of the updates the baseline took to it.\n\n"
-        + "".join(f"Unigram level of the {CORPORA[c]} valid set (harness/bench/unigram.py, label-smoothed loss in bits of "
-                  f"the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid itself).\n"
-                  for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n"))
+        f"train_wall (training only, over all its calls) when it got there. Test: average of the last K epoch "
+        f"checkpoints (K chosen on valid), beam {cfg['beam']}, whole test set; tokenized BLEU on the lowercased "
+        f"tokenized text and detokenized sacreBLEU (signature below). Valid BLEU: greedy, every epoch (fairseq "
+        f"--eval-bleu). Updates to a baseline's best valid BLEU (seed 1's), and that as a fraction of the updates "
+        f"the baseline took to it.\n\n"
+        + "".join(f"Unigram level of the {CORPORA[c]} valid set (harness/bench/unigram.py, label-smoothed loss in "
+                  f"bits of the best unigram model fit on train): **{lv['train_fit']}** ({lv['oracle']} fit on valid "
+                  f"itself).\n" for c, lv in sorted(res.get("unigram_level", {}).items())) + "\n"))
     w = cfg["warmup"]
     for corpus in dict.fromkeys(r["corpus"] for r in res["rows"]):
         budget = max((r["updates"] for r in res["rows"] if r["corpus"] == corpus and r["updates"]), default=0)
@@ -366,8 +315,8 @@ def report(res: dict) -> str:
          "updates", "epochs", "stopped by", "train min", "to Post-LN + warmup's best valid BLEU (updates, x)",
          "min to it", "to Post-LN + matched warmup's (updates, x)", "K"],
         [[r["corpus"], ARMS[r["method"]].label + (f" (seed {r['seed']})" if r["seed"] != 1 else ""), r["status"],
-          r["test_bleu_tok"], r["test_bleu_detok"],
-          r["best_valid_bleu"], r["best_valid_loss"], r["updates"], r["epochs"], r["stopped_by"],
+          r["test_bleu_tok"], r["test_bleu_detok"], r["best_valid_bleu"], r["best_valid_loss"], r["updates"],
+          r["epochs"], r["stopped_by"],
           f"{r['train_wall_min']}" + (f" ({r['train_segments']} parts)" if r["train_segments"] > 1 else ""),
           _to_cell(r, "postln"), r["wall_min_to_postln_best_valid_bleu"], _to_cell(r, "postln_matched"),
           r["averaged_k"]] for r in res["rows"]]) + "\n\n"
@@ -378,10 +327,11 @@ def report(res: dict) -> str:
         "BLEU (tok) minus the method's. The better schedule is chosen on seed 1's valid (the higher best valid BLEU); "
         "- : not run on that schedule.\n\n",
         ["corpus", "method", "test BLEU, config's schedule (warmup, or none in its paper)", "T-Fixup vs it",
-         "test BLEU, matched warmup",
-         "T-Fixup vs it", "better schedule (valid)", "T-Fixup vs the better"], _versus_cells)
+         "test BLEU, matched warmup", "T-Fixup vs it", "better schedule (valid)", "T-Fixup vs the better"],
+        _versus_cells)
     sigs = sorted({r["signature"] for r in res["rows"] if r["signature"]})
-    text += "sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs) + "\n\n## Test translations (first three test sentences)\n\n"
+    text += ("sacreBLEU signature: " + ", ".join(f"`{s}`" for s in sigs)
+             + "\n\n## Test translations (first three test sentences)\n\n")
     for rec in sorted(res["records"].values(), key=lambda r: (r["corpus"], list(ARMS).index(r["method"]),
                                                               r.get("seed", 1))):
         for s in rec.get("samples", []):
@@ -391,9 +341,8 @@ def report(res: dict) -> str:
 
 
 def _versus_cells(name: str, v: dict) -> list:
-    """A method's cells in the T-Fixup-against-every-method table: on its config's schedule (fairseq's warmup,
-    or none for a method trained without in its paper), on the matched warmup, on the better one (with its
-    further seeds)."""
+    """A method's cells in the T-Fixup-against-every-method table: on its config's schedule (its paper's), on the
+    matched warmup, on the better one (with its further seeds)."""
     cells = []
     for arm in (name, f"{name}_matched"):
         a = v["arms"].get(arm)
@@ -405,21 +354,19 @@ def _versus_cells(name: str, v: dict) -> list:
 
 
 def _versus_text(arm: dict) -> str:
-    ratio = "not reached" if arm["tfixup_ratio"] is None else f"{arm['tfixup_ratio']:.2f}x"
-    gap = "" if arm["tfixup_gap"] is None else f", {arm['tfixup_gap']:+.1f} BLEU"
-    return ratio + gap
+    return (("not reached" if arm["tfixup_ratio"] is None else f"{arm['tfixup_ratio']:.2f}x")
+            + ("" if arm["tfixup_gap"] is None else f", {arm['tfixup_gap']:+.1f} BLEU"))
 
 
 def _to_cell(row: dict, baseline: str):
-    upd = row.get(f"updates_to_{baseline}_best_valid_bleu")
-    ratio = row.get(f"ratio_to_{baseline}")
+    upd, ratio = row.get(f"updates_to_{baseline}_best_valid_bleu"), row.get(f"ratio_to_{baseline}")
     return None if upd is None else f"{upd} ({ratio:.2f}x)" if ratio is not None else str(upd)
 
 
 def plot(res: dict, path: pathlib.Path) -> None:
-    plt = common.pyplot()
     corpora = sorted({r["corpus"] for r in res["records"].values()})
-    fig, axes = plt.subplots(2, max(1, len(corpora)), figsize=(5.5 * max(1, len(corpora)), 7), squeeze=False)
+    n = max(1, len(corpora))
+    fig, axes = common.pyplot().subplots(2, n, figsize=(5.5 * n, 7), squeeze=False)
     for j, corpus in enumerate(corpora):
         draw_curves(axes[0][j], axes[1][j], [r for r in res["records"].values() if r["corpus"] == corpus])
         axes[0][j].set_title(CORPORA[corpus], fontsize=9)
@@ -433,8 +380,7 @@ def plot(res: dict, path: pathlib.Path) -> None:
 
 
 def draw_curves(loss_ax, bleu_ax, recs, linestyle=lambda rec, arm: arm.linestyle, **style) -> None:
-    """The runs' valid loss and valid BLEU against updates, in run id order, each in its arm's color (the arm
-    labelled once) and ``linestyle(record, arm)``."""
+    """The runs' valid loss and BLEU against updates, in their arm's color (labelled once), ``linestyle(rec, arm)``."""
     labelled = set()
     for rec in sorted(recs, key=lambda r: r["id"]):
         arm = ARMS[rec["method"]]
@@ -471,10 +417,10 @@ def main(argv=None):
             p.error(f"--{corpus} {path}: not a fairseq data-bin for de-en (no dict.de.txt)")
     all_runs = make_runs(cfg, data)
     paths = {c: str(p) for c, p in data.items()}
-    runlib.run_study("quality" + args.tag, args.out, all_runs, lambda recs: summarise(cfg, recs, paths, len(all_runs)),
-                     plot, report, "valid loss and valid BLEU vs updates", args.jobs,
-                     execute=lambda r, work: execute(r, work, args.threads),
-                     report_only=args.report_only, only=args.only)
+    runlib.run_study("quality" + args.tag, args.out, all_runs,
+                     lambda recs: summarise(cfg, recs, paths, len(all_runs)), plot, report,
+                     "valid loss and valid BLEU vs updates", args.jobs, report_only=args.report_only,
+                     execute=lambda r, work: execute(r, work, args.threads), only=args.only)
     return 0
 
 

@@ -1,20 +1,10 @@
 """Resumable benchmark runs, a few at a time.
 
-A study is a list of ``Run`` specs. Each finished run leaves one record,
-``STORE/<run id>.json`` (committed under results/, so a study can be run in
-parts, interrupted and resumed): rerunning the study skips every run whose record
-exists and was made by the same command, and runs the rest, ``jobs`` at a time.
-Each run is one ``fairseq-train`` process (1 thread by default) whose output
-goes to ``WORK/<run id>/train.log``; the record holds the command, the parsed
-train/valid curves, the status and the wall time.
-
-Ctrl-C or SIGTERM stops every child process group and leaves no record for the
-interrupted runs (their work dirs stay, so the next start redoes them cleanly).
-
-Several commands may share one study (e.g. ``--only`` lists on two cores): each run is claimed with a
-lock (WORK/.locks/<run id>.lock) before it starts, so no run is trained twice at once, and the report
-files are rewritten under one lock (STORE/../.report.lock) from every record on disk, so the last
-writer's report holds every run recorded by then.
+A study is a list of ``Run`` specs; each finished run leaves one record, ``STORE/<run id>.json`` (committed under
+results/), and a rerun runs only what no record of the same command covers. A run is one ``fairseq-train`` process
+logging to ``WORK/<run id>/train.log``. Ctrl-C or SIGTERM stops every child process group and records none of the
+interrupted runs. Several commands may share one study (e.g. ``--only`` lists on two cores): a run is claimed with a
+lock (WORK/.locks/<run id>.lock), and the report is rewritten under one lock from every record on disk.
 """
 
 import concurrent.futures
@@ -52,9 +42,8 @@ class Run:
         return ["fairseq-train", self.data, "--save-dir", str(save_dir)] + [str(a) for a in self.args]
 
     def key(self, args: list = None) -> str:
-        """What makes two runs the same run: the command without its output folder, with the
-        data named by its folder and without --user-dir (so a record made from another
-        checkout or with the data elsewhere still counts)."""
+        """What makes two runs the same: the command without its output folder or --user-dir, the data named by its
+        folder (a record made from another checkout or with the data elsewhere still counts)."""
         args = [str(a) for a in (self.args if args is None else args)]
         if "--user-dir" in args:
             i = args.index("--user-dir")
@@ -62,9 +51,8 @@ class Run:
         return hashlib.sha256(json.dumps([pathlib.Path(self.data).name] + args).encode()).hexdigest()[:16]
 
     def recorded_by(self, record: dict) -> bool:
-        """RECORD is this run's, made on either device: the same command, or the same but for ``--cpu``
-        (a study resumed on a GPU keeps its CPU records, and the other way round; each record says its
-        device)."""
+        """RECORD is this run's, made on either device: the same command, or the same but for ``--cpu`` (a study
+        resumed on a GPU keeps its CPU records, and the other way round; each record says its device)."""
         args = [str(a) for a in self.args]
         if "--cpu" in args:
             other = [a for a in args if a != "--cpu"]
@@ -75,8 +63,7 @@ class Run:
 
 
 def work_dir(study: str) -> pathlib.Path:
-    """Scratch space of a study's runs (logs, checkpoints): $TFIXUP_BENCH_WORK/STUDY, by default
-    <repo>/work/bench/STUDY (git-ignored)."""
+    """Scratch space of a study's runs: $TFIXUP_BENCH_WORK/STUDY, by default <repo>/work/bench/STUDY (git-ignored)."""
     return pathlib.Path(os.environ.get("TFIXUP_BENCH_WORK", common.REPO / "work" / "bench")) / study
 
 
@@ -111,7 +98,7 @@ def run_logged(cmd: list, log: pathlib.Path, env: dict) -> int:
                 _live.discard(proc)
 
 
-def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) -> dict:
+def train(run: Run, work: pathlib.Path, threads: int = 1) -> dict:
     """One fairseq-train run; returns its record (curves, status, wall time, command)."""
     rundir = work / run.id
     if rundir.exists():
@@ -128,24 +115,20 @@ def train(run: Run, work: pathlib.Path, threads: int = 1, keep: bool = False) ->
     status = run_status(text, parsed, rc)
     # fairseq's own rate over each log interval (no start-up, no validation)
     spu = [1 / r["ups"] for r in parsed["train"] if isinstance(r.get("ups"), float) and r["ups"] > 0]
-    record = {
-        "id": run.id, **run.meta, "status": status, "returncode": rc, "wall_s": round(wall, 1),
-        "key": run.key(), "command": " ".join(shlex.quote(c) for c in cmd),
-        "valid_curve": [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]],
-        "train_curve": [(int(r["num_updates"]), r["loss"]) for r in parsed["train"]],
-        "s_per_update": round(statistics.median(spu), 3) if spu else None,
-        # where it trained: fairseq's --cpu, else the first GPU (its name)
-        "device": "cpu" if "--cpu" in cmd else (common.cuda_device() or "cuda"),
-    }
+    record = {"id": run.id, **run.meta, "status": status, "returncode": rc, "wall_s": round(wall, 1),
+              "key": run.key(), "command": " ".join(shlex.quote(c) for c in cmd),
+              "valid_curve": [(int(r["valid_num_updates"]), r["valid_loss"]) for r in parsed["valid"]],
+              "train_curve": [(int(r["num_updates"]), r["loss"]) for r in parsed["train"]],
+              "s_per_update": round(statistics.median(spu), 3) if spu else None,
+              # where it trained: fairseq's --cpu, else the first GPU (its name)
+              "device": "cpu" if "--cpu" in cmd else (common.cuda_device() or "cuda")}
     if status != "ok":
         record["error_tail"] = text.strip().splitlines()[-5:]
-    if not keep:
-        shutil.rmtree(rundir / "checkpoints", ignore_errors=True)
+    shutil.rmtree(rundir / "checkpoints", ignore_errors=True)
     return record
 
 
-# statuses of a run that failed to run (the harness, a tool, the machine), which is no result to keep;
-# a run that diverged ("nan") is one
+# statuses of a run that failed to run (the harness, a tool, the machine): no result to keep (a divergence, "nan", is)
 FAILED = ("error", "eval-error")
 _NAN = ("FloatingPointError", "gradients are Nan/Inf", "Minimum loss scale reached")
 
@@ -184,12 +167,8 @@ def read_record(path: pathlib.Path):
 
 def load_records(store: pathlib.Path) -> dict:
     """id -> record, for every record in the store."""
-    records = {}
-    for f in sorted(pathlib.Path(store).glob("*.json")):
-        rec = read_record(f)
-        if rec is not None:
-            records[rec["id"]] = rec
-    return records
+    recs = (read_record(f) for f in sorted(pathlib.Path(store).glob("*.json")))
+    return {rec["id"]: rec for rec in recs if rec is not None}
 
 
 def _terminate(signum, frame):
@@ -199,35 +178,29 @@ def _terminate(signum, frame):
 
 @contextlib.contextmanager
 def locked(path: pathlib.Path, wait: bool = True):
-    """Hold an exclusive lock on PATH (flock; released when the block ends or the process dies);
-    yields False, without waiting, when ``wait`` is off and another process holds it."""
+    """Hold an exclusive flock on PATH (released when the block ends or the process dies); yields False, without
+    waiting, when ``wait`` is off and another process holds it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        else:
+            yield True  # closing the file releases the lock
 
 
 def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: int = 2, on_record=None,
             heartbeat_s: float = 60.0, run_dir=None) -> dict:
-    """Run what the store lacks, ``jobs`` at a time; ``execute(run) -> record``.
-    After each finished run its record is written (atomically) and ``on_record(records)``
-    is called with every record of this study so far. Returns id -> record. ``run_dir(id)``: the
-    folder whose train.log the progress lines read (default WORK/id)."""
+    """Run what the store lacks with ``execute(run) -> record``, ``jobs`` at a time; write each record, then call
+    ``on_record(records so far)``. Returns id -> record. ``run_dir(id)``: where progress lines read train.log."""
     run_dir = run_dir or (lambda rid: work / rid)
     store = pathlib.Path(store)
     records = {k: v for k, v in load_records(store).items() if k in {r.id for r in runs}}
     todo = [r for r in runs if r.id not in records or not r.recorded_by(records[r.id])]
-    for r in todo:
-        if r.id in records:
-            common.log(f"{r.id}: recorded with another command; running it again")
-            del records[r.id]
+    for r in (r for r in todo if r.id in records):
+        common.log(f"{r.id}: recorded with another command; running it again")
+        del records[r.id]
     common.log(f"{len(runs) - len(todo)} of {len(runs)} runs already recorded in {store}; "
                f"{len(todo)} to run, {jobs} at a time")
     if not todo:
@@ -294,8 +267,7 @@ def run_all(runs: list, store: pathlib.Path, execute, work: pathlib.Path, jobs: 
 
 
 def report_head(title: str, res: dict, n_runs: int, setting: str) -> str:
-    """A study report's header (command, machine, date, data), until every run is in PARTIAL, then SETTING:
-    how the study's runs were made (and whatever the study puts right after it)."""
+    """A study report's header (command, machine, date, data), PARTIAL until every run is in, then SETTING."""
     text = common.header_md(title, res)
     if res["runs_recorded"] < n_runs:
         text += f"**PARTIAL: {res['runs_recorded']} of {n_runs} runs recorded so far.**\n\n"
@@ -303,8 +275,7 @@ def report_head(title: str, res: dict, n_runs: int, setting: str) -> str:
 
 
 def add_training_options(p, jobs: int, overrides) -> None:
-    """The options of a study that trains and calls runs stuck: runs at a time, the stuck margin, dropout,
-    P of the no-warmup schedule, and an override of each of its mode's settings in OVERRIDES (``add_overrides``)."""
+    """A training study's options: --jobs, --margin (stuck), --dropout, --decay-period, and OVERRIDES'."""
     p.add_argument("--jobs", type=int, default=jobs, help=f"runs at a time (default {jobs}, one thread each)")
     p.add_argument("--margin", type=float, default=1.0,
                    help="bits below the unigram level a run must reach to count as not stuck (default 1)")
@@ -314,8 +285,7 @@ def add_training_options(p, jobs: int, overrides) -> None:
 
 
 def add_overrides(p, overrides) -> None:
-    """An option overriding each of a mode's settings in OVERRIDES: a name (an int), or name -> type, or
-    name -> [type] (a list)."""
+    """An option per mode setting in OVERRIDES: a name (an int), or name -> type, or name -> [type] (a list)."""
     for k in overrides:
         kind = overrides[k] if isinstance(overrides, dict) else int
         many = isinstance(kind, list)
@@ -336,10 +306,8 @@ def with_overrides(cfg: dict, args, keys) -> dict:
 
 
 def iwslt_setup(study, argv):
-    """(args, cfg, data, unigram level, every run) of an IWSLT'14 study's command line: its options, its
-    mode's settings with their overrides, the data-bin (prepared once if not given) and its unigram level."""
+    """(args, cfg, data, unigram level, every run) of an IWSLT'14 study's command line."""
     from harness.bench.unigram import unigram_level
-
     args = study.parser().parse_args(argv)
     cfg = study.make_config(args)
     data = common.prepare_data(cfg["valid_lines"], cfg["test_lines"], args.data, args.data_root)
@@ -351,8 +319,7 @@ def iwslt_setup(study, argv):
 
 
 def default_plan(study, data, mode: str = "default") -> list:
-    """A study's runs with its command line's defaults (what its ``main`` runs without overrides): the
-    study module's ``parser``, ``make_config`` and ``make_runs``."""
+    """A study's runs with its command line's defaults (its module's ``parser``, ``make_config``, ``make_runs``)."""
     args = study.parser().parse_args(["--data", str(data), "--out", "-"] + (["--smoke"] if mode == "smoke" else []))
     return study.make_runs(study.make_config(args), pathlib.Path(data))
 
@@ -368,19 +335,17 @@ def study_parser(description: str, outputs: str, **data):
     return p
 
 
-# a study rewrites its outputs after a recorded run at most this often (and once at the end): runs of
-# minutes each update the report as they finish; quick ones (a smoke, a test) draw the figure once, not per run
+# a study rewrites its outputs after a recorded run at most this often (and at the end): runs of minutes update the
+# report as they finish; quick ones (a smoke, a test) draw the figure once, not per run
 REWRITE_EVERY_S = 60.0
 
 
 def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report, caption: str, jobs: int,
               threads: int = 1, execute=None, todo: list = None, report_only: bool = False,
               only: list = None, run_dir=None, quiet: bool = False) -> dict:
-    """A study: run what OUT/STEM/runs/ lacks (``todo``, default every run; of those, the ids in ``only``
-    when given; none with ``report_only``), ``jobs`` at a time, rewriting OUT/STEM.{json,md,png} from
-    ``summarise(records)`` after a finished run (at most every REWRITE_EVERY_S), at the end and when stopped;
-    print the report at the end and return the result (``quiet``: not printed). ``execute(run, work)`` runs
-    one (default: ``train``)."""
+    """A study: run what OUT/STEM/runs/ lacks (of ``todo``, default all; those in ``only``; none if ``report_only``)
+    with ``execute(run, work)`` (default ``train``), rewriting OUT/STEM.{json,md,png} from ``summarise(records)``
+    after a recorded run (every REWRITE_EVERY_S at most), at the end and when stopped; print the report, return it."""
     if only:
         unknown = sorted(set(only) - {r.id for r in runs})
         if unknown:
@@ -389,17 +354,17 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
         todo = [r for r in (todo if todo is not None else runs) if r.id in only]
     if report_only:
         todo = []
-    out = pathlib.Path(out)
-    work = work_dir(stem)
+    out, work, ids = pathlib.Path(out), work_dir(stem), {r.id for r in runs}
     store = out / stem / "runs"
-    ids = {r.id for r in runs}
-
     added = []  # runs recorded by this command
     written = [time.monotonic()]  # when the outputs were last written
 
+    def current():
+        return summarise({k: v for k, v in load_records(store).items() if k in ids})
+
     def write():
         with locked(out / stem / ".report.lock"):  # every record on disk now, one writer at a time
-            res = summarise({k: v for k, v in load_records(store).items() if k in ids})
+            res = current()
             common.write_outputs(out, stem, res, plot, report(res), caption)
         written[0] = time.monotonic()
         return res
@@ -422,7 +387,7 @@ def run_study(stem: str, out: pathlib.Path, runs: list, summarise, plot, report,
     if added or report_only or not (out / f"{stem}.md").exists():
         res = write()
     else:
-        res = summarise({k: v for k, v in load_records(store).items() if k in ids})
+        res = current()
         common.log(f"no new runs: {out / stem}.{{json,md,png}} left as they are (--report-only rewrites them)")
     if not quiet:
         print(report(res))
