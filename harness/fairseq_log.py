@@ -1,17 +1,10 @@
-"""The one reader of fairseq's logs: its progress records (``records``), what the scripts show of a
-live training (``python3 -m harness.fairseq_log quiet``, below), and fairseq's code run in this
-process with what it says kept: its log lines, formatted as its console scripts format them, go to
-a string instead of the terminal.
-
-    with fairseq_log.captured() as log:
-        validate.main(cfg)
-    text = log.getvalue()
-
-While the block runs, the root logger has only the capturing handler (fairseq's import leaves a
-DEBUG handler on stderr: wav2vec2_classification calls ``logging.basicConfig(level=DEBUG)``),
-fairseq's loggers log at INFO (whatever a caller set before: tfixup-diagnose quiets them), what
-is printed goes to the same string, and warnings (hydra's schema-matching deprecation) are
-dropped. Everything is restored afterwards.
+"""The one reader of fairseq's logs: its progress records (``records``), what the scripts show of a live training
+(``python3 -m harness.fairseq_log quiet``, below), and fairseq's code run in this process with what it says kept:
+``with captured() as log: validate.main(cfg)`` puts its log lines, formatted as its console scripts do, into
+``log.getvalue()``. While the block runs, the root logger has only the capturing handler (fairseq's import leaves a
+DEBUG handler on stderr: wav2vec2_classification calls ``logging.basicConfig(level=DEBUG)``), fairseq's loggers log at
+INFO (whatever a caller set: tfixup-diagnose quiets them), prints go to the same string, and warnings (hydra's
+schema-matching deprecation) are dropped; all is restored afterwards.
 """
 
 import argparse
@@ -41,10 +34,9 @@ def captured():
     text = io.StringIO()
     handler = logging.StreamHandler(text)
     handler.setFormatter(logging.Formatter(FORMAT))
-    loggers = [logging.getLogger(name) for name in LOGGERS]
-    root = loggers[0]
-    handlers, levels = root.handlers[:], [lg.level for lg in loggers]
-    root.handlers[:] = [handler]
+    loggers = [logging.getLogger(name) for name in LOGGERS]  # the root logger first
+    handlers, levels = loggers[0].handlers[:], [lg.level for lg in loggers]
+    loggers[0].handlers[:] = [handler]
     for lg in loggers:
         lg.setLevel(logging.INFO)
     try:
@@ -52,21 +44,18 @@ def captured():
             warnings.simplefilter("ignore")
             yield text
     finally:
-        root.handlers[:] = handlers
+        loggers[0].handlers[:] = handlers
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
 
 
-# ---------------------------------------------------------------- the one reader of fairseq's logs
-#
-# fairseq-train/-validate log their progress through loggers named after the stats: ``train_inner``
-# (every --log-interval updates), ``valid`` and ``train`` (end of epoch). The line, after the
-# logger's name (``| train_inner |``, or ``[train_inner][INFO] -`` under hydra), is either
-# --log-format json: ``{"epoch": 1, "update": 0.5, "loss": "9.1", ..., "num_updates": "10"}``
-#   (valid/train records prefix their keys: ``valid_loss``, ``train_num_updates``), or
-# --log-format simple: ``epoch 001:     10 / 285 loss=9.1, ..., num_updates=10`` (train_inner) and
-#   ``epoch 001 | valid on 'valid' subset | loss 8.2 | ... | num_updates 285`` (valid, train).
-# ``records`` reads both into the json form (numbers as floats), so every reader here sees one shape.
+# fairseq-train/-validate log their progress through loggers named after the stats: ``train_inner`` (every
+# --log-interval updates), ``valid`` and ``train`` (end of epoch). The line, after the logger's name
+# (``| train_inner |``, or ``[train_inner][INFO] -`` under hydra), is either --log-format json:
+# ``{"epoch": 1, "update": 0.5, "loss": "9.1", ..., "num_updates": "10"}`` (valid/train prefix their keys:
+# ``valid_loss``, ``train_num_updates``), or --log-format simple: ``epoch 001:     10 / 285 loss=9.1, ...,
+# num_updates=10`` (train_inner) and ``epoch 001 | valid on 'valid' subset | loss 8.2 | ... | num_updates 285``
+# (valid, train). ``records`` reads both into the json form (numbers as floats): every reader here sees one shape.
 
 KINDS = ("train_inner", "valid", "train")
 _LINE = re.compile(r"(?:\| (train_inner|valid|train) \| |\[(train_inner|valid|train)\]\[INFO\] - )(.*?)\s*$")
@@ -81,8 +70,20 @@ def _number(value):
         return value
 
 
-def _simple(kind: str, body: str) -> dict:
-    """A --log-format simple line's stats, keyed as the json format keys them."""
+def _kind_body(line: str):
+    """(kind, body) of a progress line (``train_inner``, ``valid`` or ``train``); (None, "") for any other."""
+    m = _LINE.search(line)
+    return (m.group(1) or m.group(2), m.group(3)) if m else (None, "")
+
+
+def _stats(kind: str, body: str):
+    """A progress line's stats as logged (json's own values, the simple format's strings), keyed as the json
+    format keys them; None for a json line cut short (a killed run)."""
+    if body.startswith("{"):
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
     m = _SIMPLE_INNER.match(body) if kind == "train_inner" else None
     if m:
         rec = {"epoch": int(m.group(1))}
@@ -100,33 +101,11 @@ def _simple(kind: str, body: str) -> dict:
     return rec
 
 
-def _kind_body(line: str):
-    """(kind, body) of a progress line (``train_inner``, ``valid`` or ``train``); (None, "") for any other."""
-    m = _LINE.search(line)
-    return (m.group(1) or m.group(2), m.group(3)) if m else (None, "")
-
-
-def _stats(kind: str, body: str):
-    """A progress line's stats as logged (json's own values, the simple format's strings), keyed as the
-    json format keys them; None for a json line cut short (a killed run)."""
-    if not body.startswith("{"):
-        return _simple(kind, body)
-    try:
-        return json.loads(body)
-    except ValueError:
-        return None
-
-
 def records(text: str, kind: str) -> list:
-    """fairseq's ``kind`` records (``train_inner``, ``valid`` or ``train``) in the order logged,
-    json or simple format, plain or hydra logging; values as floats where they are numbers."""
-    out = []
-    for line in text.splitlines():
-        found, body = _kind_body(line)
-        rec = _stats(kind, body) if found == kind else None
-        if rec is not None:
-            out.append({k: _number(v) for k, v in rec.items()})
-    return out
+    """fairseq's ``kind`` records (``train_inner``, ``valid`` or ``train``) in the order logged, json or simple
+    format, plain or hydra logging; values as floats where they are numbers."""
+    stats = (_stats(kind, body) for found, body in map(_kind_body, text.splitlines()) if found == kind)
+    return [{k: _number(v) for k, v in rec.items()} for rec in stats if rec is not None]
 
 
 def parse_train_log(text: str) -> dict:
@@ -147,16 +126,14 @@ def last_value(text: str, key: str, kinds=KINDS) -> str:
 
 
 def last_saved_update(text: str) -> str:
-    """The update of the last checkpoint fairseq-train saved ("Saved checkpoint ... (epoch E @ N updates,
-    ..."), as logged; "" when none was."""
+    """The update of the last checkpoint saved ("Saved checkpoint ... (epoch E @ N updates, ..."); "" when none was."""
     found = re.findall(r"@ ([0-9]*) updates", text)
     return found[-1] if found else ""
 
 
 def last_run(text: str) -> str:
-    """The last fairseq-train run's part of a log that every run appends to (train.log): from the last
-    config dump on (fairseq_cli.train logs one at its start, plain or hydra logging); all of TEXT when
-    there is none."""
+    """The last fairseq-train run's part of a log every run appends to (train.log): from the last config dump on
+    (fairseq_cli.train logs one at its start, plain or hydra logging); all of TEXT when there is none."""
     starts = [m.start() for m in re.finditer(r"fairseq_cli\.train \| \{|fairseq_cli.train\].*\{'_name'", text)]
     return text[starts[-1]:] if starts else text
 
@@ -184,22 +161,16 @@ REFUSED = re.compile(r"^error: (.*)$", re.M)
 EXCEPTION = re.compile(r"^[ \t]*\w*(?:Error|Exception)\b.*:.*$", re.M)
 
 
-# ---------------------------------------------------------------- what the scripts show of a training
-#
-# ``python3 -m harness.fairseq_log quiet [--max-update N] [--max-epoch E]`` (scripts/pipeline-lib.sh's
-# quiet) filters fairseq's output, read line by line from stdin, each shown line flushed at once (a
-# live training's progress must not arrive in blocks); train.log keeps everything. Dropped: the
-# one-line config dump (~15 KB), the model's structure (a line per module), fairseq's per-epoch
-# data-loader notes and start-up bookkeeping, "Please install tensorboardX", Python warnings of
-# fairseq's dependencies (hydra/omegaconf deprecations) and their source lines. Training progress
-# (train_inner, json or simple) is shown as one short line:
+# ``python3 -m harness.fairseq_log quiet [--max-update N] [--max-epoch E]`` (scripts/pipeline-lib.sh's quiet): fairseq's
+# output from stdin, each shown line flushed at once (progress must not arrive in blocks; train.log keeps everything),
+# less the config dump (~15 KB), the model's structure, data-loader notes, start-up bookkeeping and the dependencies'
+# warnings with their source lines. Progress (train_inner, json or simple) is one short line,
 #   DATE TIME | epoch E | update N of TOTAL | loss L | lr LR | U updates/s | ETA M min
-# and a json epoch summary (train, valid) as "epoch E done: ..." / "epoch E valid: ..." (a simple one
-# is one line already: shown as written). The ETA is at the mean rate since this run's first progress
-# line (each line's "ups" is the rate of its interval alone, which other jobs on the machine swing
-# many-fold): to MAX_UPDATE, or else to the end of epoch MAX_EPOCH (a json line's "update" is epochs
-# done, e.g. 5.645, so the run's total is num_updates * MAX_EPOCH / update). A line follows, once, when the
-# machine became oversubscribed after the training chose its threads (harness/cpu_load.py busy_later).
+# a json epoch summary "epoch E done: ..." / "epoch E valid: ..." (a simple one is shown as written). The ETA is at the
+# mean rate since the first progress line (each line's "ups" is its interval's alone, which other jobs swing many-fold)
+# to MAX_UPDATE, else to the end of epoch MAX_EPOCH (a json line's "update" is epochs done, e.g. 5.645: the total is
+# num_updates * MAX_EPOCH / update). Once, a line when the machine became oversubscribed after the training chose its
+# threads (harness/cpu_load.py busy_later).
 
 _DROP = re.compile("|".join([
     r"\| \{.?_name.?: ", r"Please install tensorboardX",
@@ -227,11 +198,6 @@ def _float(value) -> float:
     return float(m.group(0)) if m else 0.0
 
 
-def _text(value) -> str:
-    """A count as a whole number when it is one (710, not 710.0)."""
-    return str(int(value)) if value.is_integer() else f"{value:.6g}"
-
-
 class Screen:
     """The lines shown of one training's output: ``show(line)`` gives the line to show, or None."""
 
@@ -245,22 +211,13 @@ class Screen:
     def show(self, line: str):
         if _DROP.search(line):
             return None
-        if _MODEL.search(line):
-            self.in_model = True
+        if self.in_model or _MODEL.search(line):  # the model's structure, to its closing ")"
+            self.in_model = bool(_MODEL.search(line)) or line != ")"
             return None
-        if self.in_model:
-            self.in_model = line != ")"
+        if _WARNING.search(line) or (self.in_warning and not _WARNING_END.search(line)):
+            self.in_warning = not line.startswith("  ")  # ends after its indented source line
             return None
-        if _WARNING.search(line):
-            self.in_warning = True
-            return None
-        if self.in_warning and line.startswith("  "):
-            self.in_warning = False
-            return None
-        if self.in_warning and _WARNING_END.search(line):
-            self.in_warning = False
-        if self.in_warning:
-            return None
+        self.in_warning = False
         kind, body = _kind_body(line)
         rec = _stats(kind, body) if kind == "train_inner" or (kind and body.startswith("{")) else None
         if rec is None:
@@ -273,12 +230,9 @@ class Screen:
             return (f"{stamp}epoch {field('epoch')} done: train loss {field('train_loss')}, "
                     f"{field('train_num_updates')} updates, {field('train_ups')} updates/s")
         if kind == "valid":
-            shown = f"{stamp}epoch {field('epoch')} valid: loss {field('valid_loss')}"
-            if field("valid_bleu"):
-                shown += f", BLEU {field('valid_bleu')}"
-            if field("valid_best_loss"):
-                shown += f" (best loss {field('valid_best_loss')})"
-            return shown
+            return (f"{stamp}epoch {field('epoch')} valid: loss {field('valid_loss')}" + "".join(
+                label.format(field(key)) for key, label in (("valid_bleu", ", BLEU {}"),
+                                                            ("valid_best_loss", " (best loss {})")) if field(key)))
         return line
 
     def _progress(self, rec: dict, field) -> str:
@@ -296,12 +250,11 @@ class Screen:
         total, done = self.max_update, _float(rec.get("update"))
         if not total and self.max_epoch > 0 and done > 0:
             total = int(n * self.max_epoch / done + 0.5)
-        shown = f"epoch {field('epoch')} | update {_text(n)}"
+        shown = f"epoch {field('epoch')} | update {int(n) if n.is_integer() else f'{n:.6g}'}"  # 710, not 710.0
         if total > 0:
             shown += f" of {'' if self.max_update > 0 else '~'}{total}"
-        for key, label in (("loss", "loss {}"), ("lr", "lr {}"), ("ups", "{} updates/s")):
-            if field(key):
-                shown += " | " + label.format(field(key))
+        labels = (("loss", "loss {}"), ("lr", "lr {}"), ("ups", "{} updates/s"))
+        shown += "".join(" | " + label.format(field(key)) for key, label in labels if field(key))
         if total > 0 and rate > 0 and n < total:
             shown += f" | ETA {(total - n) / rate / 60:.0f} min"
         if not self.said_busy and hasattr(os, "getloadavg"):  # other work started after this training: once

@@ -4,16 +4,11 @@
     python3 -m harness.main_job publish RUN [--to results/main-job]
     python3 -m harness.main_job timing FILE T0 [KEY=VALUE ...]
 
-record: scripts/quickstart.sh's last step; RUN/main-job.json: the commit, the date, the machine (CPU, cores, how
-busy when it started), the time of each step (install, prepare, train, evaluate with report and summary, total;
-T0..T3 are the epoch seconds at which the job started and its install, prepare and train steps ended), the results
-(test BLEU, sacreBLEU and its signature, K), the command, the data and the resolved config; the first install's
-time (scripts/install.sh's .venv/install-time.json) when the environment has it.
-publish: a finished job's record, summary, learning curve, report, results and config into results/main-job/ (the
-folder replaced whole), its README.md written from the record, with the suite's time (work/test-suite.json,
-scripts/test.sh) when it was measured at the same commit; then `python -m harness.docs write` puts the record's
-numbers into README.md.
-timing: scripts/install.sh and scripts/test.sh time their own run into FILE (wall_s from T0, the date, the machine).
+record (scripts/quickstart.sh's last step): RUN/main-job.json, with each step's time (T0..T3: the epoch seconds at
+which the job started and its install, prepare and train steps ended), the machine, the results and the first
+install's time (.venv/install-time.json). publish: into results/main-job/ (replaced whole), with a README.md, and the
+suite's time (work/test-suite.json) when measured at the same commit. timing: scripts/install.sh's and
+scripts/test.sh's own wall time into FILE.
 """
 
 import argparse
@@ -28,7 +23,7 @@ import sys
 import time
 from importlib import metadata
 
-from harness import config
+from harness import config, translate
 from tfixup import atomic
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -46,16 +41,12 @@ class JobError(Exception):
 
 def job_command(run, args, env=None) -> str:
     """The main job's command as typed: the overrides it had in its environment (config keys, and the variables
-    quickstart.sh reads), ENV's on top, then `bash scripts/quickstart.sh ARGS` (--dry-run dropped)."""
-    values = config.read_record(run)["values"]
-    shown = {k: os.environ[k] for k in sorted(values) if k in os.environ}
-    shown.update({k: os.environ[k] for k in ("BPE_MERGES", "WORK_DIR", "TFIXUP_SHARED_DATA") if k in os.environ})
-    for k in env or {}:  # ENV's last, in its order
-        shown.pop(k, None)
-    shown.update(env or {})
-    script = os.path.relpath(ROOT / "scripts" / "quickstart.sh")
-    script = script if not script.startswith("..") else str(ROOT / "scripts" / "quickstart.sh")
-    words = [f"{k}={shlex.quote(v)}" for k, v in shown.items()] + ["bash", shlex.quote(script)]
+    quickstart.sh reads), ENV's last (in its order), then `bash scripts/quickstart.sh ARGS` (--dry-run dropped)."""
+    env = env or {}
+    keys = [*sorted(config.read_record(run)["values"]), "BPE_MERGES", "WORK_DIR", "TFIXUP_SHARED_DATA"]
+    shown = {**{k: os.environ[k] for k in keys if k in os.environ and k not in env}, **env}
+    words = [f"{k}={shlex.quote(v)}" for k, v in shown.items()]
+    words += ["bash", shlex.quote(translate.shown_path(ROOT / "scripts" / "quickstart.sh"))]
     return " ".join(words + [shlex.quote(a) for a in args if a != "--dry-run"])
 
 
@@ -163,18 +154,16 @@ def _machine_line(rec) -> str:
     return f"{m['cpu']}, {m['cores']} cores ({m['memory_gib']} GiB{busy})"
 
 
-def _install_line(rec) -> str:
-    first = rec.get("first_install")
+def _install_and_suite(rec) -> str:
+    """The first install's time and the test suite's, where the record has them; "" when neither."""
+    first, s = rec.get("first_install"), rec.get("suite")
     how = {"built": ", fairseq's build included", "cached": ", fairseq's wheel from pip's cache of an earlier build"}
-    return "" if not first else (f"The first install of its environment (`bash scripts/install.sh`"
-                                 f"{how.get(first.get('fairseq_wheel'), '')}) took {duration(first['wall_s'])} "
-                                 f"({first['date'][:10]}).")
-
-
-def _suite_line(rec) -> str:
-    s = rec.get("suite")
-    return "" if not s else (f"The test suite (`bash scripts/test.sh`) at the same commit took {duration(s['wall_s'])} "
-                             f"on {s['machine']['cores']} cores ({'passed' if s.get('passed') else 'with failures'}).")
+    how = how.get((first or {}).get("fairseq_wheel"), "")
+    return " ".join(x for x in (
+        first and (f"The first install of its environment (`bash scripts/install.sh`{how}) took "
+                   f"{duration(first['wall_s'])} ({first['date'][:10]})."),
+        s and (f"The test suite (`bash scripts/test.sh`) at the same commit took {duration(s['wall_s'])} on "
+               f"{s['machine']['cores']} cores ({'passed' if s.get('passed') else 'with failures'}).")) if x)
 
 
 def page(rec) -> str:
@@ -207,8 +196,7 @@ def page(rec) -> str:
         f"Result: **test BLEU {r['test_bleu']:.2f}** tokenized, **sacreBLEU {r['sacrebleu']:.2f}** "
         f"(`{r['sacrebleu_signature']}`) on {r['test_sentences']} test sentences, beam {r['beam']}, the average of the "
         f"last K = {r['k']} checkpoint(s) (K chosen on valid).{resumed}",
-        " ".join(x for x in (_install_line(rec), _suite_line(rec)) if x) or
-        "The first install's time and the suite's were not recorded beside this run.", "",
+        _install_and_suite(rec) or "The first install's time and the suite's were not recorded beside this run.", "",
         "What the job printed at its end: [summary.txt](summary.txt); report: [report.md](report.md); all results: "
         "[results.json](results.json).", "", "![learning curve](learning-curve.png)", ""])
 
@@ -226,7 +214,7 @@ def readme_block(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         f"Measured by the job itself at commit {(rec['commit'] or '?')[:7]} ({rec['date'][:10]}) on "
         f"{_machine_line(rec)}: **{duration(t['total_s'])}** in all ({steps}), "
         f"test BLEU **{r['test_bleu']:.2f}** (sacreBLEU {r['sacrebleu']:.2f}) ([the run]({link})).",
-        _install_line(rec), _suite_line(rec)) if x)
+        _install_and_suite(rec)) if x)
 
 
 def timing(path, t0: float, fields) -> dict:

@@ -1,14 +1,13 @@
-"""A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence
-counts, <unk> rates) and what it holds (every file's size), written by scripts/prepare-*.sh
-only after every check passed.
+"""A data-bin's manifest.json: what made it (inputs with sha256, parameters, sentence counts, <unk> rates) and what it
+holds (every file's size), written by scripts/prepare-*.sh only after every check passed.
 
     python -m harness.manifest params [--base JSON] KEY VALUE ...   -> the parameters as JSON (one line)
     python -m harness.manifest status DIR PARAMS_JSON        -> current | differs | changed PATH | missing | foreign
-    python -m harness.manifest write OUT --params JSON --counts train=N ... --inputs FILE ...
-                                      [--preprocess-log LOG --max-unk P --langs SRC TGT] [--bpe-merges N]
+    python -m harness.manifest write OUT --made-by SCRIPT --params JSON --counts train=N ... --inputs FILE ...
+                                      [--preprocess-log LOG --max-unk P] [--bpe-merges N]
                                       [--keep-log FILE] [--preprocess KEY=VALUE ...]
-    python -m harness.manifest check DIR                     -> exit 0 complete (or none: a warning line),
-                                                                 1 incomplete or changed (one line)
+    python -m harness.manifest check DIR       -> exit 0 complete (or none: a warning line), 1 incomplete or changed
+    python -m harness.manifest count DIR SPLIT -> its sentence pairs
 """
 
 import argparse
@@ -18,6 +17,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import sys
 
 NAME = "manifest.json"
@@ -30,9 +30,9 @@ class DataError(ValueError):
     """Data that must not be published, in one line naming the file and the fix."""
 
 
-# How the text was made into the data-bin's tokens, recorded as manifest["preprocess"] so that new
-# text can be made into the same tokens (harness/translate.py): each step in the order the prepare
-# scripts run it. Keys and what their values may be (bools are written 0/1 on the command line).
+# How the text was made into the data-bin's tokens, recorded as manifest["preprocess"] so that new text can be made
+# into the same tokens (harness/translate.py): each step in the order the prepare scripts run it. Keys and what their
+# values may be (bools are written 0/1 on the command line).
 PREPROCESS_KEYS = {
     "normalize_punctuation": bool,  # sacremoses normalize (Moses normalize-punctuation.perl)
     "remove_nonprinting": bool,     # Moses remove-non-printing-char.perl (harness.corpus nonprint)
@@ -52,16 +52,10 @@ def preprocess_record(pairs) -> dict:
         kind = PREPROCESS_KEYS.get(key)
         if not sep or kind is None or key in record:
             raise DataError(f"--preprocess {pair!r}: expected each of {', '.join(PREPROCESS_KEYS)} once, as KEY=VALUE")
-        if kind is bool:
-            if value not in ("0", "1"):
-                raise DataError(f"--preprocess {key}={value}: must be 0 or 1")
-            record[key] = value == "1"
-        elif isinstance(kind, tuple):
-            if value not in kind:
-                raise DataError(f"--preprocess {key}={value}: must be one of {', '.join(kind)}")
-            record[key] = value
-        else:
-            record[key] = value
+        if kind is bool and value not in ("0", "1") or isinstance(kind, tuple) and value not in kind:
+            allowed = "0 or 1" if kind is bool else f"one of {', '.join(kind)}"
+            raise DataError(f"--preprocess {key}={value}: must be {allowed}")
+        record[key] = value == "1" if kind is bool else value
     missing = [k for k in PREPROCESS_KEYS if k not in record]
     if missing:
         raise DataError(f"--preprocess lacks {', '.join(missing)}")
@@ -80,10 +74,9 @@ def read(path_dir):
 
 
 def status(path_dir, params) -> str:
-    """current: complete, made with PARAMS from inputs that still have their recorded sha256;
-    differs: complete, other parameters; changed PATH: same parameters, but the input PATH's
-    content changed (or it is gone); missing: no such folder; foreign: a folder without a
-    complete manifest (half-made or not ours)."""
+    """current: complete, made with PARAMS from inputs that still have their recorded sha256; differs: complete, other
+    parameters; changed PATH: same parameters, but the input PATH's content changed (or it is gone); missing: no such
+    folder; foreign: a folder without a complete manifest (half-made or not ours)."""
     if not os.path.exists(path_dir):
         return "missing"
     m = read(path_dir)
@@ -116,22 +109,13 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
-def file_sizes(path_dir) -> dict:
-    """Every file of the data-bin but the manifest and fairseq-preprocess's log: name -> bytes."""
-    return {name: os.path.getsize(os.path.join(path_dir, name)) for name in sorted(os.listdir(path_dir))
-            if name not in (NAME, "preprocess.log") and os.path.isfile(os.path.join(path_dir, name))}
-
-
-def build(params, counts, inputs, made_by, log_text=None, max_unk=None, langs=(), bpe_merges=None, folder=None,
-          preprocess=None):
-    manifest = {
-        "complete": True, "made_by": made_by, "params": params,
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs],
-        "sentences": counts,
-    }
-    if folder is not None:
-        manifest["files"] = file_sizes(folder)
+def build(params, counts, inputs, made_by, log_text=None, max_unk=None, bpe_merges=None, folder=None, preprocess=None):
+    manifest = {"complete": True, "made_by": made_by, "params": params,
+                "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                "inputs": [{"path": os.path.realpath(p), "sha256": sha256(p)} for p in inputs], "sentences": counts}
+    if folder is not None:  # every file of the data-bin but the manifest and fairseq-preprocess's log: name -> bytes
+        manifest["files"] = {name: os.path.getsize(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
+                             if name not in (NAME, "preprocess.log") and os.path.isfile(os.path.join(folder, name))}
     if bpe_merges is not None:
         manifest["bpe_merges"] = bpe_merges
     if preprocess is not None:
@@ -161,12 +145,11 @@ def check(path_dir):
         return None
     if m.get("complete") is not True:
         return f"{path_dir}/{NAME} says the data is incomplete"
-    counts = m.get("sentences", {})
     src, tgt = m.get("params", {}).get("src"), m.get("params", {}).get("tgt")
-    for split in counts:
-        for lang in (src, tgt):
-            if src and tgt and not os.path.exists(os.path.join(path_dir, f"{split}.{src}-{tgt}.{lang}.bin")):
-                return f"{path_dir} lacks {split}.{src}-{tgt}.{lang}.bin that {NAME} lists"
+    bins = [f"{split}.{src}-{tgt}.{lang}.bin" for split in m.get("sentences", {}) for lang in (src, tgt) if src and tgt]
+    for name in bins:
+        if not os.path.exists(os.path.join(path_dir, name)):
+            return f"{path_dir} lacks {name} that {NAME} lists"
     for name, size in m.get("files", {}).items():  # manifests before sizes were recorded have none
         path = os.path.join(path_dir, name)
         if not os.path.isfile(path):
@@ -178,8 +161,8 @@ def check(path_dir):
 
 
 def sentence_counts(path_dir, src: str = "", tgt: str = "") -> dict:
-    """Sentence pairs per split of a data-bin: from its manifest (what fairseq-preprocess reported when
-    it was made), else from fairseq's own index reader (imports fairseq)."""
+    """Sentence pairs per split of a data-bin: from its manifest (what fairseq-preprocess reported when it was made),
+    else from fairseq's own index reader (imports fairseq)."""
     m = read(path_dir)
     if m and m.get("complete") is True and m.get("sentences"):
         return {k: int(v) for k, v in m["sentences"].items()}
@@ -237,13 +220,11 @@ def main(argv=None):
                           preprocess=preprocess)
             except DataError as e:
                 if args.keep_log and args.preprocess_log:
-                    import shutil
-
                     shutil.copyfile(args.preprocess_log, args.keep_log)
                     raise DataError(f"{e} (kept: {args.keep_log})") from None
                 raise
-            # written into the temp folder that is published whole (no atomic rename needed here,
-            # and fairseq_tfixup's import would load fairseq)
+            # written into the temp folder that is published whole (no atomic rename needed here, and
+            # fairseq_tfixup's import would load fairseq)
             with open(args.out, "w", encoding="utf-8") as f:
                 json.dump(m, f, indent=1, sort_keys=True)
                 f.write("\n")
@@ -254,11 +235,11 @@ def main(argv=None):
                 print(f"warning: {args.dir} has no manifest.json (made before manifests): its completeness is "
                       "not checked", file=sys.stderr)
                 return
-            reason = check(args.dir)
-            if reason:
+            if reason := check(args.dir):
                 raise DataError(reason)
     except DataError as e:
-        sys.exit(f"error: {e}; nothing published" if args.cmd == "write" else f"error: {e}: rebuild it with scripts/prepare-*.sh")
+        sys.exit(f"error: {e}; nothing published" if args.cmd == "write"
+                 else f"error: {e}: rebuild it with scripts/prepare-*.sh")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,8 @@
-"""What to do after a failed training run: the cause, in one line, and the next command.
-
-* a full disk (ENOSPC): how much is free, how much a checkpoint needs, and the command
-  that resumes once there is room (the plugin's atomic saves keep checkpoint_last.pt whole);
-* a corrupt ``checkpoint_last.pt`` (unreadable, or a bit flip its CRCs show): the newest
-  intact checkpoint and the commands that resume from it;
-* a checkpoint of another model in the run (another architecture or sizes, or other
-  dictionaries): that, and a new OUT_DIR;
-* NaN/Inf (fairseq's "gradients are Nan/Inf", whose NanDetector then crashes on its
-  own, or fp16's "Minimum loss scale reached"): update, loss and lr of the last logged
-  line, and a command with half the learning rate (in this OUT_DIR while it holds no
-  checkpoint, else in a new one: a run is bound to its config once it has one);
-* arguments fairseq-train refused (EXTRA_TRAIN_ARGS, or those after ``--``);
-* bad data: rebuild it (rerunning would fail the same way);
-* anything else: the last error line, and rerunning resumes from checkpoint_last.pt.
+"""What to do after a failed training run: the cause, in one line, and the next command. A full disk (the plugin's
+atomic saves keep checkpoint_last.pt whole: resume once there is room); a corrupt checkpoint_last.pt (unreadable, or a
+bit flip its CRCs show: resume from the newest intact one); another model's checkpoint (a new OUT_DIR); NaN/Inf
+(fairseq's "gradients are Nan/Inf", whose NanDetector then crashes on its own, or fp16's "Minimum loss scale
+reached": half the learning rate); refused arguments; bad data (rebuild it); else the last error line (resume).
 """
 
 import glob
@@ -23,7 +13,7 @@ import shlex
 import shutil
 from typing import Optional, Sequence
 
-from harness import fairseq_log
+from harness import config, fairseq_log
 from harness.fairseq_log import last_value
 from tfixup import checkpoints
 
@@ -41,8 +31,7 @@ def first_line(e: BaseException) -> str:
 
 
 def num_updates(path, check_crc: bool = False) -> int:
-    """The update count a checkpoint was saved at, without reading its tensors (``check_crc``:
-    reading the whole file once, for its CRCs)."""
+    """The update count a checkpoint was saved at, without reading its tensors (``check_crc``: the whole file, once)."""
     return updates_of(checkpoints.load(path, mmap=True, check_crc=check_crc), path)
 
 
@@ -51,17 +40,15 @@ def updates_of(state, path) -> int:
     try:
         return int(state["optimizer_history"][-1]["num_updates"])
     except (KeyError, IndexError, TypeError, ValueError):
-        raise checkpoints.CorruptCheckpoint(path, "no optimizer_history with num_updates: not a checkpoint fairseq-train wrote") from None
+        raise checkpoints.CorruptCheckpoint(
+            path, "no optimizer_history with num_updates: not a checkpoint fairseq-train wrote") from None
 
 
 def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
-    """(path, updates) of the checkpoint with the most updates that loads and passes its CRC
-    check, or None; among equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
-
+    """(path, updates) of the checkpoint with the most updates that loads and passes its CRC check, or None; among
+    equals, a numbered checkpoint_E_U.pt before checkpoint_best.pt."""
     found = []
-    for path in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt")):
-        if os.path.basename(path) in exclude:
-            continue
+    for path in [p for p in glob.glob(os.path.join(ckpt_dir, "checkpoint*.pt")) if os.path.basename(p) not in exclude]:
         try:
             found.append((num_updates(path), "best" not in os.path.basename(path), path))
         except LOAD_ERRORS:
@@ -75,37 +62,27 @@ def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
     return None
 
 
-def unusable(last: str, error) -> str:
-    """What is wrong with LAST, from the error its loading raised (or a reason), in words."""
-    if isinstance(error, str):
-        return f"{last} is corrupt (cannot be read: {error})"
-    if type(error).__name__ == "NotACheckpoint":  # names the file already
-        return str(error)
-    if getattr(error, "reason", None):  # checkpoints.CorruptCheckpoint
-        return f"{last} is corrupt ({error.reason})"
-    if type(error).__name__ == "UnsafeCheckpoint":  # names the file and the field already
-        return first_line(error)
-    return f"{last} is corrupt (cannot be read: {first_line(error)})"
-
-
 def corrupt_last_advice(last: str, error, command: str) -> str:
-    intact = newest_intact(os.path.dirname(last))
-    q = shlex.quote
-    head = unusable(last, error)
+    """What is wrong with LAST, from the error its loading raised, and the commands that go on."""
+    if type(error).__name__ == "NotACheckpoint":  # names the file already
+        head = str(error)
+    elif getattr(error, "reason", None):  # checkpoints.CorruptCheckpoint
+        head = f"{last} is corrupt ({error.reason})"
+    elif type(error).__name__ == "UnsafeCheckpoint":  # names the file and the field already
+        head = first_line(error)
+    else:
+        head = f"{last} is corrupt (cannot be read: {first_line(error)})"
+    intact, q = newest_intact(os.path.dirname(last)), shlex.quote
+    move = f"mv {q(last)} {q(last + '.corrupt')}"
     if intact is None:
-        return (f"{head} and no other checkpoint loads: start over with: "
-                f"mv {q(last)} {q(last + '.corrupt')} && {command}")
-    path, updates = intact
-    return (f"{head}; the newest intact checkpoint is {os.path.basename(path)} ({updates} updates): "
-            f"resume from it with: mv {q(last)} {q(last + '.corrupt')} && cp {q(path)} {q(last)} && {command}")
-
-
-# ---------------------------------------------------------------- another run's model
+        return f"{head} and no other checkpoint loads: start over with: {move} && {command}"
+    return (f"{head}; the newest intact checkpoint is {os.path.basename(intact[0])} ({intact[1]} updates): "
+            f"resume from it with: {move} && cp {q(intact[0])} {q(last)} && {command}")
 
 
 def _model_args(state) -> dict:
-    """The model's flags as fairseq stored them: state["args"], or state["cfg"]["model"]
-    (a Namespace for models configured from the command line, else a dict)."""
+    """The model's flags as fairseq stored them: state["args"], or state["cfg"]["model"] (a Namespace for models
+    configured from the command line, else a dict)."""
     cfg = state.get("cfg") or {}
     model = cfg.get("model") if isinstance(cfg, dict) else None
     for holder in (model, state.get("args")):
@@ -114,19 +91,12 @@ def _model_args(state) -> dict:
     return {}
 
 
-def command_model(words: Sequence[str]) -> dict:
-    """--arch and the size flags of a fairseq-train command line (its words)."""
-    out = {}
-    for i, word in enumerate(words[:-1]):
-        if word.startswith("--") and word[2:].replace("-", "_") in MODEL_FLAGS:
-            out[word[2:].replace("-", "_")] = words[i + 1]
-    return out
-
-
 def model_mismatch(state, words: Sequence[str]) -> Optional[str]:
-    """How the checkpoint's model differs from the one the command trains ("arch transformer, not
-    transformer_tfixup; ..."), or None. Only what both state."""
-    saved, wanted = _model_args(state), command_model(words)
+    """How the checkpoint's model differs from the one the fairseq-train command WORDS trains (its --arch and size
+    flags): "arch transformer, not transformer_tfixup; ...", or None. Only what both state."""
+    saved = _model_args(state)
+    wanted = {w[2:].replace("-", "_"): words[i + 1] for i, w in enumerate(words[:-1])
+              if w.startswith("--") and w[2:].replace("-", "_") in MODEL_FLAGS}
     differ = [f"{k} {saved[k]}, not {wanted[k]}" for k in MODEL_FLAGS
               if k in saved and k in wanted and str(saved[k]) != wanted[k]]
     return "; ".join(differ) or None
@@ -138,33 +108,24 @@ def foreign_model_advice(last: str, what: str) -> str:
             "or train the experiment that made it")
 
 
-# ---------------------------------------------------------------- why fairseq-train failed
-
-
 def _mb(n: int) -> str:
     return f"{n / 2 ** 20:.0f} MB" if n >= 2 ** 20 else f"{n / 1024:.0f} KB"
 
 
 def _retry(argv: Sequence[str], key: str, value: str, new_out: Optional[str] = None) -> str:
-    """ARGV (bash scripts/train.sh ...) with --set KEY=VALUE after the script's own options
-    (before "--", so that it wins over an earlier --set), in NEW_OUT instead of the run's folder."""
+    """ARGV (bash scripts/train.sh ...) with --set KEY=VALUE after the script's own options (before "--", so that it
+    wins over an earlier --set); NEW_OUT (old, new): the run's folder replaced."""
     words = list(argv)
-    if new_out is not None:
-        out, new = new_out
-        end = words.index("--") if "--" in words else len(words)
-        at = [j for j in range(end) if words[j] == out]
-        if at:
-            words[at[-1]] = new
     end = words.index("--") if "--" in words else len(words)
+    at = [j for j in range(end) if new_out is not None and words[j] == new_out[0]]
+    if at:
+        words[at[-1]] = new_out[1]
     return shlex.join(words[:end] + ["--set", f"{key}={value}"] + words[end:])
 
 
 def _config_value(run_dir: str, key: str, own: bool = True) -> Optional[float]:
-    """KEY as the run trained with it (OWN False: its record), or in the run's config file itself (no
-    environment, no --set): where a run whose value was overridden far off goes back to (half of LR=1e9
-    diverges as surely)."""
-    from harness import config
-
+    """KEY as the run trained with it (OWN False: its record), or in the run's config file itself (no environment, no
+    --set): where a run whose value was overridden far off goes back to (half of LR=1e9 diverges as surely)."""
     try:
         rec = config.read_record(run_dir)
         return float((config.resolve(rec["config_file"], environ={}).values if own else rec["values"])[key])
@@ -172,16 +133,9 @@ def _config_value(run_dir: str, key: str, own: bool = True) -> Optional[float]:
         return None
 
 
-def _retry_lr(lr: float, run_dir: str) -> str:
-    """The LR to try after a divergence at LR: the config's own when LR was set 10x above it, else half."""
-    own = _config_value(run_dir, "LR")
-    return f"{own:g}" if own is not None and lr >= 10 * own else f"{lr / 2:g}"
-
-
 def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> str:
-    """One line: why fairseq-train failed (exit RC, log LOG_TEXT) in RUN_DIR, and what to run next.
-    ARGV is the training command (bash scripts/train.sh ...), which resumes."""
-
+    """One line: why fairseq-train failed (exit RC, log LOG_TEXT) in RUN_DIR, and what to run next. ARGV is the
+    training command (bash scripts/train.sh ...), which resumes."""
     command = shlex.join(argv)
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     last = os.path.join(ckpt_dir, "checkpoint_last.pt")
@@ -198,8 +152,8 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                 state = f"checkpoint_last.pt is intact ({num_updates(last, check_crc=True)} updates)"
             except LOAD_ERRORS as e:
                 return f"disk full (ENOSPC) while training; {corrupt_last_advice(last, e, command)}"
-        elif newest_intact(ckpt_dir):
-            path, updates = newest_intact(ckpt_dir)
+        elif intact := newest_intact(ckpt_dir):
+            path, updates = intact
             state = f"the newest checkpoint is {os.path.basename(path)} ({updates} updates)"
             resume = f"cp {q(path)} {q(last)} && {command}"
         size = f", a checkpoint is {_mb(need)}" if need else ""
@@ -215,18 +169,17 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
         m = re.search(r"gradients are Nan/Inf|Minimum loss scale reached", run)
         what = m.group(0) if m else "NaN/Inf"
         lr = _config_value(run_dir, "LR", own=False)
-        if lr is None:
-            lower = "lower LR (--set LR=...)"
-        else:
-            half = _retry_lr(lr, run_dir)
-            if saved:  # the run is bound to its LR: another LR is another run
-                retry = _retry(argv, "LR", half, (run_dir, f"{run_dir.rstrip('/')}-lr{half}"))
-                lower = f"lower LR (was {lr:g}) in a new OUT_DIR (this one holds checkpoints of LR={lr:g}), e.g.: {retry}"
-            else:
-                lower = f"lower LR (was {lr:g}), e.g.: {_retry(argv, 'LR', half)}"
+        lower = "lower LR (--set LR=...)"
+        if lr is not None:
+            own = _config_value(run_dir, "LR")  # gone back to when the run's LR was set 10x above it, else half
+            half = f"{own:g}" if own is not None and lr >= 10 * own else f"{lr / 2:g}"
+            # the run is bound to its LR once it holds checkpoints: another LR is another run
+            new_out = (run_dir, f"{run_dir.rstrip('/')}-lr{half}") if saved else None
+            where = f" in a new OUT_DIR (this one holds checkpoints of LR={lr:g})" if saved else ""
+            lower = f"lower LR (was {lr:g}){where}, e.g.: {_retry(argv, 'LR', half, new_out)}"
         return (f"training diverged ({what}) after update {last_value(run, 'num_updates')} (last logged: loss "
-                f"{last_value(run, 'loss')}, lr {last_value(run, 'lr')}): rerunning will diverge again; {lower}; or use a "
-                "longer DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
+                f"{last_value(run, 'loss')}, lr {last_value(run, 'lr')}): rerunning will diverge again; {lower}; or "
+                "use a longer DECAY_PERIOD (T-Fixup) or WARMUP_UPDATES (baselines), and train deep models in fp32 "
                 "(--set FP16=0) instead of fp16")
 
     if fairseq_log.CKPT.search(run) and os.path.exists(last):
@@ -243,30 +196,26 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
                         f"{a.split(',')[0]} symbols in the checkpoint, {b.split(',')[0]} now): the data-bin changed "
                         "since this run started; train on the data-bin it started with, or in a new OUT_DIR")
             what = _model_args(state).get("arch", "?")
-            detail = f"{sizes[0][0]} {sizes[0][1]} in the checkpoint, {sizes[0][2]} now" if sizes else "other parameters"
+            detail = (f"{sizes[0][0]} {sizes[0][1]} in the checkpoint, {sizes[0][2]} now" if sizes
+                      else "other parameters")
             return foreign_model_advice(last, f"a {what} model: {detail}")
 
-    m = fairseq_log.ARGS.search(run)
-    if m and rc == 2:
+    if rc == 2 and (m := fairseq_log.ARGS.search(run)):
         return (f"fairseq-train refused its arguments ({m.group(1).strip()[:200]}): fix EXTRA_TRAIN_ARGS in the "
                 f"config (or --set EXTRA_TRAIN_ARGS=...) or the arguments after --, then rerun; nothing was trained")
-    m = fairseq_log.DATA.search(run)
-    if m:
+    if m := fairseq_log.DATA.search(run):
         return (f"fairseq-train could not use the data ({m.group(0)}): rebuild the data-bin with "
                 "scripts/prepare-*.sh (rerunning the same command will fail the same way)")
-    m = fairseq_log.TOKENS.search(run)
-    if m:
+    if m := fairseq_log.TOKENS.search(run):
         own = _config_value(run_dir, "MAX_TOKENS") or 0
         return (f"no sentence pair fits in a batch of MAX_TOKENS tokens (fairseq: {m.group(0)}): set MAX_TOKENS above "
                 f"the longest pair, e.g. {_retry(argv, 'MAX_TOKENS', str(int(max(own, 4096))))}; nothing was trained")
-    if rc in (126, 127) or fairseq_log.NOT_RUN.search(run):
-        why = fairseq_log.NOT_RUN.search(run)
-        return (f"fairseq-train could not be started ({why.group(0) if why else f'exit {rc}'}): "
-                + ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
-                   if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")
-                + "; nothing was trained")
+    if (why := fairseq_log.NOT_RUN.search(run)) or rc in (126, 127):
+        fix = ("shorten EXTRA_TRAIN_ARGS or the arguments after -- (the command line is over the system's limit)"
+               if why and "too long" in why.group(0) else "check that fairseq is installed (bash scripts/install.sh)")
+        return f"fairseq-train could not be started ({why[0] if why else f'exit {rc}'}): {fix}; nothing was trained"
     refused = [line.strip() for line in fairseq_log.REFUSED.findall(run)]
-    if refused:  # the plugin's one-line refusal of a setting or an input (tfixup/errors.py): no crash to resume from
+    if refused:  # the plugin's one-line refusal of a setting or an input (tfixup/errors.py): no crash to resume
         return (f"{refused[-1][:400]} (fairseq-train refused the run: rerunning the same command will fail the same "
                 "way until that is fixed)")
     errors = [line.strip() for line in fairseq_log.EXCEPTION.findall(run)]

@@ -8,25 +8,19 @@ import sys
 from typing import Dict, List, Optional, Sequence
 
 from harness import config, run_ledger
+from harness.translate import shown_path
+from tfixup import atomic
 
 METRIC_NAMES = {"tok": "tok BLEU", "tok_cs": "tok BLEU (compound split)", "detok": "sacreBLEU"}
 
 
 def read_train_runs(out: str) -> Dict:
     """Sum the training segments train.sh booked in OUT's run ledger (harness/run_ledger.py)."""
-    wall = dev_hours = 0.0
-    devices = set()
-    segments = 0
-    for parts in run_ledger.rows(out):
-        if len(parts) < 4:
-            continue
-        seconds = max(0, int(parts[1]) - int(parts[0]))
-        wall += seconds / 3600
-        dev_hours += seconds * int(parts[2]) / 3600
-        devices.add(parts[3])
-        segments += 1
-    return {"train_wall_hours": wall, "device_hours": dev_hours,
-            "device": ", ".join(sorted(devices)) or "unknown", "train_segments": segments}
+    rows = [parts for parts in run_ledger.rows(out) if len(parts) >= 4]
+    seconds = [max(0, int(parts[1]) - int(parts[0])) for parts in rows]
+    return {"train_wall_hours": sum((s / 3600 for s in seconds), 0.0),
+            "device_hours": sum((s * int(parts[2]) / 3600 for s, parts in zip(seconds, rows)), 0.0),
+            "device": ", ".join(sorted({parts[3] for parts in rows})) or "unknown", "train_segments": len(rows)}
 
 
 def paper_comparable_bleu(result: Dict) -> Optional[float]:
@@ -50,15 +44,9 @@ def report_row(name: str, result: Optional[Dict]) -> Dict:
         row.update(ours=None, delta=None, updates=None, hours=None, signature="not run")
         return row
     ours = paper_comparable_bleu(result)
-    row.update(
-        ours=ours,
-        delta=None if (ours is None or paper is None) else ours - paper,
-        updates=result.get("num_updates"),
-        hours=result.get("device_hours"),
-        device=result.get("device"),
-        signature=result.get("sacrebleu_signature", ""),
-        test_sentences=result.get("sentences"),
-    )
+    row.update(ours=ours, delta=None if (ours is None or paper is None) else ours - paper,
+               updates=result.get("num_updates"), hours=result.get("device_hours"), device=result.get("device"),
+               signature=result.get("sacrebleu_signature", ""), test_sentences=result.get("sentences"))
     return row
 
 
@@ -68,18 +56,15 @@ def md_cell(text: str) -> str:
 
 
 def render_markdown(rows: Sequence[Dict], title: str = "") -> str:
-    lines = []
-    if title:
-        lines += [f"### {title}", ""]
-    lines += ["| Row | Paper BLEU | Our BLEU | Δ | Metric | Updates | Device-hours (device) | Test sents | sacreBLEU signature |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| Row | Paper BLEU | Our BLEU | Δ | Metric | Updates | Device-hours (device) | Test sents "
+              "| sacreBLEU signature |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         hours = "—" if r.get("hours") is None else f'{r["hours"]:.3f} ({r.get("device", "?")})'
         delta = "—" if r["delta"] is None else f'{r["delta"]:+.2f}'
-        lines.append(
-            f'| {r["row"]} | {_fmt(r["paper_bleu"], 1)} | {_fmt(r["ours"])} | {delta} | {r["metric"]} '
-            f'| {_fmt(r["updates"])} | {hours} | {_fmt(r.get("test_sentences"))} | `{md_cell(r["signature"])}` |'
-        )
+        lines.append(f'| {r["row"]} | {_fmt(r["paper_bleu"], 1)} | {_fmt(r["ours"])} | {delta} | {r["metric"]} | '
+                     f'{_fmt(r["updates"])} | {hours} | {_fmt(r.get("test_sentences"))} | '
+                     f'`{md_cell(r["signature"])}` |')
     return "\n".join(lines) + "\n"
 
 
@@ -98,7 +83,8 @@ def check_result(r) -> None:
         if not isinstance(cfg[key], str):
             raise ValueError(f"field config.{key} is not a string")
     if cfg["PAPER_METRIC"] not in METRIC_NAMES:
-        raise ValueError(f"field config.PAPER_METRIC is {cfg['PAPER_METRIC']!r}, not one of {', '.join(METRIC_NAMES)}")
+        raise ValueError(f"field config.PAPER_METRIC is {cfg['PAPER_METRIC']!r}, not one of "
+                         f"{', '.join(METRIC_NAMES)}")
     if cfg["PAPER_BLEU"]:
         try:
             float(cfg["PAPER_BLEU"])
@@ -111,20 +97,18 @@ def check_result(r) -> None:
 
 
 def load_results(paths: Sequence[str]) -> Dict[str, Dict]:
-    """Each readable results JSON by experiment; a bad one (unreadable, or a field of the wrong kind)
-    is named on stderr with its field and skipped: the rest of the table is still written."""
+    """Each readable results JSON by experiment; a bad one (unreadable, or a field of the wrong kind) is named on
+    stderr with its field and skipped: the rest of the table is still written."""
     results = {}
     for p in paths:
         try:
             r = json.loads(pathlib.Path(p).read_text(encoding="utf-8"))
             check_result(r)
-            name = r["experiment"]
+            results[r["experiment"]] = r
         except (OSError, ValueError, KeyError, TypeError) as e:
             why = str(e).splitlines()[0] if str(e) else ""
             print(f"warning: skipping {p}: not a results.json of scripts/evaluate.sh ({type(e).__name__} {why})",
                   file=sys.stderr)
-            continue
-        results[name] = r
     return results
 
 
@@ -138,8 +122,6 @@ MODEL_HEADING = "## Your model"
 
 def model_section(use: Dict, train_longer: str) -> str:
     """Markdown: where the model is and how to use it (harness.translate.usage), how to train longer."""
-    from harness.translate import shown_path
-
     lines = [MODEL_HEADING, "", f"- model: `{shown_path(use['model'])}`",
              f"- dictionaries: {', '.join(f'`{shown_path(d)}`' for d in use['dictionaries'])}"]
     if use["bpe_codes"]:
@@ -158,8 +140,6 @@ def model_section(use: Dict, train_longer: str) -> str:
 
 def add_model_section(path: pathlib.Path, use: Dict, train_longer: str) -> None:
     """REPORT (report.sh's table) with model_section at its end, replacing one written before."""
-    from tfixup import atomic
-
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     text = text.split("\n" + MODEL_HEADING + "\n")[0].rstrip("\n") + "\n"
     atomic.write_text(str(path), text + "\n" + model_section(use, train_longer))

@@ -1,16 +1,16 @@
-"""train.sh's run ledger, OUT/train_runs.tsv: one line per train.sh call, START END WORLD DEVICE OUTCOME
-(tab-separated; epoch seconds, processes, device name, and 0, the exit code of a failed run,
-"interrupted" for SIGTERM/SIGINT or "killed"), read for the report's device-hours.
+"""train.sh's run ledger, OUT/train_runs.tsv: one line per train.sh call, START END WORLD DEVICE OUTCOME (tab-separated;
+epoch seconds, processes, device name, and 0, the exit code of a failed run, "interrupted" for SIGTERM/SIGINT or
+"killed"), read for the report's device-hours.
 
     python3 -m harness.run_ledger open OUT WORLD DEVICE   # a run starts: OUT/train_run.open
     python3 -m harness.run_ledger close OUT OUTCOME       # it ended: its line, and the open record goes
     python3 -m harness.run_ledger book-killed OUT         # (next run) book what earlier runs could not
     python3 -m harness.run_ledger saved OUT               # what the run kept, for train.sh's messages
 
-A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start stays in
-train_run.open, and the next run books it as "killed", ending at train.log's last write. A run that could
-not append its line (a full disk) renames train_run.open to train_run.open.END.OUTCOME instead (a rename
-needs no free space): the next run books it as it ended.
+A run killed outright (SIGKILL, the OOM killer, a power cut) cannot book itself: its start stays in train_run.open,
+and the next run books it as "killed", ending at train.log's last write. A run that could not append its line (a full
+disk) renames train_run.open to train_run.open.END.OUTCOME instead (a rename needs no free space): the next run books
+it as it ended.
 """
 
 import argparse
@@ -27,8 +27,7 @@ LEDGER = "train_runs.tsv"
 
 
 def rows(out) -> list:
-    """OUT/train_runs.tsv's rows, one per train.sh call: [START, END, WORLD, DEVICE, OUTCOME] (OUTCOME "0" for a run
-    that ended by itself); none without the file. The one reader of the ledger."""
+    """The ledger's rows, one per train.sh call: [START, END, WORLD, DEVICE, OUTCOME]; none without the file."""
     path = os.path.join(out, LEDGER)
     if not os.path.exists(path):
         return []
@@ -57,8 +56,7 @@ def open_run(out: str, world: str, device: str) -> None:
 
 
 def close_run(out: str, outcome: str) -> None:
-    """Book the open run with OUTCOME; on a failed append (a full disk) keep the outcome in the open
-    record's name instead."""
+    """Book the open run with OUTCOME; on a failed append (a full disk) keep it in the open record's name instead."""
     opened = os.path.join(out, OPEN)
     end = int(time.time())
     if not os.path.isfile(opened):
@@ -91,12 +89,10 @@ def saved(out: str) -> str:
 
 
 def book_killed(out: str) -> str:
-    """Book the runs earlier calls could not (renamed records as they ended, an open one as killed);
-    the line that says so for a killed run, else ""."""
+    """Book the runs earlier calls could not (renamed records as they ended, an open one as killed); the line that
+    says so for a killed run, else ""."""
     prefix = os.path.join(out, OPEN) + "."
-    for path in sorted(glob.glob(glob.escape(prefix) + "*.*")):
-        if not os.path.isfile(path):
-            continue
+    for path in filter(os.path.isfile, sorted(glob.glob(glob.escape(prefix) + "*.*"))):
         start, world, device = _opened(path)
         end, _, outcome = path[len(prefix):].partition(".")
         _append(out, [start, end, world, device, outcome])

@@ -1,14 +1,11 @@
-"""The main job's closing summary (scripts/quickstart.sh): test BLEU, three example
-translations, the learning curve as a PNG, where the report is, and the model: its files, how to
-translate your own text (the command, with one example it translated), how to train it longer,
-and how to load it in Python. report.md gets the same model section; RUN/summary.txt what was printed.
+"""The main job's closing summary (scripts/quickstart.sh): test BLEU, three example translations, the learning curve
+as a PNG, where the report is, and the model: its files, how to translate your own text (the command, with one example
+it translated), how to train it longer, and how to load it in Python. report.md gets the same model section;
+RUN/summary.txt what was printed.
 
     python3 -m harness.summary --run RUN --png RUN/learning-curve.png --report RUN/report.md [-- QUICKSTART_ARGS]
 
-QUICKSTART_ARGS: the main job's own arguments, for the command that trains longer.
-
-RUN is a run of scripts/train.sh (JSON log, ``--log-format json``) evaluated by
-scripts/evaluate.sh (RUN/eval/results.json, RUN/eval/generate-test.txt).
+RUN: a run of scripts/train.sh (``--log-format json``) evaluated by scripts/evaluate.sh; QUICKSTART_ARGS: the job's.
 """
 
 import argparse
@@ -25,14 +22,12 @@ logging.getLogger("matplotlib").setLevel(logging.WARNING)
 from harness import config, main_job, report, translate
 from harness.fairseq_log import parse_train_log
 from tfixup import atomic
-from tfixup.atomic import save_figure
 from harness.bench import common
 from harness.bench.quality import samples
 
 
 def learning_curve(train_log: pathlib.Path) -> list:
-    """(epoch, updates, valid loss, valid BLEU or None) per epoch; a resumed run that logs
-    an epoch again counts once, with its last record."""
+    """(epoch, updates, valid loss, valid BLEU or None) per epoch; an epoch logged again (resumed) counts once, last."""
     by_epoch = {}
     for r in parse_train_log(train_log.read_text(errors="replace"))["valid"]:
         by_epoch[int(r["epoch"])] = (int(r["valid_num_updates"]), r["valid_loss"], r.get("valid_bleu"))
@@ -56,12 +51,12 @@ def plot(curve: list, title: str, path: pathlib.Path) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    save_figure(path, fig)
+    atomic.save_figure(path, fig)
 
 
 def continue_command(run: pathlib.Path, quickstart_args) -> str:
-    """The main job's command again, training twice as long: it resumes from checkpoint_last.pt, then
-    evaluates and summarizes again (the overrides this job had in its environment kept)."""
+    """The main job's command again, training twice as long: it resumes from checkpoint_last.pt, then evaluates and
+    summarizes again (the overrides this job had in its environment kept)."""
     values = config.read_record(run)["values"]
     key = "MAX_UPDATE" if values.get("MAX_UPDATE", "0") != "0" else "MAX_EPOCH"
     return main_job.job_command(run, quickstart_args, {key: str(2 * int(values[key]))})
@@ -129,13 +124,11 @@ def main(argv=None) -> int:
         use = translate.usage(run, translate.Translator(run))
     except translate.TranslateError as e:  # e.g. a data-bin made before its preprocessing was recorded
         say(f"\nYour model: {translate.shown_path(translate.final_model(run))}\n\n"
-              f"Train longer (resumes from checkpoint_last.pt, then evaluates again):\n  {train_longer}\n\n"
-              f"Translate your own text: not with this data-bin: {e}")
-        atomic.write_text(run / "summary.txt", "\n".join(shown) + "\n")
-        return 0
-    report.add_model_section(pathlib.Path(args.report), use, train_longer)
-    # last: the command a user copies next
-    say("\n".join(model_lines(use, train_longer)))
+            f"Train longer (resumes from checkpoint_last.pt, then evaluates again):\n  {train_longer}\n\n"
+            f"Translate your own text: not with this data-bin: {e}")
+    else:
+        report.add_model_section(pathlib.Path(args.report), use, train_longer)
+        say("\n".join(model_lines(use, train_longer)))  # last: the command a user copies next
     atomic.write_text(run / "summary.txt", "\n".join(shown) + "\n")
     return 0
 

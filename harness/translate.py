@@ -1,14 +1,14 @@
-"""Translate your own text with a trained run (scripts/translate.sh): the text is made into tokens
-exactly as the run's data-bin was (the steps its manifest records, ``manifest.json["preprocess"]``:
-punctuation normalization, Moses tokenizer, lowercasing, the data-bin's BPE codes), the run's final
-model translates it (beam and length penalty of its config), and the output is detokenized (and
-sentence-cased when the data-bin was lowercased: its first letter and "I" upper-case).
+"""Translate your own text with a trained run (scripts/translate.sh): the text is made into tokens exactly as the
+run's data-bin was (the steps its manifest records, ``manifest.json["preprocess"]``: punctuation normalization,
+Moses tokenizer, lowercasing, the data-bin's BPE codes), the run's final model translates it (beam and length penalty
+of its config), and the output is detokenized (and sentence-cased when the data-bin was lowercased: its first
+letter and "I" upper-case).
 
     python3 -m harness.translate RUN_DIR [FILE]   one translation per input line (stdin without FILE)
     python3 -m harness.translate --show RUN_DIR   the model, data-bin, dictionaries and BPE codes it uses
 
-The model loads through fairseq's hub (``TransformerModel.from_pretrained``) after ``import
-fairseq_tfixup``, which lets torch's safe loader (``weights_only=True``) read fairseq's checkpoints.
+The model loads through fairseq's hub after ``import fairseq_tfixup``, which lets torch's safe loader
+(``weights_only=True``) read fairseq's checkpoints.
 """
 
 import argparse
@@ -25,8 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 from harness import config, manifest
 
-# the final model of a run, best first: the checkpoint average scripts/evaluate.sh scored, else
-# fairseq's best (lowest valid loss), else its last
+# a run's final model, best first: the checkpoint average evaluate.sh scored, fairseq's best (lowest valid loss), last
 MODEL_CANDIDATES = ("eval/averaged.pt", "checkpoints/checkpoint_best.pt", "checkpoints/checkpoint_last.pt")
 
 
@@ -35,10 +34,9 @@ class TranslateError(ValueError):
 
 
 def final_model(run) -> pathlib.Path:
-    run = pathlib.Path(run)
-    for rel in MODEL_CANDIDATES:
-        if (run / rel).is_file():
-            return run / rel
+    found = [pathlib.Path(run) / rel for rel in MODEL_CANDIDATES if (pathlib.Path(run) / rel).is_file()]
+    if found:
+        return found[0]
     raise TranslateError(f"{run} holds no model ({', '.join(MODEL_CANDIDATES)}): train it with scripts/train.sh "
                          "(and evaluate it with scripts/evaluate.sh for the averaged model)")
 
@@ -57,8 +55,7 @@ def run_data(run) -> pathlib.Path:
 
 
 def rebuild_command(run, data, params: Dict) -> str:
-    """The command that makes DATA again with the same parameters (for a data-bin made before a field
-    was recorded): the run's PREPARE, its output and line counts."""
+    """The command that makes DATA again with the same parameters: the run's PREPARE, its output and line counts."""
     try:
         words = config.prepare_words(config.resolve_run(run, environ={}).values["PREPARE"])
     except (config.ConfigError, KeyError):
@@ -78,30 +75,29 @@ def rebuild_command(run, data, params: Dict) -> str:
 
 
 def text_steps(data, run=None) -> Dict:
-    """The data-bin's preprocessing (manifest["preprocess"], harness/manifest.py PREPROCESS_KEYS) plus
-    its languages. A prepare-corpus.sh data-bin made before the field was recorded has it in its
-    parameters (tokenizer, lowercase, bpe_merges); any other one must be made again."""
+    """The data-bin's preprocessing (manifest["preprocess"], manifest.PREPROCESS_KEYS) plus its languages. A
+    prepare-corpus.sh data-bin made before the field was recorded has it in its parameters (tokenizer, lowercase,
+    bpe_merges); any other one must be made again."""
     data = pathlib.Path(data)
     m = manifest.read(str(data))
     if not m or m.get("complete") is not True:
         raise TranslateError(f"{data} has no complete {manifest.NAME}: the preprocessing its text had is unknown; "
                              f"remake it with its scripts/prepare-*.sh")
     params = m.get("params", {})
+    rebuild = rebuild_command(run, data, params) if run else "its prepare script"
     steps = m.get("preprocess")
     if steps is None and m.get("made_by") == "scripts/prepare-corpus.sh" and "tokenizer" in params:
         bpe = str(params.get("bpe_merges", "0")) != "0"
         steps = {"normalize_punctuation": False, "remove_nonprinting": False, "tokenizer": params["tokenizer"],
                  "aggressive_dash_splits": False, "lowercase": str(params.get("lowercase")) == "1",
                  "bpe": "subword_nmt" if bpe else "none", "bpe_codes": "code" if bpe else ""}
-    if steps is None:
-        raise TranslateError(f"{data}/{manifest.NAME} lacks the field 'preprocess' (made before it was recorded): "
-                             f"make the data-bin again: {rebuild_command(run, data, params) if run else 'its prepare script'}")
-    missing = [k for k in manifest.PREPROCESS_KEYS if k not in steps]
+    missing = ["preprocess"] if steps is None else [f"preprocess.{k}" for k in manifest.PREPROCESS_KEYS
+                                                    if k not in steps]
     if missing or not params.get("src") or not params.get("tgt"):
-        field = f"preprocess.{missing[0]}" if missing else "params.src/tgt"
-        raise TranslateError(f"{data}/{manifest.NAME} lacks the field '{field}': make the data-bin again: "
-                             f"{rebuild_command(run, data, params) if run else 'its prepare script'}")
-    check_steps(steps, data, rebuild_command(run, data, params) if run else "its prepare script")
+        why = " (made before it was recorded)" if steps is None else ""
+        raise TranslateError(f"{data}/{manifest.NAME} lacks the field '{(missing or ['params.src/tgt'])[0]}'{why}: "
+                             f"make the data-bin again: {rebuild}")
+    check_steps(steps, data, rebuild)
     return {**steps, "src": params["src"], "tgt": params["tgt"]}
 
 
@@ -111,9 +107,8 @@ MAX_CODES_BYTES = 64 << 20
 
 
 def check_steps(steps: Dict, data: pathlib.Path, rebuild: str) -> None:
-    """Each recorded step has a value of its kind (manifest.PREPROCESS_KEYS): a manifest is read from a
-    data-bin that may come from elsewhere, and a value this code does not know (a tokenizer '-a') was
-    silently no step at all. The BPE codes are a file of the data-bin itself, of a sane size."""
+    """Each step has a value of its kind (a manifest may come from elsewhere, and a value this code does not know,
+    a tokenizer '-a', was silently no step at all); the BPE codes are a file of the data-bin itself, of a sane size."""
     for key, kind in manifest.PREPROCESS_KEYS.items():
         value = steps[key]
         ok = (isinstance(value, bool) if kind is bool else value in kind if isinstance(kind, tuple)
@@ -122,14 +117,13 @@ def check_steps(steps: Dict, data: pathlib.Path, rebuild: str) -> None:
             allowed = "true or false" if kind is bool else " or ".join(kind) if isinstance(kind, tuple) else "a string"
             raise TranslateError(f"{data}/{manifest.NAME}: preprocess.{key} is {value!r}, not {allowed}: "
                                  f"make the data-bin again: {rebuild}")
-    codes = steps["bpe_codes"]
+    codes, path = steps["bpe_codes"], data / steps["bpe_codes"]
     if steps["bpe"] == "none":
         return
-    path = data / codes
     if not codes or pathlib.PurePath(codes).name != codes or codes in (".", "..") \
             or os.path.realpath(path) != os.path.join(os.path.realpath(data), codes):
-        raise TranslateError(f"{data}/{manifest.NAME}: preprocess.bpe_codes {codes!r} is not a file of the data-bin "
-                             f"(a plain name such as 'code', no folder, no link out): make the data-bin again: {rebuild}")
+        raise TranslateError(f"{data}/{manifest.NAME}: preprocess.bpe_codes {codes!r} is not a file of the data-bin (a "
+                             f"plain name such as 'code', no folder, no link out): make the data-bin again: {rebuild}")
     if not path.is_file():
         raise TranslateError(f"{data} lacks its BPE codes {codes} that {manifest.NAME} names")
     if path.stat().st_size > MAX_CODES_BYTES:
@@ -182,26 +176,21 @@ class TextPipeline:
 
 
 def recase(text: str) -> str:
-    """A lowercased model's output as a sentence: its first letter and the pronoun "i" upper-case (the
-    model saw no case; names stay lowercase)."""
+    """A lowercased model's output as a sentence: its first letter and the pronoun "i" upper-case (names stay lower)."""
     text = re.sub(r"(?<![\w'])i(?=$|[\s,.;:!?'])", "I", text)
     return text[:1].upper() + text[1:]
 
 
-def check_model(model: pathlib.Path) -> None:
-    """MODEL read by the project's safe loader first (weights_only, CRCs, the literals fairseq evaluates;
-    tensors memory-mapped): a corrupt or foreign file stops here in one line, not in fairseq's traceback."""
+def load_hub(model: pathlib.Path, data: pathlib.Path):
+    """fairseq's hub interface on MODEL with DATA's dictionaries, loaded safely (torch's weights_only). MODEL is
+    read by the project's safe loader first (weights_only, CRCs, the literals fairseq evaluates; tensors
+    memory-mapped): a corrupt or foreign file stops there in one line, not in fairseq's traceback."""
     from tfixup import checkpoints, literals
 
     try:
         checkpoints.load(model, mmap=True, check_crc=True)
     except (checkpoints.CorruptCheckpoint, pickle.UnpicklingError, literals.NotALiteral) as e:
         raise TranslateError(f"{e}: translate with another checkpoint of the run, or train it again") from None
-
-
-def load_hub(model: pathlib.Path, data: pathlib.Path):
-    """fairseq's hub interface on MODEL with DATA's dictionaries, loaded safely (torch's weights_only)."""
-    check_model(model)
     import fairseq_tfixup  # noqa: F401  (registers the plugin and the types torch may load)
     from fairseq.models.transformer import TransformerModel
 
@@ -235,12 +224,11 @@ class Translator:
 
     def translate(self, lines: Sequence[str]) -> List[Dict]:
         """Per line: the source as the model saw it, the model's output tokens and the detokenized text."""
-        out = [{"source": line.rstrip("\n"), "tokens_in": self.text.encode(line)} for line in lines]
+        out = [{"source": line.rstrip("\n"), "tokens_in": self.text.encode(line), "tokens_out": "", "translation": ""}
+               for line in lines]
         todo = [i for i, r in enumerate(out) if r["tokens_in"]]
         batch = [self.hub.binarize(out[i]["tokens_in"]) for i in todo]
         hypos = self.hub.generate(batch, **self.gen) if batch else []
-        for r in out:
-            r["tokens_out"], r["translation"] = "", ""
         for i, tokens, h in zip(todo, batch, hypos):
             out[i]["tokens_in"] = self.hub.src_dict.string(tokens)  # as the model read it: <unk> shows
             out[i]["tokens_out"] = self.hub.tgt_dict.string(h[0]["tokens"])
@@ -258,8 +246,6 @@ def show(run) -> Dict:
             "bpe_codes": str(data / steps["bpe_codes"]) if steps["bpe_codes"] else None, "preprocess": steps}
 
 
-# ---------------------------------------------------------------- telling a user how to use the model
-
 # a sentence to show the model on, by source language (else the first sentence of the test set)
 EXAMPLE_SOURCES = {"de": "Zwei Männer spielen Fußball im Park.", "en": "Two men are playing football in the park."}
 
@@ -270,16 +256,9 @@ def shown_path(path) -> str:
     return rel if not rel.startswith("..") else os.path.abspath(path)
 
 
-def example_source(data, src: str) -> str:
-    if src in EXAMPLE_SOURCES:
-        return EXAMPLE_SOURCES[src]
-    raw = pathlib.Path(data) / f"test.raw.{src}"
-    return raw.read_text(encoding="utf-8").split("\n", 1)[0] if raw.is_file() else "..."
-
-
-def hub_snippet(run, model: pathlib.Path, data: pathlib.Path, steps: Dict, sentence: str, beam: int) -> str:
-    """Python that loads MODEL with fairseq's hub and translates SENTENCE, with the data-bin's steps as far
-    as fairseq's hub has them (it has no lowercasing: the text is lowercased first)."""
+def hub_snippet(model: pathlib.Path, data: pathlib.Path, steps: Dict, sentence: str, beam: int) -> str:
+    """Python that loads MODEL with fairseq's hub and translates SENTENCE, with the data-bin's steps as far as the
+    hub has them (it has no lowercasing: the text is lowercased first)."""
     kwargs = [f"checkpoint_file={model.name!r}", f"data_name_or_path={shown_path(data)!r}"]
     if steps["tokenizer"] == "moses":
         kwargs.append("tokenizer='moses'")
@@ -288,28 +267,28 @@ def hub_snippet(run, model: pathlib.Path, data: pathlib.Path, steps: Dict, sente
     if steps["bpe"] == "subword_nmt":
         kwargs += ["bpe='subword_nmt'", f"bpe_codes={shown_path(data / steps['bpe_codes'])!r}"]
     text = repr(sentence) + (".lower()" if steps["lowercase"] else "")
-    return "\n".join([
-        "import fairseq_tfixup  # first: lets torch's safe loader read fairseq's checkpoints",
-        "from fairseq.models.transformer import TransformerModel",
-        f"model = TransformerModel.from_pretrained({shown_path(model.parent)!r}, " + ", ".join(kwargs) + ")",
-        f"print(model.translate({text}, beam={beam}))",
-    ])
+    return "\n".join(["import fairseq_tfixup  # first: lets torch's safe loader read fairseq's checkpoints",
+                      "from fairseq.models.transformer import TransformerModel",
+                      f"model = TransformerModel.from_pretrained({shown_path(model.parent)!r}, {', '.join(kwargs)})",
+                      f"print(model.translate({text}, beam={beam}))"])
 
 
 def usage(run, translator: Optional["Translator"] = None) -> Dict:
-    """Where a run's model is and how to use it: the files, the translate command with one example
-    (translated by the model when TRANSLATOR is given), a hub snippet."""
+    """Where a run's model is and how to use it: the files, the translate command with one example (translated by
+    the model when TRANSLATOR is given), a hub snippet."""
     run = pathlib.Path(run)
     info = show(run)
     model, data, steps = pathlib.Path(info["model"]), pathlib.Path(info["data"]), info["preprocess"]
-    sentence = example_source(data, steps["src"])
+    raw = data / f"test.raw.{steps['src']}"
+    sentence = EXAMPLE_SOURCES.get(steps["src"]) or (
+        raw.read_text(encoding="utf-8").split("\n", 1)[0] if raw.is_file() else "...")
     script = shown_path(pathlib.Path(__file__).resolve().parents[1] / "scripts" / "translate.sh")
     info.update(
         src=steps["src"], tgt=steps["tgt"], example_source=sentence,
         translate_command=f"echo {shlex.quote(sentence)} | bash {shlex.quote(script)} {shlex.quote(shown_path(run))}",
         translate_file_command=f"bash {shlex.quote(script)} {shlex.quote(shown_path(run))} FILE",
         example_translation=translator.translate([sentence])[0]["translation"] if translator else None,
-        hub=hub_snippet(run, model, data, steps, sentence, int(config.resolve_run(run, environ={}).values["BEAM"])),
+        hub=hub_snippet(model, data, steps, sentence, int(config.resolve_run(run, environ={}).values["BEAM"])),
         steps_text=", ".join(filter(None, [
             "punctuation normalized" if steps["normalize_punctuation"] else "",
             "Moses-tokenized" if steps["tokenizer"] == "moses" else "",
@@ -333,15 +312,11 @@ def main(argv=None) -> int:
             print(json.dumps(show(args.run), indent=1))
             return 0
         translator = Translator(args.run)
-        stream = open(args.file, encoding="utf-8") if args.file else sys.stdin
-        with stream:
+        with open(args.file, encoding="utf-8") if args.file else sys.stdin as stream:
             if stream.isatty():  # typed: each line as it comes
                 print(f"translating with {translator.model} ({translator.steps['src']} -> {translator.steps['tgt']}):"
                       " type a sentence, Enter; Ctrl-D ends", file=sys.stderr)
-                chunks = ([line] for line in stream)
-            else:
-                chunks = iter([stream.readlines()])
-            for chunk in chunks:
+            for chunk in ([line] for line in stream) if stream.isatty() else [stream.readlines()]:
                 for r in translator.translate(chunk):
                     if args.verbose:
                         print(f"S: {r['tokens_in']}\nT: {r['tokens_out']}", file=sys.stderr)
