@@ -15,7 +15,6 @@ from typing import Optional, Sequence
 
 from harness import config, fairseq_log
 from harness.fairseq_log import last_value
-from tfixup import checkpoints
 
 # what a checkpoint that cannot be read raises (torch's zip reader, the unpickler, a missing key;
 # the plugin's CorruptCheckpoint and UnsafeCheckpoint are ValueErrors)
@@ -25,6 +24,13 @@ MODEL_FLAGS = ("arch", "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_em
                "encoder_attention_heads", "decoder_attention_heads", "encoder_layers", "decoder_layers")
 
 
+def _checkpoints():
+    """tfixup.checkpoints, imported (with torch) by the steps that read one: a failure's advice mostly reads logs."""
+    from tfixup import checkpoints
+
+    return checkpoints
+
+
 def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -32,7 +38,7 @@ def first_line(e: BaseException) -> str:
 
 def num_updates(path, check_crc: bool = False) -> int:
     """The update count a checkpoint was saved at, without reading its tensors (``check_crc``: the whole file, once)."""
-    return updates_of(checkpoints.load(path, mmap=True, check_crc=check_crc), path)
+    return updates_of(_checkpoints().load(path, mmap=True, check_crc=check_crc), path)
 
 
 def updates_of(state, path) -> int:
@@ -40,7 +46,7 @@ def updates_of(state, path) -> int:
     try:
         return int(state["optimizer_history"][-1]["num_updates"])
     except (KeyError, IndexError, TypeError, ValueError):
-        raise checkpoints.CorruptCheckpoint(
+        raise _checkpoints().CorruptCheckpoint(
             path, "no optimizer_history with num_updates: not a checkpoint fairseq-train wrote") from None
 
 
@@ -55,7 +61,7 @@ def newest_intact(ckpt_dir: str, exclude=("checkpoint_last.pt",)):
             continue
     for updates, _, path in sorted(found, reverse=True):  # newest first; read whole only until one passes
         try:
-            checkpoints.verify(path)
+            _checkpoints().verify(path)
         except LOAD_ERRORS:
             continue
         return path, updates
@@ -66,7 +72,7 @@ def corrupt_last_advice(last: str, error, command: str) -> str:
     """What is wrong with LAST, from the error its loading raised, and the commands that go on."""
     if type(error).__name__ == "NotACheckpoint":  # names the file already
         head = str(error)
-    elif getattr(error, "reason", None):  # checkpoints.CorruptCheckpoint
+    elif getattr(error, "reason", None):  # tfixup.checkpoints.CorruptCheckpoint
         head = f"{last} is corrupt ({error.reason})"
     elif type(error).__name__ == "UnsafeCheckpoint":  # names the file and the field already
         head = first_line(error)
@@ -163,7 +169,7 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
     if fairseq_log.NAN.search(run):
         if os.path.exists(last):  # a bit flip in checkpoint_last.pt loads without error and trains into NaN
             try:
-                checkpoints.verify(last)
+                _checkpoints().verify(last)
             except LOAD_ERRORS as e:
                 return corrupt_last_advice(last, e, command)
         m = re.search(r"gradients are Nan/Inf|Minimum loss scale reached", run)
@@ -184,7 +190,7 @@ def train_failure(log_text: str, rc: int, run_dir: str, argv: Sequence[str]) -> 
 
     if fairseq_log.CKPT.search(run) and os.path.exists(last):
         try:
-            state = checkpoints.load(last, mmap=True, check_crc=True)
+            state = _checkpoints().load(last, mmap=True, check_crc=True)
         except LOAD_ERRORS as e:
             return corrupt_last_advice(last, e, command)
         if fairseq_log.LOAD_MODEL.search(run):  # it loads, but its tensors do not fit this run's model
