@@ -355,7 +355,7 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
     reports = [json.loads(p.read_text()) for p in sorted((repo / "results" / "bench").glob("*.json"))]
     counts = [(res["runs_recorded"], planned(res)) for res in reports if "runs_recorded" in res]  # of every study
     pools: Dict[tuple, dict] = {}
-    out = []
+    out, every = [], None
     for rel in files:
         nums = numbers(repo / rel, str(rel))
         for source in {n.source for n in nums} - pools.keys():
@@ -379,8 +379,10 @@ def unrecorded(files=DOCS, repo: pathlib.Path = REPO) -> List[tuple]:
             else:
                 why = "not in its block's source (" + "; ".join(
                     f"{g}: {', '.join(k)}" if k else g for g, k in n.source) + ")"
+            if every is None:  # read once, when a number first needs it
+                every = record_values(repo / "results", every=True)
             seen: dict = {}  # a few of the values it shows elsewhere, from different records and keys
-            for v in matches(n, record_values(repo / "results", every=True)):
+            for v in matches(n, every):
                 seen.setdefault((v.source.split(":", 1)[0], key_of(v)), v)
             values, keys = pool[n.time]  # else the 3 values of its source nearest it
             i = bisect.bisect_left(keys, n.value)
