@@ -53,7 +53,7 @@ read_options() {  # "VALUES" "SWITCHES" [REST_ARRAY [POS_ARRAY]] -- ARGS...
 # awk over a live stream (install.sh: pip's output): line by line. mawk (Debian's default awk)
 # reads a pipe in large blocks, so without -W interactive progress lines arrive minutes late.
 stream_awk() {
-  if awk -W version 2>/dev/null | grep -q mawk; then awk -W interactive "$@"; else awk "$@"; fi
+  if grep -q mawk <<< "$(awk -W version 2>/dev/null)"; then awk -W interactive "$@"; else awk "$@"; fi
 }
 
 # fairseq-train processes running on this machine (other jobs', on a shared machine): a process whose
@@ -99,7 +99,8 @@ use_venv() {
 # kill -9, which no trap sees (Linux's parent-death signal, set by util-linux setpriv, or else
 # by prctl from Python). train.sh's fairseq-train and evaluate.sh's harness step use it (a script's
 # worker is stopped by its supervisor's guard instead: supervise, below).
-if setpriv --help 2>/dev/null | grep -q -- --pdeathsig; then
+# (a here-string, not a pipe: grep -q ends at its match, and under pipefail the writer's SIGPIPE failed the test)
+if grep -q -- --pdeathsig <<< "$(setpriv --help 2>/dev/null)"; then
   PARENT_DEATH=(setpriv --pdeathsig KILL)
 elif [ "$(uname -s)" = Linux ]; then
   PARENT_DEATH=(python3 -c 'import ctypes, os, sys

@@ -33,8 +33,13 @@ USAGE
 DATA_ROOT=${DATA_ROOT:-data-bin}; RUNS=${RUNS:-work/runs}; ONLY=(); PREPARE_ARGS=""; IWSLT_ARGS=""; EVAL_ARGS=""
 REPORT_ONLY=0; DRY_RUN=0; TRAIN_ARGS=()
 read_options "data-root runs only prepare-args iwslt-args eval-args" "report-only dry-run" TRAIN_ARGS -- "$@"
+# NAME is one of the LIST's words. Not `printf | grep -q`: grep ends at the first match and, under pipefail,
+# printf's SIGPIPE failed the test at random
+in_list() {  # NAME LIST...
+  local w; for w in "${@:2}"; do [ "$w" = "$1" ] && return 0; done; return 1
+}
 for n in "${ONLY[@]}"; do
-  printf '%s\n' "${EXPERIMENTS[@]}" | grep -qx -- "$n" || die "'$n' is not an experiment of this table"
+  in_list "$n" "${EXPERIMENTS[@]}" || die "'$n' is not an experiment of this table"
 done
 S=$TFIXUP_ROOT/scripts
 
@@ -69,7 +74,7 @@ run_one() {  # NAME
 
 if [ "$REPORT_ONLY" = 0 ]; then
   for n in "${EXPERIMENTS[@]}"; do
-    if [ ${#ONLY[@]} -gt 0 ] && ! printf '%s\n' "${ONLY[@]}" | grep -qx -- "$n"; then continue; fi
+    if [ ${#ONLY[@]} -gt 0 ] && ! in_list "$n" "${ONLY[@]}"; then continue; fi
     log "=== $n"
     run_one "$n"
   done
