@@ -41,6 +41,7 @@ import bisect
 import collections
 import decimal
 import fnmatch
+import functools
 import json
 import math
 import os
@@ -314,13 +315,23 @@ def derived(n: Number, operands: List[List[Value]]) -> bool:
                for a in vals for b in vals)
 
 
+_KEY_RE = re.compile(r"\[\d+\]| \(percent\)$")
+
+
 def key_of(v: Value) -> str:
     """A value's key in its record, list indices left out: rows[3].best_ppl -> rows.best_ppl."""
-    return re.sub(r"\[\d+\]| \(percent\)$", "", v.source.partition(":")[2])
+    return _KEY_RE.sub("", v.source.partition(":")[2])
+
+
+@functools.lru_cache(maxsize=None)
+def _keys_re(patterns: tuple) -> re.Pattern:
+    """One regex for PATTERNS (fnmatch's): a key that is a pattern, or ends in "." and one (a check matches
+    hundreds of thousands of keys: fnmatch's call per key and pattern was most of its time)."""
+    return re.compile("|".join(r"(?s:.*\.)?" + fnmatch.translate(p) for p in patterns))
 
 
 def _key_matches(key: str, patterns: tuple) -> bool:
-    return not patterns or any(fnmatch.fnmatchcase(key, p) or fnmatch.fnmatchcase(key, "*." + p) for p in patterns)
+    return not patterns or _keys_re(patterns).match(key) is not None
 
 
 _INDEX_RE = re.compile(r"\[(\d+|\*)\]")
