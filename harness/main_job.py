@@ -217,12 +217,34 @@ def readme_block(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         _install_and_suite(rec)) if x)
 
 
-def timing(path, t0: float, fields) -> dict:
-    """FILE: a script's own wall time (from T0), date, commit and machine, written atomically."""
+PROCESS_KINDS = {"pytest": "pytest itself", "torch_fairseq": "imported torch and fairseq",
+                 "torch_only": "imported torch, not fairseq", "other_python": "imported neither"}
+
+
+def process_cpu(path, cpu_s: float) -> dict:
+    """The suite's CPU seconds by kind of Python process, from the lines they wrote at exit (PATH); ``rest_cpu_s``:
+    CPU_S less theirs (shell tools, and processes that ended without Python's exit: killed, or os._exit)."""
+    out = {k: {"count": 0, "cpu_s": 0.0} for k in PROCESS_KINDS}
+    for line in pathlib.Path(path).read_text().splitlines():
+        p = json.loads(line)
+        kind = ("pytest" if p["pytest"] else "other_python" if not p["torch"] else
+                "torch_fairseq" if p["fairseq"] else "torch_only")
+        out[kind]["count"] += 1
+        out[kind]["cpu_s"] += p["cpu_s"]
+    for v in out.values():
+        v["cpu_s"] = round(v["cpu_s"], 1)
+    return {**out, "rest_cpu_s": round(cpu_s - sum(v["cpu_s"] for v in out.values()), 1)}
+
+
+def timing(path, t0: float, fields, processes=None) -> dict:
+    """FILE: a script's own wall time (from T0), date, commit and machine, written atomically; PROCESSES: the
+    suite's accounts of its processes (process_cpu)."""
     rec = {"wall_s": round(time.time() - t0, 1), "date": _iso(t0), **commit(), "machine": machine()}
     for kv in fields:
         k, _, v = kv.partition("=")
         rec[k] = json.loads(v) if v in ("true", "false") or v.lstrip("-").replace(".", "", 1).isdigit() else v
+    if processes and os.path.isfile(processes):
+        rec["processes"] = process_cpu(processes, rec.get("cpu_s", 0.0))
     atomic.write_json(path, rec)
     return rec
 
@@ -246,6 +268,7 @@ def main(argv=None) -> int:
     t.add_argument("file")
     t.add_argument("start", type=float)
     t.add_argument("fields", nargs="*", metavar="KEY=VALUE")
+    t.add_argument("--processes", help="the suite's accounts of its Python processes (scripts/test.sh)")
     a = p.parse_args(argv)
     try:
         if a.command == "record":
@@ -257,7 +280,7 @@ def main(argv=None) -> int:
             to = publish(a.run, a.to)
             print(f"published {a.run} into {to}; then: python -m harness.docs write (README's numbers)")
         else:
-            timing(a.file, a.start, a.fields)
+            timing(a.file, a.start, a.fields, a.processes)
     except (JobError, OSError, config.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

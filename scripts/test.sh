@@ -23,6 +23,12 @@ unset PYTHONDONTWRITEBYTECODE
 # system of pytest and every process it waited for (bash's `times` before and after: its second line, the
 # shell's finished children), which bounds the wall time on this many cores from below
 mkdir -p work
+# and where that CPU time goes: each Python process of the suite accounts for itself at exit
+# (tests/lean_fairseq/sitecustomize.py), summed into the record by kind (pytest, torch and fairseq, ...)
+# (made before any test runs: a test that compares the checkout's ignored files before and after sees it in both)
+processes=$TFIXUP_ROOT/work/.test-processes.jsonl
+rm -f "$processes"
+[ $# -gt 0 ] || { : > "$processes"; export TFIXUP_TEST_PROCESSES=$processes; }
 T_START=$(date +%s.%N); rc=0
 times > work/.test-cpu-before
 python -m pytest -q -n "${TEST_WORKERS:-auto}" --dist loadfile --no-loadscope-reorder tests "$@" || rc=$?
@@ -30,6 +36,8 @@ times > work/.test-cpu-after
 cpu_s=$(awk 'FNR == 2 { for (i = 1; i <= 2; i++) { split($i, t, "m"); s += (FILENAME ~ /after$/ ? 1 : -1) * (t[1] * 60 + t[2]) } }
              END { printf "%.1f", s }' work/.test-cpu-before work/.test-cpu-after)
 rm -f work/.test-cpu-before work/.test-cpu-after
-[ $# -gt 0 ] || python -m harness.main_job timing work/test-suite.json "$T_START" what=scripts/test.sh \
-  passed="$([ "$rc" = 0 ] && echo true || echo false)" workers="${TEST_WORKERS:-auto}" cpu_s="$cpu_s"
+[ $# -gt 0 ] || python -m harness.main_job timing --processes "$processes" work/test-suite.json "$T_START" \
+  what=scripts/test.sh passed="$([ "$rc" = 0 ] && echo true || echo false)" workers="${TEST_WORKERS:-auto}" \
+  cpu_s="$cpu_s"
+rm -f "$processes"
 exit "$rc"
