@@ -217,20 +217,14 @@ def readme_block(results: pathlib.Path, doc_dir: pathlib.Path) -> str:
         _install_and_suite(rec)) if x)
 
 
-PROCESS_KINDS = {"pytest": "pytest itself", "torch_fairseq": "imported torch and fairseq",
-                 "torch_only": "imported torch, not fairseq", "other_python": "imported neither"}
-
-
 def process_cpu(path, cpu_s: float) -> dict:
     """The suite's CPU seconds by kind of Python process, from the lines they wrote at exit (PATH); ``rest_cpu_s``:
     CPU_S less theirs (shell tools, and processes that ended without Python's exit: killed, or os._exit)."""
-    out = {k: {"count": 0, "cpu_s": 0.0} for k in PROCESS_KINDS}
-    for line in pathlib.Path(path).read_text().splitlines():
-        p = json.loads(line)
-        kind = ("pytest" if p["pytest"] else "other_python" if not p["torch"] else
-                "torch_fairseq" if p["fairseq"] else "torch_only")
-        out[kind]["count"] += 1
-        out[kind]["cpu_s"] += p["cpu_s"]
+    out = {k: {"count": 0, "cpu_s": 0.0} for k in ("pytest", "torch_fairseq", "torch_only", "other_python")}
+    for p in map(json.loads, pathlib.Path(path).read_text().splitlines()):
+        v = out["pytest" if p["pytest"] else "other_python" if not p["torch"] else
+                "torch_fairseq" if p["fairseq"] else "torch_only"]
+        v["count"], v["cpu_s"] = v["count"] + 1, v["cpu_s"] + p["cpu_s"]
     for v in out.values():
         v["cpu_s"] = round(v["cpu_s"], 1)
     return {**out, "rest_cpu_s": round(cpu_s - sum(v["cpu_s"] for v in out.values()), 1)}
