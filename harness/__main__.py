@@ -122,11 +122,13 @@ def main(argv=None):
     p.add_argument("--data", required=True, help="fairseq data-bin (its valid subset is used)")
     p.add_argument("--out", required=True, help="averaged checkpoint")
     p.add_argument("--json", required=True, help="where to record the choice")
+    p.set_defaults(func=cmd_average)
 
     p = sub.add_parser("generate", help="fairseq-generate ARGS (after '--') in this process")
     p.add_argument("--out", required=True, help="the hypotheses (fairseq-generate's stdout)")
     p.add_argument("--log", required=True, help="its log (fairseq-generate's stderr)")
     p.add_argument("--message", default="", help="a line before the first progress line (when translating has begun)")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("results", help="score a fairseq-generate output and write the results JSON")
     p.add_argument("--run", required=True, help="the training OUT_DIR (its config.resolved.json)")
@@ -138,12 +140,14 @@ def main(argv=None):
     p.add_argument("--average-json", required=True, help="the average step's record (K, num_updates)")
     p.add_argument("--subset", default="test")
     p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_results)
 
     p = sub.add_parser("report", help="Markdown table: paper BLEU next to ours")
     p.add_argument("--experiments", nargs="+", required=True)
     p.add_argument("--results", nargs="*", default=[], help="results JSON files (missing ones: 'not run')")
     p.add_argument("--title", default="")
     p.add_argument("--out", default="")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("updates", help="the update count of a checkpoint (read safely and cheaply)")
     p.add_argument("checkpoint")
@@ -152,12 +156,14 @@ def main(argv=None):
     p.add_argument("--check-crc", action="store_true", help="also test the zip's CRCs (reads the whole file)")
     p.add_argument("--expect", help="a file whose first line is the fairseq-train command the checkpoint must "
                                     "fit (its --arch and sizes)")
+    p.set_defaults(func=cmd_updates)
 
     p = sub.add_parser("train-failure", help="one line: why fairseq-train failed and what to run next "
                                              "(after '--': the training command, which resumes)")
     p.add_argument("--log", required=True)
     p.add_argument("--exit", type=int, required=True)
     p.add_argument("--run", required=True, help="the run's OUT_DIR")
+    p.set_defaults(func=cmd_train_failure)
 
     try:
         # STEP ARGS [-- FAIRSEQ ARGS] [::: STEP ARGS [-- FAIRSEQ ARGS] ...]; after "--", the arguments for
@@ -167,7 +173,7 @@ def main(argv=None):
             step, argv = argv[:i], argv[i + 1:]
             j = step.index("--") if "--" in step else len(step)
             args = parser.parse_args(step[:j])
-            globals()["cmd_" + args.command.replace("-", "_")](args, step[j + 1:])  # COMMAND runs cmd_COMMAND
+            args.func(args, step[j + 1:])
             if not argv:
                 break
     except (FileNotFoundError, ValueError, RuntimeError, pickle.UnpicklingError) as e:
