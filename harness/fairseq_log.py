@@ -211,13 +211,22 @@ class Screen:
     def show(self, line: str):
         if _DROP.search(line):
             return None
-        if self.in_model or _MODEL.search(line):  # the model's structure, to its closing ")"
-            self.in_model = bool(_MODEL.search(line)) or line != ")"
+        if _MODEL.search(line):  # the model's structure, to its closing ")"
+            self.in_model = True
             return None
-        if _WARNING.search(line) or (self.in_warning and not _WARNING_END.search(line)):
-            self.in_warning = not line.startswith("  ")  # ends after its indented source line
+        if self.in_model:
+            self.in_model = line != ")"
             return None
-        self.in_warning = False
+        if _WARNING.search(line):
+            self.in_warning = True
+            return None
+        if self.in_warning and line.startswith("  "):  # its indented source line ends it
+            self.in_warning = False
+            return None
+        if self.in_warning and _WARNING_END.search(line):  # a warning without one ends at a log line
+            self.in_warning = False
+        if self.in_warning:
+            return None
         kind, body = _kind_body(line)
         rec = _stats(kind, body) if kind == "train_inner" or (kind and body.startswith("{")) else None
         if rec is None:
