@@ -342,7 +342,7 @@ def _at_index(v: Value, pattern: str) -> bool:
     values of every arm (a key's last index may be left out: ``steps[0].attention`` is its whole list)."""
     raw = v.source.partition(":")[2]
     glob = _INDEX_RE.sub(lambda m: "[[]" + m.group(1) + "[]]", pattern)
-    return any(fnmatch.fnmatchcase(k, g) for k in (raw, re.sub(r"\[\d+\]$", "", raw)) for g in (glob, "*." + glob))
+    return any(_keys_re((glob,)).match(k) for k in (raw, re.sub(r"\[\d+\]$", "", raw)))
 
 
 def source_pool(records: Dict[str, Dict[str, List[Value]]], source: tuple) -> dict:
